@@ -1,0 +1,848 @@
+/*
+ * convert.c — conversions between formats, through one path:
+ *
+ *   source (coordinates | dense array | another format's arrays)
+ *     → entries: per-dimension int64 coordinates + values, with the dimension order the
+ *       entries are already sorted by (none for raw coordinates)
+ *     → sort into the target's level order (stable LSD counting sort, skipping the keys the
+ *       input order already gives; comparison sort for huge dimensions)
+ *     → sum duplicates, mark each entry's first level that differs from its predecessor
+ *     → pack level by level (dense: position arithmetic; compressed: append + segment
+ *       counts; singleton: one coordinate per parent position).
+ *
+ * O(nnz * order + sum of dims) except the comparison-sort fallback (O(nnz log nnz)).
+ * Every output array is allocated through the ctx; nothing the caller passed is written.
+ */
+#include "sc_format.h"
+
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Entries: coordinate of entry e in dimension d is c[d][e]. */
+typedef struct entries {
+    int32_t order;
+    int64_t n;
+    const int64_t *c[SC_MAX_ORDER];
+    const void *vals;
+    sc_dtype dtype;
+    int32_t sorted_by[SC_MAX_ORDER]; /* dims the entries are lexicographically sorted by */
+    int32_t nsorted;
+} entries;
+
+static int threads_for(const sc_ctx *ctx, int64_t work)
+{
+#ifdef _OPENMP
+    if (work < 200000)
+        return 1;
+    int t = ctx->num_threads > 0 ? ctx->num_threads : omp_get_max_threads();
+    return t < 1 ? 1 : t;
+#else
+    (void)ctx;
+    (void)work;
+    return 1;
+#endif
+}
+
+/* ---- values ------------------------------------------------------------------------- */
+
+static bool val_is_zero(const void *v, sc_dtype t, int64_t i)
+{
+    switch (t) {
+    case SC_DTYPE_F32: return ((const float *)v)[i] == 0.0f;
+    case SC_DTYPE_F64: return ((const double *)v)[i] == 0.0;
+    default: return false;
+    }
+}
+
+/* dst[i] += src[j] */
+static void val_add(void *dst, int64_t i, const void *src, int64_t j, sc_dtype t)
+{
+    switch (t) {
+    case SC_DTYPE_F32: ((float *)dst)[i] += ((const float *)src)[j]; break;
+    case SC_DTYPE_F64: ((double *)dst)[i] += ((const double *)src)[j]; break;
+    default: break;
+    }
+}
+
+/* dst[i] = src[perm ? perm[i] : i] for i < n */
+static void val_gather(void *dst, const void *src, const int64_t *perm, int64_t n, sc_dtype t,
+                       int nt)
+{
+    if (!perm) {
+        memcpy(dst, src, (size_t)n * sc_dtype_size(t));
+        return;
+    }
+    if (t == SC_DTYPE_F32) {
+        float *d = dst;
+        const float *s = src;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = s[perm[i]];
+    } else {
+        double *d = dst;
+        const double *s = src;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = s[perm[i]];
+    }
+}
+
+/* ---- sorting ------------------------------------------------------------------------ */
+
+/* Stable counting sort of perm (n entries) by key c[perm[i]] in [0, D): out receives it. */
+static sc_status counting_pass(const sc_ctx *ctx, const int64_t *c, int64_t D,
+                               const int64_t *perm, int64_t *out, int64_t n, sc_error *err)
+{
+    int nt = threads_for(ctx, n);
+    if ((int64_t)nt > 1 && D > n)
+        nt = 1; /* per-thread histograms would cost more than the pass */
+    int64_t *hist = sc_calloc(ctx, (size_t)nt * (size_t)(D + 1), sizeof(int64_t), err);
+    if (!hist)
+        return SC_NOMEM;
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num();
+#else
+        int t = 0;
+#endif
+        int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+        int64_t *h = hist + (int64_t)t * (D + 1);
+        for (int64_t i = lo; i < hi; i++)
+            h[c[perm ? perm[i] : i]]++;
+#pragma omp barrier
+#pragma omp single
+        {
+            /* Exclusive prefix over (key, thread): thread t's slot for key k. */
+            int64_t run = 0;
+            for (int64_t k = 0; k < D; k++)
+                for (int u = 0; u < nt; u++) {
+                    int64_t *hk = hist + (int64_t)u * (D + 1) + k;
+                    int64_t cnt = *hk;
+                    *hk = run;
+                    run += cnt;
+                }
+        }
+        for (int64_t i = lo; i < hi; i++) {
+            int64_t e = perm ? perm[i] : i;
+            out[h[c[e]]++] = e;
+        }
+    }
+    sc_free(ctx, hist);
+    return SC_OK;
+}
+
+typedef struct cmp_ctx {
+    const int64_t *const *c; /* per level */
+    int32_t order;
+} cmp_ctx;
+
+static int cmp_entries(const void *a, const void *b, void *user)
+{
+    const cmp_ctx *cc = user;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    for (int32_t k = 0; k < cc->order; k++) {
+        int64_t u = cc->c[k][x], v = cc->c[k][y];
+        if (u != v)
+            return u < v ? -1 : 1;
+    }
+    return x < y ? -1 : x > y;
+}
+
+/* qsort_r is a GNU extension; a small merge sort keeps this portable and stable. */
+static void merge_sort(int64_t *a, int64_t *tmp, int64_t n, const cmp_ctx *cc)
+{
+    if (n < 2)
+        return;
+    if (n <= 16) {
+        for (int64_t i = 1; i < n; i++) {
+            int64_t x = a[i], j = i;
+            while (j > 0 && cmp_entries(&a[j - 1], &x, (void *)cc) > 0) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = x;
+        }
+        return;
+    }
+    int64_t h = n / 2;
+    merge_sort(a, tmp, h, cc);
+    merge_sort(a + h, tmp, n - h, cc);
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = cmp_entries(&a[j], &a[i], (void *)cc) < 0 ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    while (j < n)
+        tmp[k++] = a[j++];
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+/*
+ * Sorting permutation of the entries into level order of dst (*perm_out = NULL when the
+ * input is already in that order).  Caller frees *perm_out.
+ */
+static sc_status sort_entries(const sc_ctx *ctx, const entries *E, const int64_t *dims,
+                              const sc_format *dst, int64_t **perm_out, sc_error *err)
+{
+    const int32_t N = E->order;
+    const int64_t n = E->n;
+    *perm_out = NULL;
+    /* Smallest j with (input order minus dst's first j level dims) == dst's levels j.. */
+    int32_t j = 0;
+    for (; j < N; j++) {
+        int32_t rest[SC_MAX_ORDER], nr = 0;
+        for (int32_t s = 0; s < E->nsorted; s++) {
+            bool taken = false;
+            for (int32_t q = 0; q < j; q++)
+                taken |= dst->lvl2dim[q] == E->sorted_by[s];
+            if (!taken)
+                rest[nr++] = E->sorted_by[s];
+        }
+        bool ok = nr >= N - j;
+        for (int32_t q = j; q < N && ok; q++)
+            ok = rest[q - j] == dst->lvl2dim[q];
+        if (ok)
+            break;
+    }
+    if (j == 0 || n < 2)
+        return SC_OK;
+
+    bool huge = false;
+    for (int32_t q = 0; q < j; q++)
+        huge |= dims[dst->lvl2dim[q]] > 4 * n + (1 << 20);
+
+    int64_t *a = sc_alloc(ctx, (size_t)n * sizeof(int64_t), err);
+    int64_t *b = a ? sc_alloc(ctx, (size_t)n * sizeof(int64_t), err) : NULL;
+    if (!b) {
+        sc_free(ctx, a);
+        return SC_NOMEM;
+    }
+    if (huge) {
+        const int64_t *lc[SC_MAX_ORDER];
+        for (int32_t q = 0; q < N; q++)
+            lc[q] = E->c[dst->lvl2dim[q]];
+        cmp_ctx cc = {lc, N};
+        for (int64_t i = 0; i < n; i++)
+            a[i] = i;
+        merge_sort(a, b, n, &cc);
+        sc_free(ctx, b);
+        *perm_out = a;
+        return SC_OK;
+    }
+    const int64_t *cur = NULL;
+    for (int32_t q = j - 1; q >= 0; q--) {
+        int32_t d = dst->lvl2dim[q];
+        int64_t *into = cur == a ? b : a;
+        sc_status st = counting_pass(ctx, E->c[d], dims[d], cur, into, n, err);
+        if (st != SC_OK) {
+            sc_free(ctx, a);
+            sc_free(ctx, b);
+            return st;
+        }
+        cur = into;
+    }
+    sc_free(ctx, cur == a ? b : a);
+    *perm_out = (int64_t *)cur;
+    return SC_OK;
+}
+
+/* ---- packing ------------------------------------------------------------------------ */
+
+static int32_t first_nonunique(const sc_format *f)
+{
+    for (int32_t k = 0; k < f->order; k++)
+        if (!f->unique[k])
+            return k;
+    return f->order;
+}
+
+void sc_tensor_release(const sc_ctx *ctx, sc_tensor *t)
+{
+    for (int32_t k = 0; k < SC_MAX_ORDER; k++) {
+        sc_free(ctx, t->pos[k]);
+        sc_free(ctx, t->crd[k]);
+    }
+    sc_free(ctx, t->vals);
+    memset(t, 0, sizeof *t);
+}
+
+static void init_out(sc_tensor *out, const sc_format *dst, const int64_t *dims,
+                     sc_index_type it, sc_dtype dt)
+{
+    memset(out, 0, sizeof *out);
+    out->fmt = *dst;
+    for (int32_t d = 0; d < dst->order; d++)
+        out->dims[d] = dims[d];
+    out->index_type = it;
+    out->dtype = dt;
+}
+
+/*
+ * Build out from sorted entries.  perm (NULL = identity) orders them; the first n entries
+ * of that order are used.  eff[u] is the first level at which position u must be new
+ * (min(first differing level, first nonunique level)); uvals holds the summed values in
+ * sorted order.
+ */
+static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, int64_t n,
+                      const uint8_t *eff, void *uvals, const sc_format *dst,
+                      const int64_t *dims, sc_index_type it, sc_tensor *out, sc_error *err)
+{
+    const int32_t N = dst->order;
+    const int nt = threads_for(ctx, n);
+    int64_t *ppos = NULL, *cpos = NULL; /* per entry: position at level k-1, k */
+    sc_status st = SC_OK;
+    init_out(out, dst, dims, it, E->dtype);
+    ppos = sc_calloc(ctx, (size_t)n, sizeof(int64_t), err);
+    cpos = ppos ? sc_calloc(ctx, (size_t)n, sizeof(int64_t), err) : NULL;
+    if (!cpos) {
+        st = SC_NOMEM;
+        goto fail;
+    }
+    int64_t P = 1;
+    for (int32_t k = 0; k < N; k++) {
+        const int64_t *ck = E->c[dst->lvl2dim[k]];
+        const int64_t dim = dims[dst->lvl2dim[k]];
+        int64_t count = 0;
+        switch ((sc_level_kind)dst->kind[k]) {
+        case SC_LEVEL_DENSE:
+            if (!sc_mul_ok(P, dim, &count)) {
+                st = sc_fail(err, SC_USER, "format",
+                             "format with a dense level %d would need more than 2^63 "
+                             "positions", (int)k);
+                goto fail;
+            }
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t u = 0; u < n; u++)
+                cpos[u] = ppos[u] * dim + ck[perm ? perm[u] : u];
+            break;
+        case SC_LEVEL_COMPRESSED: {
+            for (int64_t u = 0; u < n; u++)
+                count += eff[u] <= k;
+            if (count > sc_index_max(it)) {
+                st = sc_fail(err, SC_USER, "format",
+                             "level %d stores %lld coordinates, which does not fit %s "
+                             "indices (use int64)", (int)k, (long long)count,
+                             sc_index_name(it));
+                goto fail;
+            }
+            size_t isz = sc_index_size(it);
+            out->pos_len[k] = P + 1;
+            out->crd_len[k] = count;
+            out->pos[k] = sc_calloc(ctx, (size_t)(P + 1), isz, err);
+            out->crd[k] = out->pos[k] ? sc_alloc(ctx, (size_t)count * isz, err) : NULL;
+            int64_t *seg = out->crd[k] ? sc_calloc(ctx, (size_t)(P + 1), sizeof(int64_t), err)
+                                       : NULL;
+            if (!seg) {
+                st = SC_NOMEM;
+                goto fail;
+            }
+            int64_t p = -1;
+            for (int64_t u = 0; u < n; u++) {
+                if (eff[u] <= k) {
+                    p++;
+                    sc_idx_set(out->crd[k], it, p, ck[perm ? perm[u] : u]);
+                    seg[ppos[u] + 1]++;
+                }
+                cpos[u] = p;
+            }
+            for (int64_t q = 0; q < P; q++)
+                seg[q + 1] += seg[q];
+            for (int64_t q = 0; q <= P; q++)
+                sc_idx_set(out->pos[k], it, q, seg[q]);
+            sc_free(ctx, seg);
+            break;
+        }
+        case SC_LEVEL_SINGLETON: {
+            size_t isz = sc_index_size(it);
+            count = P;
+            out->crd_len[k] = count;
+            out->crd[k] = sc_alloc(ctx, (size_t)count * isz, err);
+            if (!out->crd[k]) {
+                st = SC_NOMEM;
+                goto fail;
+            }
+            for (int64_t u = 0; u < n; u++) {
+                if (eff[u] == k) {
+                    st = sc_fail(err, SC_UNSUPPORTED, "format",
+                                 "format cannot store two entries that differ only from "
+                                 "level %d on: that singleton level sits under a unique "
+                                 "level (make the level above it nonunique)", (int)k);
+                    goto fail;
+                }
+                if (eff[u] < k)
+                    sc_idx_set(out->crd[k], it, ppos[u], ck[perm ? perm[u] : u]);
+                cpos[u] = ppos[u];
+            }
+            break;
+        }
+        default:
+            st = sc_fail(err, SC_INTERNAL, "format", "unknown level kind");
+            goto fail;
+        }
+        int64_t *t = ppos;
+        ppos = cpos;
+        cpos = t;
+        P = count;
+    }
+    /* ppos now holds each entry's position at the last level; P positions exist. */
+    out->nvals = P;
+    if (P == n && (N == 0 || dst->kind[N - 1] != SC_LEVEL_DENSE)) {
+        out->vals = uvals; /* positions are 0..n-1 in entry order */
+        uvals = NULL;
+    } else {
+        int64_t bytes;
+        if (!sc_mul_ok(P, (int64_t)sc_dtype_size(E->dtype), &bytes)) {
+            st = sc_fail(err, SC_NOMEM, "format", "values array would overflow");
+            goto fail;
+        }
+        out->vals = sc_calloc(ctx, (size_t)P, sc_dtype_size(E->dtype), err);
+        if (!out->vals) {
+            st = SC_NOMEM;
+            goto fail;
+        }
+        size_t vs = sc_dtype_size(E->dtype);
+        for (int64_t u = 0; u < n; u++)
+            memcpy((char *)out->vals + (size_t)ppos[u] * vs, (char *)uvals + (size_t)u * vs,
+                   vs);
+    }
+    sc_free(ctx, uvals);
+    sc_free(ctx, ppos);
+    sc_free(ctx, cpos);
+    return SC_OK;
+fail:
+    sc_free(ctx, uvals);
+    sc_free(ctx, ppos);
+    sc_free(ctx, cpos);
+    sc_tensor_release(ctx, out);
+    return st;
+}
+
+/*
+ * entries → out in format dst.  Filters zeros (flags), sorts, sums duplicates and packs.
+ */
+static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims,
+                       const sc_format *dst, sc_index_type it, int flags, sc_tensor *out,
+                       sc_error *err)
+{
+    sc_status st = sc_fmt_check(dst, err);
+    if (st != SC_OK)
+        return st;
+    const int32_t N = dst->order;
+    for (int32_t k = 0; k < N; k++) {
+        int64_t dim = dims[dst->lvl2dim[k]];
+        if (dst->kind[k] != SC_LEVEL_DENSE && dim > 0 && dim - 1 > sc_index_max(it))
+            return sc_fail(err, SC_USER, "format",
+                           "dimension %d has size %lld, which does not fit %s indices "
+                           "(use int64)", (int)dst->lvl2dim[k], (long long)dim,
+                           sc_index_name(it));
+    }
+    entries E = *E0;
+    int64_t *keep = NULL, *perm = NULL, *merged = NULL;
+    uint8_t *eff = NULL;
+    void *uvals = NULL;
+    const int64_t n0 = E.n;
+    const int nt = threads_for(ctx, n0);
+
+    int64_t *cbuf[SC_MAX_ORDER] = {NULL};
+    void *vbuf = NULL;
+    if (flags & SC_CONV_DROP_ZEROS) {
+        /* Copy out the nonzero entries, in order (so the input order still holds). */
+        int64_t m = 0;
+        for (int64_t e = 0; e < n0; e++)
+            m += !val_is_zero(E.vals, E.dtype, e);
+        if (m < n0) {
+            keep = sc_alloc(ctx, (size_t)m * sizeof(int64_t), err);
+            vbuf = keep ? sc_alloc(ctx, (size_t)m * sc_dtype_size(E.dtype), err) : NULL;
+            if (!vbuf) {
+                st = SC_NOMEM;
+                goto done;
+            }
+            m = 0;
+            for (int64_t e = 0; e < n0; e++)
+                if (!val_is_zero(E.vals, E.dtype, e))
+                    keep[m++] = e;
+            for (int32_t d = 0; d < N; d++) {
+                cbuf[d] = sc_alloc(ctx, (size_t)m * sizeof(int64_t), err);
+                if (!cbuf[d]) {
+                    st = SC_NOMEM;
+                    goto done;
+                }
+                for (int64_t i = 0; i < m; i++)
+                    cbuf[d][i] = E.c[d][keep[i]];
+                E.c[d] = cbuf[d];
+            }
+            val_gather(vbuf, E.vals, keep, m, E.dtype, nt);
+            E.vals = vbuf;
+            E.n = m;
+        }
+    }
+    const int64_t n = E.n;
+
+    st = sort_entries(ctx, &E, dims, dst, &perm, err);
+    if (st != SC_OK)
+        goto done;
+
+    /* eff[u]: first level where entry u differs from u-1 (N: a duplicate). */
+    eff = sc_alloc(ctx, (size_t)n, err);
+    if (!eff) {
+        st = SC_NOMEM;
+        goto done;
+    }
+    const int64_t *lc[SC_MAX_ORDER];
+    for (int32_t k = 0; k < N; k++)
+        lc[k] = E.c[dst->lvl2dim[k]];
+    int64_t dups = 0;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : dups)
+    for (int64_t u = 0; u < n; u++) {
+        uint8_t k = 0;
+        if (u > 0) {
+            int64_t a = perm ? perm[u - 1] : u - 1, b = perm ? perm[u] : u;
+            while (k < N && lc[k][a] == lc[k][b])
+                k++;
+        }
+        eff[u] = k;
+        dups += k == N;
+    }
+    int64_t un = n;
+    uvals = sc_alloc(ctx, (size_t)n * sc_dtype_size(E.dtype), err);
+    if (!uvals) {
+        st = SC_NOMEM;
+        goto done;
+    }
+    if (dups) {
+        /* Compact: one entry per distinct coordinate, values summed in sorted order. */
+        merged = sc_alloc(ctx, (size_t)(n - dups) * sizeof(int64_t), err);
+        if (!merged) {
+            st = SC_NOMEM;
+            goto done;
+        }
+        size_t vs = sc_dtype_size(E.dtype);
+        int64_t w = -1;
+        for (int64_t u = 0; u < n; u++) {
+            int64_t e = perm ? perm[u] : u;
+            if (u > 0 && eff[u] == N) {
+                val_add(uvals, w, E.vals, e, E.dtype);
+                continue;
+            }
+            w++;
+            merged[w] = e;
+            eff[w] = eff[u];
+            memcpy((char *)uvals + (size_t)w * vs, (const char *)E.vals + (size_t)e * vs, vs);
+        }
+        un = w + 1;
+        sc_free(ctx, perm);
+        perm = merged;
+        merged = NULL;
+    } else {
+        val_gather(uvals, E.vals, perm, n, E.dtype, nt);
+    }
+    int32_t nu = first_nonunique(dst);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t u = 0; u < un; u++)
+        if (eff[u] > nu)
+            eff[u] = (uint8_t)nu;
+
+    st = pack(ctx, &E, perm, un, eff, uvals, dst, dims, it, out, err);
+    uvals = NULL; /* pack took it */
+done:
+    for (int32_t d = 0; d < N; d++)
+        sc_free(ctx, cbuf[d]);
+    sc_free(ctx, vbuf);
+    sc_free(ctx, keep);
+    sc_free(ctx, perm);
+    sc_free(ctx, merged);
+    sc_free(ctx, eff);
+    sc_free(ctx, uvals);
+    return st;
+}
+
+static sc_status check_dims(int32_t order, const int64_t *dims, const sc_format *dst,
+                            sc_error *err)
+{
+    if (order < 1 || order > SC_MAX_ORDER)
+        return sc_fail(err, SC_USER, "format", "tensor order %d is outside 1..%d", (int)order,
+                       SC_MAX_ORDER);
+    if (dst->order != order)
+        return sc_fail(err, SC_USER, "format",
+                       "format has %d levels but the tensor has %d dimensions",
+                       (int)dst->order, (int)order);
+    for (int32_t d = 0; d < order; d++)
+        if (dims[d] < 0)
+            return sc_fail(err, SC_USER, "format", "dimension %d has negative size %lld",
+                           (int)d, (long long)dims[d]);
+    return SC_OK;
+}
+
+sc_status sc_fmt_from_coords(const sc_ctx *ctx, int32_t order, const int64_t *dims,
+                             int64_t nnz, const int64_t *coords, int64_t ld,
+                             const void *vals, sc_dtype dtype, const sc_format *dst,
+                             sc_index_type index_type, int flags, sc_tensor *out,
+                             sc_error *err)
+{
+    sc_status st = check_dims(order, dims, dst, err);
+    if (st != SC_OK)
+        return st;
+    if (nnz < 0)
+        return sc_fail(err, SC_USER, "format", "negative number of entries %lld",
+                       (long long)nnz);
+    entries E = {.order = order, .n = nnz, .vals = vals, .dtype = dtype, .nsorted = 0};
+    for (int32_t d = 0; d < order; d++) {
+        E.c[d] = coords + (int64_t)d * ld;
+        const int64_t *c = E.c[d];
+        int64_t bad = -1;
+        for (int64_t e = 0; e < nnz; e++)
+            if (c[e] < 0 || c[e] >= dims[d]) {
+                bad = e;
+                break;
+            }
+        if (bad >= 0)
+            return sc_fail(err, SC_INDEX, "format",
+                           "index %lld of entry %lld is out of range for dimension %d of "
+                           "size %lld", (long long)c[bad], (long long)bad, (int)d,
+                           (long long)dims[d]);
+    }
+    return build(ctx, &E, dims, dst, index_type, flags, out, err);
+}
+
+sc_status sc_fmt_from_dense(const sc_ctx *ctx, int32_t order, const int64_t *dims,
+                            const void *data, sc_dtype dtype, const sc_format *dst,
+                            sc_index_type index_type, sc_tensor *out, sc_error *err)
+{
+    sc_status st = check_dims(order, dims, dst, err);
+    if (st != SC_OK)
+        return st;
+    int64_t inner = dims[order - 1], rows = 1, total;
+    for (int32_t d = 0; d + 1 < order; d++)
+        if (!sc_mul_ok(rows, dims[d], &rows))
+            return sc_fail(err, SC_USER, "format", "dense tensor size overflows");
+    if (!sc_mul_ok(rows, inner, &total))
+        return sc_fail(err, SC_USER, "format", "dense tensor size overflows");
+    const int nt = threads_for(ctx, total);
+    /* Pass 1: nonzeros per row (row = all dims but the last). */
+    int64_t *rowstart = sc_calloc(ctx, (size_t)rows + 1, sizeof(int64_t), err);
+    if (!rowstart)
+        return SC_NOMEM;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t cnt = 0;
+        for (int64_t j = 0; j < inner; j++)
+            cnt += !val_is_zero(data, dtype, r * inner + j);
+        rowstart[r + 1] = cnt;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        rowstart[r + 1] += rowstart[r];
+    const int64_t n = rowstart[rows];
+    int64_t *coords = sc_alloc(ctx, (size_t)order * (size_t)n * sizeof(int64_t), err);
+    void *vals = coords ? sc_alloc(ctx, (size_t)n * sc_dtype_size(dtype), err) : NULL;
+    if (!vals) {
+        sc_free(ctx, coords);
+        sc_free(ctx, rowstart);
+        return SC_NOMEM;
+    }
+    const size_t vs = sc_dtype_size(dtype);
+    /* Pass 2: coordinates in row-major order (so sorted by dims 0..order-1). */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t at = rowstart[r];
+        if (at == rowstart[r + 1])
+            continue;
+        int64_t outer[SC_MAX_ORDER];
+        int64_t rem = r;
+        for (int32_t d = order - 2; d >= 0; d--) {
+            outer[d] = rem % dims[d];
+            rem /= dims[d];
+        }
+        for (int64_t j = 0; j < inner; j++) {
+            if (val_is_zero(data, dtype, r * inner + j))
+                continue;
+            for (int32_t d = 0; d + 1 < order; d++)
+                coords[(int64_t)d * n + at] = outer[d];
+            coords[(int64_t)(order - 1) * n + at] = j;
+            memcpy((char *)vals + (size_t)at * vs, (const char *)data + (size_t)(r * inner + j) * vs,
+                   vs);
+            at++;
+        }
+    }
+    sc_free(ctx, rowstart);
+    entries E = {.order = order, .n = n, .vals = vals, .dtype = dtype, .nsorted = order};
+    for (int32_t d = 0; d < order; d++) {
+        E.c[d] = coords + (int64_t)d * n;
+        E.sorted_by[d] = d;
+    }
+    st = build(ctx, &E, dims, dst, index_type, 0, out, err);
+    sc_free(ctx, coords);
+    sc_free(ctx, vals);
+    return st;
+}
+
+/* The largest number of positions of any level (at least 1), or -1 with err set. */
+static int64_t max_level_size(const sc_tensor *t, sc_error *err)
+{
+    int64_t m = 1;
+    for (int32_t k = 0; k < t->fmt.order; k++) {
+        int64_t c = sc_fmt_level_size(t, k, err);
+        if (c < 0)
+            return -1;
+        m = c > m ? c : m;
+    }
+    return m;
+}
+
+/*
+ * Coordinates of every last-level position of src, per dimension (c[d] has nvals
+ * entries; allocated in one block *block).  Entries come out in level order.
+ */
+static sc_status unpack(const sc_ctx *ctx, const sc_tensor *src, int64_t **block,
+                        int64_t *c[SC_MAX_ORDER], sc_error *err)
+{
+    const sc_format *f = &src->fmt;
+    const int32_t N = f->order;
+    const sc_index_type it = src->index_type;
+    /* Level-major coordinate arrays at the current level's positions, built top-down;
+     * stride n = the largest level (a dense level may have more positions than values). */
+    int64_t n = max_level_size(src, err);
+    if (n < 0)
+        return err->kind;
+    int64_t *buf = sc_alloc(ctx, (size_t)N * (size_t)n * sizeof(int64_t), err);
+    int64_t *tmp = buf ? sc_alloc(ctx, (size_t)N * (size_t)n * sizeof(int64_t), err) : NULL;
+    if (!tmp) {
+        sc_free(ctx, buf);
+        return SC_NOMEM;
+    }
+    int64_t P = 1;
+    for (int32_t k = 0; k < N; k++) {
+        int64_t count = sc_fmt_level_size(src, k, err);
+        /* tmp[j][p'] for p' < count, j <= k */
+        const int64_t dim = src->dims[f->lvl2dim[k]];
+        switch ((sc_level_kind)f->kind[k]) {
+        case SC_LEVEL_DENSE:
+            for (int64_t q = 0; q < P; q++)
+                for (int64_t i = 0; i < dim; i++) {
+                    int64_t p = q * dim + i;
+                    for (int32_t j = 0; j < k; j++)
+                        tmp[(int64_t)j * n + p] = buf[(int64_t)j * n + q];
+                    tmp[(int64_t)k * n + p] = i;
+                }
+            break;
+        case SC_LEVEL_COMPRESSED:
+            for (int64_t q = 0; q < P; q++) {
+                int64_t lo = sc_idx_get(src->pos[k], it, q), hi = sc_idx_get(src->pos[k], it, q + 1);
+                for (int32_t j = 0; j < k; j++) {
+                    int64_t v = buf[(int64_t)j * n + q];
+                    for (int64_t p = lo; p < hi; p++)
+                        tmp[(int64_t)j * n + p] = v;
+                }
+            }
+            for (int64_t p = 0; p < count; p++)
+                tmp[(int64_t)k * n + p] = sc_idx_get(src->crd[k], it, p);
+            break;
+        case SC_LEVEL_SINGLETON:
+            for (int32_t j = 0; j < k; j++)
+                memcpy(tmp + (int64_t)j * n, buf + (int64_t)j * n, (size_t)count * sizeof(int64_t));
+            for (int64_t p = 0; p < count; p++)
+                tmp[(int64_t)k * n + p] = sc_idx_get(src->crd[k], it, p);
+            break;
+        default:
+            break;
+        }
+        int64_t *t = buf;
+        buf = tmp;
+        tmp = t;
+        P = count;
+    }
+    sc_free(ctx, tmp);
+    if (src->nvals != P) {
+        sc_free(ctx, buf);
+        return sc_fail(err, SC_INTERNAL, "format", "values do not match the last level");
+    }
+    for (int32_t k = 0; k < N; k++)
+        c[f->lvl2dim[k]] = buf + (int64_t)k * n;
+    *block = buf;
+    return SC_OK;
+}
+
+sc_status sc_fmt_convert(const sc_ctx *ctx, const sc_tensor *src, const sc_format *dst,
+                         sc_index_type index_type, int flags, sc_tensor *out, sc_error *err)
+{
+    sc_status st = check_dims(src->fmt.order, src->dims, dst, err);
+    if (st != SC_OK)
+        return st;
+    int64_t *block = NULL;
+    entries E = {.order = src->fmt.order, .n = src->nvals, .vals = src->vals,
+                 .dtype = src->dtype, .nsorted = src->fmt.order};
+    st = unpack(ctx, src, &block, (int64_t **)E.c, err);
+    if (st != SC_OK)
+        return st;
+    for (int32_t k = 0; k < src->fmt.order; k++)
+        E.sorted_by[k] = src->fmt.lvl2dim[k];
+    st = build(ctx, &E, src->dims, dst, index_type, flags, out, err);
+    sc_free(ctx, block);
+    return st;
+}
+
+sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc_error *err)
+{
+    const sc_format *f = &src->fmt;
+    const int32_t N = f->order;
+    const size_t vs = sc_dtype_size(src->dtype);
+    int64_t total = 1;
+    int64_t stride[SC_MAX_ORDER];
+    for (int32_t d = N - 1; d >= 0; d--) {
+        stride[d] = total;
+        if (!sc_mul_ok(total, src->dims[d], &total))
+            return sc_fail(err, SC_USER, "format", "dense size overflows");
+    }
+    memset(out, 0, (size_t)total * vs);
+    const int64_t n = src->nvals;
+    const int64_t cap = max_level_size(src, err);
+    if (cap < 0)
+        return err->kind;
+    /* off[p]: linear dense offset of the prefix ending at position p of the current level. */
+    int64_t *off = sc_calloc(ctx, (size_t)cap, sizeof(int64_t), err);
+    int64_t *nxt = off ? sc_calloc(ctx, (size_t)cap, sizeof(int64_t), err) : NULL;
+    if (!nxt) {
+        sc_free(ctx, off);
+        return SC_NOMEM;
+    }
+    const sc_index_type it = src->index_type;
+    int64_t P = 1;
+    off[0] = 0;
+    for (int32_t k = 0; k < N; k++) {
+        int64_t count = sc_fmt_level_size(src, k, err);
+        const int32_t d = f->lvl2dim[k];
+        const int64_t dim = src->dims[d];
+        switch ((sc_level_kind)f->kind[k]) {
+        case SC_LEVEL_DENSE:
+            for (int64_t q = 0; q < P; q++)
+                for (int64_t i = 0; i < dim; i++)
+                    nxt[q * dim + i] = off[q] + i * stride[d];
+            break;
+        case SC_LEVEL_COMPRESSED:
+            for (int64_t q = 0; q < P; q++) {
+                int64_t lo = sc_idx_get(src->pos[k], it, q), hi = sc_idx_get(src->pos[k], it, q + 1);
+                for (int64_t p = lo; p < hi; p++)
+                    nxt[p] = off[q] + sc_idx_get(src->crd[k], it, p) * stride[d];
+            }
+            break;
+        case SC_LEVEL_SINGLETON:
+            for (int64_t p = 0; p < count; p++)
+                nxt[p] = off[p] + sc_idx_get(src->crd[k], it, p) * stride[d];
+            break;
+        default:
+            break;
+        }
+        int64_t *t = off;
+        off = nxt;
+        nxt = t;
+        P = count;
+    }
+    for (int64_t p = 0; p < n; p++)
+        val_add(out, off[p], src->vals, p, src->dtype);
+    sc_free(ctx, off);
+    sc_free(ctx, nxt);
+    return SC_OK;
+}

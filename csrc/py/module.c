@@ -1,0 +1,616 @@
+/*
+ * module.c — scorch._C, the private extension: the only file that includes Python.h and
+ * NumPy.  It turns Python arguments (NumPy arrays, tuples) into C structs, validates them
+ * with the GIL held, runs the core with the GIL released, and turns sc_error into the
+ * Python exception (USER → ValueError, INDEX → IndexError, UNSUPPORTED →
+ * NotImplementedError, NOMEM → MemoryError, COMPILE → scorch.CompileError, others →
+ * RuntimeError).  Arrays the core allocates become NumPy arrays that own them (no copy).
+ *
+ * A format crosses as (kinds, unique, lvl2dim): three tuples of ints, one entry per level.
+ */
+/* CPython's module slots and NumPy's API table convert between void * and function
+ * pointers, which ISO C does not define; both are fine on every platform Python runs on. */
+#pragma GCC diagnostic ignored "-Wpedantic"
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include "../format/sc_format.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject *compile_error;
+} module_state;
+
+static module_state *get_state(PyObject *module)
+{
+    return (module_state *)PyModule_GetState(module);
+}
+
+/* Set the Python exception for err; returns NULL for `return raise(...)`. */
+static PyObject *raise_error(PyObject *module, const sc_error *err)
+{
+    PyObject *type;
+    switch (err->kind) {
+    case SC_USER: type = PyExc_ValueError; break;
+    case SC_INDEX: type = PyExc_IndexError; break;
+    case SC_UNSUPPORTED: type = PyExc_NotImplementedError; break;
+    case SC_NOMEM: type = PyExc_MemoryError; break;
+    case SC_COMPILE: type = get_state(module)->compile_error; break;
+    default: type = PyExc_RuntimeError; break;
+    }
+    PyErr_SetString(type, err->msg);
+    return NULL;
+}
+
+static void free_capsule(PyObject *cap)
+{
+    free(PyCapsule_GetPointer(cap, NULL));
+}
+
+/* A 1-D array of n elements of typenum that owns p (malloc'd by the core's default ctx).
+ * On failure p is freed and NULL returned.  New reference. */
+static PyObject *owning_array(void *p, int64_t n, int typenum)
+{
+    npy_intp dims[1] = {(npy_intp)n};
+    if (!p)
+        return PyArray_SimpleNew(1, dims, typenum);
+    PyObject *arr = PyArray_SimpleNewFromData(1, dims, typenum, p);
+    if (!arr) {
+        free(p);
+        return NULL;
+    }
+    PyObject *cap = PyCapsule_New(p, NULL, free_capsule);
+    if (!cap) {
+        free(p);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, cap) < 0) { /* steals cap */
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static int npy_of_dtype(sc_dtype t) { return t == SC_DTYPE_F32 ? NPY_FLOAT32 : NPY_FLOAT64; }
+static int npy_of_index(sc_index_type t) { return t == SC_INDEX_I32 ? NPY_INT32 : NPY_INT64; }
+
+static int dtype_of_npy(int typenum, sc_dtype *out)
+{
+    switch (typenum) {
+    case NPY_FLOAT32: *out = SC_DTYPE_F32; return 0;
+    case NPY_FLOAT64: *out = SC_DTYPE_F64; return 0;
+    default:
+        PyErr_SetString(PyExc_TypeError, "values must be float32 or float64");
+        return -1;
+    }
+}
+
+static int index_of_name(const char *name, sc_index_type *out)
+{
+    if (!strcmp(name, "int32")) {
+        *out = SC_INDEX_I32;
+        return 0;
+    }
+    if (!strcmp(name, "int64")) {
+        *out = SC_INDEX_I64;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "index dtype must be int32 or int64, not %s", name);
+    return -1;
+}
+
+/* A C-contiguous, aligned 1-D array of the given type (borrowed), or error. */
+static PyArrayObject *check_array(PyObject *o, int typenum, const char *what)
+{
+    if (!PyArray_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a NumPy array", what);
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)o;
+    if (PyArray_NDIM(a) != 1 || !PyArray_ISCARRAY_RO(a) || PyArray_TYPE(a) != typenum) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous 1-D array of %s", what,
+                     typenum == NPY_INT32 ? "int32" : typenum == NPY_INT64 ? "int64"
+                     : typenum == NPY_FLOAT32 ? "float32" : "float64");
+        return NULL;
+    }
+    return a;
+}
+
+static int parse_dims(PyObject *seq, int32_t order_expected, int64_t *dims, int32_t *order)
+{
+    PyObject *fast = PySequence_Fast(seq, "shape must be a sequence of ints");
+    if (!fast)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n < 1 || n > SC_MAX_ORDER || (order_expected > 0 && n != order_expected)) {
+        PyErr_Format(PyExc_ValueError, "shape has %zd dimensions; expected %s%d", n,
+                     order_expected > 0 ? "" : "1..", order_expected > 0 ? (int)order_expected
+                                                                         : SC_MAX_ORDER);
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (v < 0) {
+            PyErr_Format(PyExc_ValueError, "shape has a negative size %lld in dimension %zd",
+                         v, i);
+            Py_DECREF(fast);
+            return -1;
+        }
+        dims[i] = v;
+    }
+    *order = (int32_t)n;
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* fmt = (kinds, unique, lvl2dim) */
+static int parse_fmt(PyObject *module, PyObject *fmt, sc_format *f)
+{
+    PyObject *kinds, *uniq, *l2d;
+    if (!PyArg_ParseTuple(fmt, "OOO", &kinds, &uniq, &l2d))
+        return -1;
+    memset(f, 0, sizeof *f);
+    Py_ssize_t n = PySequence_Size(kinds);
+    if (n < 1 || n > SC_MAX_ORDER || PySequence_Size(uniq) != n || PySequence_Size(l2d) != n) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "malformed format tuple");
+        return -1;
+    }
+    f->order = (int32_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PySequence_GetItem(kinds, i), *b = PySequence_GetItem(uniq, i),
+                 *c = PySequence_GetItem(l2d, i);
+        long ka = a ? PyLong_AsLong(a) : -1, kb = b ? PyObject_IsTrue(b) : -1,
+             kc = c ? PyLong_AsLong(c) : -1;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        if (PyErr_Occurred())
+            return -1;
+        if (ka < 0 || ka >= SC_LEVEL_COUNT || kb < 0) {
+            PyErr_SetString(PyExc_ValueError, "malformed format tuple");
+            return -1;
+        }
+        f->kind[i] = (uint8_t)ka;
+        f->unique[i] = (uint8_t)kb;
+        f->lvl2dim[i] = (int32_t)kc;
+    }
+    sc_error err;
+    if (sc_fmt_check(f, &err) != SC_OK) {
+        raise_error(module, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *fmt_tuple(const sc_format *f)
+{
+    PyObject *k = PyTuple_New(f->order), *u = PyTuple_New(f->order), *l = PyTuple_New(f->order);
+    if (!k || !u || !l)
+        goto fail;
+    for (int32_t i = 0; i < f->order; i++) {
+        PyTuple_SET_ITEM(k, i, PyLong_FromLong(f->kind[i]));
+        PyTuple_SET_ITEM(u, i, PyBool_FromLong(f->unique[i]));
+        PyTuple_SET_ITEM(l, i, PyLong_FromLong(f->lvl2dim[i]));
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    return Py_BuildValue("(NNN)", k, u, l);
+fail:
+    Py_XDECREF(k);
+    Py_XDECREF(u);
+    Py_XDECREF(l);
+    return NULL;
+}
+
+/* (pos list, crd list, vals) from a tensor built by the core; takes ownership of t's
+ * arrays (released on failure).  New reference. */
+static PyObject *tensor_result(sc_tensor *t)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    int32_t N = t->fmt.order;
+    PyObject *pos = PyList_New(N), *crd = PyList_New(N), *vals = NULL;
+    if (!pos || !crd)
+        goto fail;
+    int it = npy_of_index(t->index_type);
+    for (int32_t k = 0; k < N; k++) {
+        PyObject *p = Py_None, *c = Py_None;
+        if (sc_level_has_pos((sc_level_kind)t->fmt.kind[k])) {
+            p = owning_array(t->pos[k], t->pos_len[k], it);
+            t->pos[k] = NULL;
+            if (!p)
+                goto fail;
+        } else {
+            Py_INCREF(p);
+        }
+        PyList_SET_ITEM(pos, k, p);
+        if (sc_level_has_crd((sc_level_kind)t->fmt.kind[k])) {
+            c = owning_array(t->crd[k], t->crd_len[k], it);
+            t->crd[k] = NULL;
+            if (!c)
+                goto fail;
+        } else {
+            Py_INCREF(c);
+        }
+        PyList_SET_ITEM(crd, k, c);
+    }
+    vals = owning_array(t->vals, t->nvals, npy_of_dtype(t->dtype));
+    t->vals = NULL;
+    if (!vals)
+        goto fail;
+    sc_tensor_release(&ctx, t);
+    return Py_BuildValue("(NNN)", pos, crd, vals);
+fail:
+    sc_tensor_release(&ctx, t);
+    Py_XDECREF(pos);
+    Py_XDECREF(crd);
+    Py_XDECREF(vals);
+    return NULL;
+}
+
+/* Fill t from Python (shape, fmt, pos list, crd list, vals, index dtype name).  The
+ * arrays are borrowed from the caller's arguments. */
+static int parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
+                        PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    if (parse_fmt(module, fmt, &t->fmt) < 0)
+        return -1;
+    int32_t order;
+    if (parse_dims(shape, t->fmt.order, t->dims, &order) < 0)
+        return -1;
+    if (index_of_name(index_name, &t->index_type) < 0)
+        return -1;
+    int it = npy_of_index(t->index_type);
+    if (!PyList_Check(pos) || !PyList_Check(crd) || PyList_GET_SIZE(pos) != order ||
+        PyList_GET_SIZE(crd) != order) {
+        PyErr_SetString(PyExc_ValueError, "pos and crd must be lists with one entry per level");
+        return -1;
+    }
+    for (int32_t k = 0; k < order; k++) {
+        sc_level_kind kind = (sc_level_kind)t->fmt.kind[k];
+        PyObject *p = PyList_GET_ITEM(pos, k), *c = PyList_GET_ITEM(crd, k);
+        if (sc_level_has_pos(kind)) {
+            PyArrayObject *a = check_array(p, it, "pos array");
+            if (!a)
+                return -1;
+            t->pos[k] = PyArray_DATA(a);
+            t->pos_len[k] = PyArray_DIM(a, 0);
+        } else if (p != Py_None) {
+            PyErr_Format(PyExc_ValueError, "level %d (%s) has no pos array", (int)k,
+                         sc_level_name(kind));
+            return -1;
+        }
+        if (sc_level_has_crd(kind)) {
+            PyArrayObject *a = check_array(c, it, "crd array");
+            if (!a)
+                return -1;
+            t->crd[k] = PyArray_DATA(a);
+            t->crd_len[k] = PyArray_DIM(a, 0);
+        } else if (c != Py_None) {
+            PyErr_Format(PyExc_ValueError, "level %d (%s) has no crd array", (int)k,
+                         sc_level_name(kind));
+            return -1;
+        }
+    }
+    if (!PyArray_Check(vals)) {
+        PyErr_SetString(PyExc_TypeError, "values must be a NumPy array");
+        return -1;
+    }
+    if (dtype_of_npy(PyArray_TYPE((PyArrayObject *)vals), &t->dtype) < 0)
+        return -1;
+    PyArrayObject *v = check_array(vals, npy_of_dtype(t->dtype), "values");
+    if (!v)
+        return -1;
+    t->vals = PyArray_DATA(v);
+    t->nvals = PyArray_DIM(v, 0);
+    return 0;
+}
+
+static void ctx_for_call(sc_ctx *ctx, int threads)
+{
+    sc_ctx_init(ctx);
+    ctx->num_threads = threads;
+}
+
+/* parse_format(spec, order) -> (kinds, unique, lvl2dim) */
+static PyObject *py_parse_format(PyObject *module, PyObject *args)
+{
+    const char *spec;
+    int order;
+    if (!PyArg_ParseTuple(args, "si", &spec, &order))
+        return NULL;
+    sc_format f;
+    sc_error err;
+    if (sc_fmt_parse(spec, order, &f, &err) != SC_OK)
+        return raise_error(module, &err);
+    return fmt_tuple(&f);
+}
+
+/* format_info(fmt) -> (levels text, name or None) */
+static PyObject *py_format_info(PyObject *module, PyObject *args)
+{
+    PyObject *fmt;
+    if (!PyArg_ParseTuple(args, "O", &fmt))
+        return NULL;
+    sc_format f;
+    if (parse_fmt(module, fmt, &f) < 0)
+        return NULL;
+    char buf[256];
+    sc_fmt_levels_text(&f, buf, sizeof buf);
+    const char *name = sc_fmt_name(&f);
+    return Py_BuildValue("(sz)", buf, name);
+}
+
+/* from_coords(shape, coords[order, nnz] int64, vals, fmt, index, drop_zeros, threads) */
+static PyObject *py_from_coords(PyObject *module, PyObject *args)
+{
+    PyObject *shape, *coords_o, *vals_o, *fmt;
+    const char *index_name;
+    int drop_zeros, threads;
+    if (!PyArg_ParseTuple(args, "OOOOspi", &shape, &coords_o, &vals_o, &fmt, &index_name,
+                          &drop_zeros, &threads))
+        return NULL;
+    sc_format f;
+    int64_t dims[SC_MAX_ORDER];
+    int32_t order;
+    sc_index_type it;
+    sc_dtype dt;
+    if (parse_fmt(module, fmt, &f) < 0 || parse_dims(shape, f.order, dims, &order) < 0 ||
+        index_of_name(index_name, &it) < 0)
+        return NULL;
+    if (!PyArray_Check(coords_o) || PyArray_NDIM((PyArrayObject *)coords_o) != 2 ||
+        PyArray_TYPE((PyArrayObject *)coords_o) != NPY_INT64 ||
+        !PyArray_ISCARRAY_RO((PyArrayObject *)coords_o) ||
+        PyArray_DIM((PyArrayObject *)coords_o, 0) != order) {
+        PyErr_Format(PyExc_ValueError,
+                     "indices must be a contiguous int64 array of shape (%d, nnz)", (int)order);
+        return NULL;
+    }
+    PyArrayObject *coords = (PyArrayObject *)coords_o;
+    int64_t nnz = PyArray_DIM(coords, 1);
+    if (!PyArray_Check(vals_o) || dtype_of_npy(PyArray_TYPE((PyArrayObject *)vals_o), &dt) < 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "bad values"), NULL);
+    PyArrayObject *vals = check_array(vals_o, npy_of_dtype(dt), "values");
+    if (!vals)
+        return NULL;
+    if (PyArray_DIM(vals, 0) != nnz) {
+        PyErr_Format(PyExc_ValueError, "values has %lld entries but indices has %lld",
+                     (long long)PyArray_DIM(vals, 0), (long long)nnz);
+        return NULL;
+    }
+    sc_ctx ctx;
+    ctx_for_call(&ctx, threads);
+    sc_tensor out;
+    sc_error err;
+    sc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sc_fmt_from_coords(&ctx, order, dims, nnz, PyArray_DATA(coords), nnz,
+                            PyArray_DATA(vals), dt, &f, it, drop_zeros ? SC_CONV_DROP_ZEROS : 0,
+                            &out, &err);
+    Py_END_ALLOW_THREADS
+    if (st != SC_OK)
+        return raise_error(module, &err);
+    return tensor_result(&out);
+}
+
+/* from_dense(array, fmt, index, threads) */
+static PyObject *py_from_dense(PyObject *module, PyObject *args)
+{
+    PyObject *arr_o, *fmt;
+    const char *index_name;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOsi", &arr_o, &fmt, &index_name, &threads))
+        return NULL;
+    sc_format f;
+    sc_index_type it;
+    sc_dtype dt;
+    if (!PyArray_Check(arr_o) || !PyArray_ISCARRAY_RO((PyArrayObject *)arr_o)) {
+        PyErr_SetString(PyExc_TypeError, "dense data must be a C-contiguous NumPy array");
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)arr_o;
+    if (dtype_of_npy(PyArray_TYPE(arr), &dt) < 0 || parse_fmt(module, fmt, &f) < 0 ||
+        index_of_name(index_name, &it) < 0)
+        return NULL;
+    int32_t order = PyArray_NDIM(arr);
+    if (order != f.order) {
+        PyErr_Format(PyExc_ValueError, "format has %d levels but the tensor has %d dimensions",
+                     (int)f.order, (int)order);
+        return NULL;
+    }
+    int64_t dims[SC_MAX_ORDER];
+    for (int32_t d = 0; d < order; d++)
+        dims[d] = PyArray_DIM(arr, d);
+    sc_ctx ctx;
+    ctx_for_call(&ctx, threads);
+    sc_tensor out;
+    sc_error err;
+    sc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sc_fmt_from_dense(&ctx, order, dims, PyArray_DATA(arr), dt, &f, it, &out, &err);
+    Py_END_ALLOW_THREADS
+    if (st != SC_OK)
+        return raise_error(module, &err);
+    return tensor_result(&out);
+}
+
+/* convert(shape, fmt, pos, crd, vals, index, dst_fmt, dst_index, drop_zeros, threads) */
+static PyObject *py_convert(PyObject *module, PyObject *args)
+{
+    PyObject *shape, *fmt, *pos, *crd, *vals, *dfmt;
+    const char *index_name, *dindex_name;
+    int drop_zeros, threads;
+    if (!PyArg_ParseTuple(args, "OOOOOsOspi", &shape, &fmt, &pos, &crd, &vals, &index_name,
+                          &dfmt, &dindex_name, &drop_zeros, &threads))
+        return NULL;
+    sc_tensor src;
+    sc_format f;
+    sc_index_type it;
+    if (parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0 ||
+        parse_fmt(module, dfmt, &f) < 0 || index_of_name(dindex_name, &it) < 0)
+        return NULL;
+    sc_ctx ctx;
+    ctx_for_call(&ctx, threads);
+    sc_tensor out;
+    sc_error err;
+    sc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sc_fmt_convert(&ctx, &src, &f, it, drop_zeros ? SC_CONV_DROP_ZEROS : 0, &out, &err);
+    Py_END_ALLOW_THREADS
+    if (st != SC_OK)
+        return raise_error(module, &err);
+    return tensor_result(&out);
+}
+
+/* to_dense(shape, fmt, pos, crd, vals, index, out) writes into out (C-contiguous). */
+static PyObject *py_to_dense(PyObject *module, PyObject *args)
+{
+    PyObject *shape, *fmt, *pos, *crd, *vals, *out_o;
+    const char *index_name;
+    if (!PyArg_ParseTuple(args, "OOOOOsO", &shape, &fmt, &pos, &crd, &vals, &index_name,
+                          &out_o))
+        return NULL;
+    sc_tensor src;
+    if (parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0)
+        return NULL;
+    if (!PyArray_Check(out_o) || !PyArray_ISCARRAY((PyArrayObject *)out_o) ||
+        PyArray_TYPE((PyArrayObject *)out_o) != npy_of_dtype(src.dtype)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a writable C-contiguous array of the "
+                                         "values' dtype");
+        return NULL;
+    }
+    PyArrayObject *out = (PyArrayObject *)out_o;
+    int64_t total = 1;
+    for (int32_t d = 0; d < src.fmt.order; d++)
+        total *= src.dims[d];
+    if (PyArray_SIZE(out) != total) {
+        PyErr_SetString(PyExc_ValueError, "out has the wrong size");
+        return NULL;
+    }
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    sc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sc_fmt_to_dense(&ctx, &src, PyArray_DATA(out), &err);
+    Py_END_ALLOW_THREADS
+    if (st != SC_OK)
+        return raise_error(module, &err);
+    Py_RETURN_NONE;
+}
+
+/* validate(shape, fmt, pos, crd, vals, index) raises on invalid arrays. */
+static PyObject *py_validate(PyObject *module, PyObject *args)
+{
+    PyObject *shape, *fmt, *pos, *crd, *vals;
+    const char *index_name;
+    if (!PyArg_ParseTuple(args, "OOOOOs", &shape, &fmt, &pos, &crd, &vals, &index_name))
+        return NULL;
+    sc_tensor t;
+    if (parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &t) < 0)
+        return NULL;
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    sc_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sc_fmt_validate(&ctx, &t, &err);
+    Py_END_ALLOW_THREADS
+    if (st != SC_OK)
+        return raise_error(module, &err);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"parse_format", py_parse_format, METH_VARARGS, "parse_format(spec, order) -> fmt"},
+    {"format_info", py_format_info, METH_VARARGS, "format_info(fmt) -> (levels, name)"},
+    {"from_coords", py_from_coords, METH_VARARGS, "build a tensor from coordinates"},
+    {"from_dense", py_from_dense, METH_VARARGS, "build a tensor from a dense array"},
+    {"convert", py_convert, METH_VARARGS, "convert a tensor to another format"},
+    {"to_dense", py_to_dense, METH_VARARGS, "write a tensor densely into an array"},
+    {"validate", py_validate, METH_VARARGS, "check a tensor's arrays"},
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *module)
+{
+    if (PyArray_ImportNumPyAPI() < 0)
+        return -1;
+    module_state *st = get_state(module);
+    st->compile_error = PyErr_NewExceptionWithDoc(
+        "scorch.CompileError", "The C compiler failed on a generated kernel.",
+        PyExc_RuntimeError, NULL);
+    if (!st->compile_error)
+        return -1;
+    if (PyModule_AddObjectRef(module, "CompileError", st->compile_error) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "MAX_ORDER", SC_MAX_ORDER) < 0 ||
+        PyModule_AddIntConstant(module, "RT_VERSION", SC_RT_VERSION) < 0)
+        return -1;
+    static const char *const level_names[] = {
+#define SC_X_(e, name, letter, has_pos, has_crd) name,
+        SC_LEVEL_KINDS(SC_X_)
+#undef SC_X_
+    };
+    PyObject *names = PyTuple_New(SC_LEVEL_COUNT);
+    if (!names)
+        return -1;
+    for (int i = 0; i < SC_LEVEL_COUNT; i++)
+        PyTuple_SET_ITEM(names, i, PyUnicode_FromString(level_names[i]));
+    int rc = PyErr_Occurred() ? -1 : PyModule_AddObjectRef(module, "LEVEL_KINDS", names);
+    Py_DECREF(names);
+    return rc;
+}
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    Py_VISIT(get_state(module)->compile_error);
+    return 0;
+}
+
+static int module_clear(PyObject *module)
+{
+    Py_CLEAR(get_state(module)->compile_error);
+    return 0;
+}
+
+static void module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "scorch._C",
+    .m_doc = "scorch's C core (private).",
+    .m_size = sizeof(module_state),
+    .m_methods = methods,
+    .m_slots = slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__C(void);
+PyMODINIT_FUNC PyInit__C(void)
+{
+    return PyModuleDef_Init(&moduledef);
+}

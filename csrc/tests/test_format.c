@@ -1,0 +1,241 @@
+/*
+ * test_format.c — the format stage without Python: parsing, validation, conversions
+ * between every pair of formats against a dense reference, and allocation failure
+ * injected at every allocation of a conversion (run under ASan/UBSan by `make asan`).
+ */
+#include "../format/sc_format.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Allocator that fails at the Nth call (fail_at < 0: never). */
+typedef struct failing {
+    long calls, fail_at;
+} failing;
+
+static void *failing_alloc(void *user, size_t n)
+{
+    failing *f = user;
+    if (f->fail_at >= 0 && f->calls++ == f->fail_at)
+        return NULL;
+    return malloc(n);
+}
+
+static void failing_free(void *user, void *p)
+{
+    (void)user;
+    free(p);
+}
+
+static const char *const specs2[] = {"dense", "csr", "csc", "coo", "dcsr", "dcsc", "cd",
+                                     "c(nonunique)s", "dd", "cc"};
+
+static void test_parse(void)
+{
+    sc_format f;
+    sc_error err;
+    char buf[64];
+    CHECK(sc_fmt_parse("csr", 2, &f, &err) == SC_OK);
+    sc_fmt_levels_text(&f, buf, sizeof buf);
+    CHECK(!strcmp(buf, "dc") && f.lvl2dim[0] == 0);
+    CHECK(sc_fmt_name(&f) && !strcmp(sc_fmt_name(&f), "csr"));
+    CHECK(sc_fmt_parse("csc", 2, &f, &err) == SC_OK && f.lvl2dim[0] == 1);
+    CHECK(!strcmp(sc_fmt_name(&f), "csc"));
+    CHECK(sc_fmt_parse("coo", 3, &f, &err) == SC_OK);
+    sc_fmt_levels_text(&f, buf, sizeof buf);
+    CHECK(!strcmp(buf, "c(nonunique)s(nonunique)s(nonunique)"));
+    CHECK(sc_fmt_parse("d, compressed(nonunique) s", 3, &f, &err) == SC_OK);
+    CHECK(f.kind[0] == SC_LEVEL_DENSE && f.kind[1] == SC_LEVEL_COMPRESSED && !f.unique[1] &&
+          f.kind[2] == SC_LEVEL_SINGLETON);
+    CHECK(sc_fmt_parse("csf", 4, &f, &err) == SC_OK && !strcmp(sc_fmt_name(&f), "csf"));
+    /* errors */
+    CHECK(sc_fmt_parse("dx", 2, &f, &err) == SC_USER && err.pos == 1);
+    CHECK(sc_fmt_parse("d x", 2, &f, &err) == SC_USER && err.pos == 2);
+    CHECK(sc_fmt_parse("csr", 3, &f, &err) == SC_USER && strstr(err.msg, "2-D"));
+    CHECK(sc_fmt_parse("dcc", 2, &f, &err) == SC_USER && strstr(err.msg, "more levels"));
+    CHECK(sc_fmt_parse("d", 2, &f, &err) == SC_USER && strstr(err.msg, "1 levels"));
+    CHECK(sc_fmt_parse("ds", 2, &f, &err) == SC_USER && strstr(err.msg, "singleton"));
+    CHECK(sc_fmt_parse("s", 1, &f, &err) == SC_USER);
+    CHECK(sc_fmt_parse("c(maybe)", 1, &f, &err) == SC_USER && err.pos == 2);
+    CHECK(sc_fmt_parse("d(nonunique)", 1, &f, &err) == SC_USER);
+}
+
+/* A 5x4 matrix with an empty row, an empty column and a duplicate. */
+static const int64_t rows[] = {0, 0, 2, 4, 4, 2, 0};
+static const int64_t cols[] = {1, 3, 0, 1, 3, 0, 1};
+static const double vals[] = {1, 2, 3, 4, 5, 6, 10};
+#define NE 7
+
+static void dense_ref(double *d)
+{
+    memset(d, 0, 20 * sizeof *d);
+    for (int e = 0; e < NE; e++)
+        d[rows[e] * 4 + cols[e]] += vals[e];
+}
+
+static bool same(const double *a, const double *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fabs(a[i] - b[i]) > 1e-12)
+            return false;
+    return true;
+}
+
+static void test_convert_grid(void)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    int64_t coords[2 * NE], dims[2] = {5, 4};
+    for (int e = 0; e < NE; e++) {
+        coords[e] = rows[e];
+        coords[NE + e] = cols[e];
+    }
+    double ref[20], got[20];
+    dense_ref(ref);
+    size_t ns = sizeof specs2 / sizeof specs2[0];
+    for (size_t a = 0; a < ns; a++) {
+        for (int it = 0; it < SC_INDEX_COUNT; it++) {
+            sc_format fa;
+            CHECK(sc_fmt_parse(specs2[a], 2, &fa, &err) == SC_OK);
+            sc_tensor ta;
+            sc_status st = sc_fmt_from_coords(&ctx, 2, dims, NE, coords, NE, vals,
+                                              SC_DTYPE_F64, &fa, (sc_index_type)it, 0, &ta, &err);
+            CHECK(st == SC_OK);
+            if (st != SC_OK)
+                continue;
+            CHECK(sc_fmt_validate(&ctx, &ta, &err) == SC_OK);
+            CHECK(sc_fmt_to_dense(&ctx, &ta, got, &err) == SC_OK && same(ref, got, 20));
+            for (size_t b = 0; b < ns; b++) {
+                sc_format fb;
+                sc_tensor tb;
+                CHECK(sc_fmt_parse(specs2[b], 2, &fb, &err) == SC_OK);
+                st = sc_fmt_convert(&ctx, &ta, &fb, SC_INDEX_I32, 0, &tb, &err);
+                CHECK(st == SC_OK);
+                if (st != SC_OK)
+                    continue;
+                CHECK(sc_fmt_validate(&ctx, &tb, &err) == SC_OK);
+                CHECK(sc_fmt_to_dense(&ctx, &tb, got, &err) == SC_OK && same(ref, got, 20));
+                sc_tensor_release(&ctx, &tb);
+            }
+            sc_tensor_release(&ctx, &ta);
+        }
+    }
+    /* Dense input, csr output: 6 nonzeros stored (the duplicate summed). */
+    sc_format f;
+    sc_tensor t;
+    CHECK(sc_fmt_parse("csr", 2, &f, &err) == SC_OK);
+    CHECK(sc_fmt_from_dense(&ctx, 2, dims, ref, SC_DTYPE_F64, &f, SC_INDEX_I64, &t, &err) ==
+          SC_OK);
+    CHECK(t.nvals == 5 && t.pos_len[1] == 6 && t.crd_len[1] == 5);
+    CHECK(sc_fmt_to_dense(&ctx, &t, got, &err) == SC_OK && same(ref, got, 20));
+    sc_tensor_release(&ctx, &t);
+}
+
+static void test_validate_errors(void)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    int32_t pos[] = {0, 2, 2, 3};
+    int32_t crd[] = {1, 0, 2};
+    double v[] = {1, 2, 3};
+    sc_tensor t;
+    memset(&t, 0, sizeof t);
+    CHECK(sc_fmt_parse("csr", 2, &t.fmt, &err) == SC_OK);
+    t.dims[0] = 3;
+    t.dims[1] = 3;
+    t.index_type = SC_INDEX_I32;
+    t.dtype = SC_DTYPE_F64;
+    t.pos[1] = pos;
+    t.pos_len[1] = 4;
+    t.crd[1] = crd;
+    t.crd_len[1] = 3;
+    t.vals = v;
+    t.nvals = 3;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_USER && strstr(err.msg, "strictly increasing"));
+    crd[0] = 0;
+    crd[1] = 1;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_OK);
+    crd[2] = 3;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_INDEX && strstr(err.msg, "out of range"));
+    crd[2] = 2;
+    pos[1] = 3;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_USER && strstr(err.msg, "decreases"));
+    pos[1] = 2;
+    t.pos_len[1] = 3;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_USER && strstr(err.msg, "length"));
+    t.pos_len[1] = 4;
+    t.nvals = 2;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_USER && strstr(err.msg, "values"));
+    t.nvals = 3;
+    pos[0] = 1;
+    CHECK(sc_fmt_validate(&ctx, &t, &err) == SC_USER && strstr(err.msg, "start at 0"));
+    pos[0] = 0;
+    /* Coordinates out of range at construction. */
+    int64_t coords[] = {0, 5, 0, 0};
+    int64_t dims[] = {3, 3};
+    sc_tensor out;
+    CHECK(sc_fmt_from_coords(&ctx, 2, dims, 2, coords, 2, v, SC_DTYPE_F64, &t.fmt,
+                             SC_INDEX_I32, 0, &out, &err) == SC_INDEX);
+    /* A singleton under a unique level cannot hold two columns of one row. */
+    int64_t c2[] = {1, 1, 0, 2};
+    sc_format cs;
+    CHECK(sc_fmt_parse("cs", 2, &cs, &err) == SC_OK);
+    CHECK(sc_fmt_from_coords(&ctx, 2, dims, 2, c2, 2, v, SC_DTYPE_F64, &cs, SC_INDEX_I32, 0,
+                             &out, &err) == SC_UNSUPPORTED);
+    /* int32 cannot index a dimension of 2^31 + 1. */
+    int64_t big[] = {3, ((int64_t)1 << 31) + 1};
+    CHECK(sc_fmt_from_coords(&ctx, 2, big, 0, coords, 0, v, SC_DTYPE_F64, &t.fmt,
+                             SC_INDEX_I32, 0, &out, &err) == SC_USER && strstr(err.msg, "int64"));
+}
+
+static void test_alloc_failure(void)
+{
+    failing fl = {0, 0};
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    ctx.mem.alloc = failing_alloc;
+    ctx.mem.free = failing_free;
+    ctx.mem.user = &fl;
+    sc_error err;
+    int64_t coords[2 * NE], dims[2] = {5, 4};
+    for (int e = 0; e < NE; e++) {
+        coords[e] = rows[e];
+        coords[NE + e] = cols[e];
+    }
+    sc_format f;
+    CHECK(sc_fmt_parse("csc", 2, &f, &err) == SC_OK);
+    int failures = 0;
+    for (long n = 0; n < 200; n++) {
+        fl.calls = 0;
+        fl.fail_at = n;
+        sc_tensor t, u;
+        sc_status st = sc_fmt_from_coords(&ctx, 2, dims, NE, coords, NE, vals, SC_DTYPE_F64,
+                                          &f, SC_INDEX_I32, 0, &t, &err);
+        if (st == SC_OK) {
+            sc_format g;
+            CHECK(sc_fmt_parse("coo", 2, &g, &err) == SC_OK);
+            st = sc_fmt_convert(&ctx, &t, &g, SC_INDEX_I64, 0, &u, &err);
+            if (st == SC_OK)
+                sc_tensor_release(&ctx, &u);
+            sc_tensor_release(&ctx, &t);
+        }
+        if (st == SC_OK)
+            break;
+        CHECK(st == SC_NOMEM);
+        failures++;
+    }
+    CHECK(failures > 3);
+}
+
+int main(void)
+{
+    test_parse();
+    test_convert_grid();
+    test_validate_errors();
+    test_alloc_failure();
+    return check_report("test_format");
+}

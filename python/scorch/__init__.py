@@ -1,0 +1,28 @@
+"""scorch: sparse tensors as a property of PyTorch tensors.
+
+    A = scorch.to_sparse(x, "csr")      # a torch.Tensor subclass in any per-level format
+    A.to_format("csc"); A.to_dense(); A.to_torch(); A.to_scipy()
+
+Formats, conversions and validation run in scorch's C core (scorch._C).
+"""
+import torch as _torch
+
+from . import _C
+from ._C import CompileError
+from ._convert import from_components, from_edge_index, to_sparse
+from ._format import Format
+from ._tensor import SparseTensor, _rebuild
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompileError",
+    "Format",
+    "SparseTensor",
+    "from_components",
+    "from_edge_index",
+    "to_sparse",
+]
+
+# torch.load(weights_only=True) may rebuild SparseTensors and Formats.
+_torch.serialization.add_safe_globals([_rebuild, SparseTensor])

@@ -1,0 +1,223 @@
+"""Entry points that make SparseTensors: to_sparse, from_edge_index, from_components.
+
+Every input is checked here (type, device, dtype, shape) and the arrays' contents by the C
+core; the caller's tensors and arrays are never written.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import _C
+from ._format import Format
+from ._tensor import (_INDEX_NAMES, VALUE_DTYPES, SparseTensor, _resolve_index_dtype,
+                      _threads, _wrap)
+
+
+def _check_cpu(t: torch.Tensor, what: str):
+    if t.device.type != "cpu":
+        raise ValueError(f"scorch tensors live on the CPU; {what} is on {t.device} "
+                         f"(move it with .cpu())")
+
+
+def _check_values_dtype(dtype, what="values"):
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"scorch supports float32 and float64 {what}, got {dtype} "
+                        f"(convert with .float() or .double())")
+
+
+def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_dtype,
+                 drop_zeros=False) -> SparseTensor:
+    """coords: integer tensor [ndim, nnz] (any order, duplicates summed)."""
+    shape = tuple(int(s) for s in shape)
+    fmt = Format.parse(fmt, len(shape))
+    it = _resolve_index_dtype(index_dtype, shape, coords.shape[1])
+    coords = coords.detach().to(torch.int64).contiguous()
+    values = values.detach().contiguous()
+    p, c, v = _C.from_coords(shape, coords.numpy(), values.numpy(), fmt.as_tuple(),
+                             _INDEX_NAMES[it], bool(drop_zeros), _threads())
+    return _wrap(shape, fmt, p, c, v)
+
+
+def to_sparse(x, format="csr", index_dtype=None) -> SparseTensor:
+    """Convert ``x`` to a scorch SparseTensor in ``format`` (a name such as "csr", a level
+    string such as "dc", or a ``scorch.Format``).
+
+    ``x`` may be a dense torch.Tensor (zeros are not stored), a torch sparse tensor (COO,
+    CSR, CSC or BSR), a SparseTensor, a scipy.sparse matrix or array, or a NumPy array.
+    Duplicates are summed; explicit zeros in sparse inputs are kept.  ``index_dtype`` is
+    torch.int32 (the default when sizes fit) or torch.int64.
+    """
+    if isinstance(x, SparseTensor):
+        return x.to_format(format, index_dtype)
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if isinstance(x, torch.Tensor):
+        _check_cpu(x, "the input")
+        if x.layout is torch.strided:
+            return _from_dense(x, format, index_dtype)
+        return _from_torch_sparse(x, format, index_dtype)
+    if _is_scipy_sparse(x):
+        return _from_scipy(x, format, index_dtype)
+    raise TypeError("to_sparse expects a torch.Tensor, a scipy.sparse matrix/array or a "
+                    f"NumPy array, not {type(x).__name__}")
+
+
+def _from_dense(x: torch.Tensor, format, index_dtype) -> SparseTensor:
+    _check_values_dtype(x.dtype)
+    fmt = Format.parse(format, x.dim())
+    bound = x.numel() if x.numel() <= 2**31 - 1 else int(torch.count_nonzero(x))
+    it = _resolve_index_dtype(index_dtype, x.shape, bound)
+    data = x.detach().contiguous().numpy()
+    p, c, v = _C.from_dense(data, fmt.as_tuple(), _INDEX_NAMES[it], _threads())
+    return _wrap(x.shape, fmt, p, c, v)
+
+
+def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
+    _check_values_dtype(x.dtype)
+    layout = x.layout
+    if layout is torch.sparse_coo:
+        if x.dense_dim() != 0:
+            raise NotImplementedError("hybrid COO tensors (with dense dimensions) are not "
+                                      "supported; use .to_dense() first")
+        return _from_coords(x.shape, x._indices(), x._values(), format, index_dtype)
+    if x.dim() != 2:
+        raise NotImplementedError(f"batched {layout} tensors are not supported")
+    if layout in (torch.sparse_csr, torch.sparse_csc):
+        compressed = x.crow_indices() if layout is torch.sparse_csr else x.ccol_indices()
+        plain = x.col_indices() if layout is torch.sparse_csr else x.row_indices()
+        if x.values().dim() != 1:
+            raise NotImplementedError("hybrid CSR/CSC tensors are not supported")
+        outer = torch.repeat_interleave(
+            torch.arange(compressed.numel() - 1, dtype=torch.int64), compressed.diff())
+        coords = (torch.stack([outer, plain.to(torch.int64)]) if layout is torch.sparse_csr
+                  else torch.stack([plain.to(torch.int64), outer]))
+        return _from_coords(x.shape, coords, x.values(), format, index_dtype)
+    if layout is torch.sparse_bsr:
+        crow, col, blocks = x.crow_indices(), x.col_indices(), x.values()
+        bh, bw = blocks.shape[1], blocks.shape[2]
+        brow = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow.diff())
+        ii = torch.arange(bh).view(1, bh, 1)
+        jj = torch.arange(bw).view(1, 1, bw)
+        rows = (brow.view(-1, 1, 1) * bh + ii).expand(-1, bh, bw).reshape(-1)
+        cols = (col.to(torch.int64).view(-1, 1, 1) * bw + jj).expand(-1, bh, bw).reshape(-1)
+        # Zeros inside blocks are padding, like a dense level's: not stored.
+        return _from_coords(x.shape, torch.stack([rows, cols]), blocks.reshape(-1), format,
+                            index_dtype, drop_zeros=True)
+    raise NotImplementedError(f"torch layout {layout} is not supported by to_sparse")
+
+
+def _is_scipy_sparse(x) -> bool:
+    mod = type(x).__module__ or ""
+    if not mod.startswith("scipy.sparse"):
+        return False
+    import scipy.sparse as sp
+
+    return sp.issparse(x)
+
+
+def _from_scipy(x, format, index_dtype) -> SparseTensor:
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"scorch supports float32 and float64 values, got {x.dtype} "
+                        "(convert with .astype(numpy.float32))")
+    coo = x.tocoo()
+    coords = np.stack([np.asarray(c, dtype=np.int64) for c in coo.coords]) \
+        if hasattr(coo, "coords") else np.stack([coo.row, coo.col]).astype(np.int64)
+    return _from_coords(x.shape, torch.from_numpy(coords), torch.from_numpy(coo.data),
+                        format, index_dtype)
+
+
+def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
+                    index_dtype=None) -> SparseTensor:
+    """The num_nodes x num_nodes adjacency matrix of a PyG-style ``edge_index`` (a [2, E]
+    integer tensor: row = edge_index[0], column = edge_index[1]).  ``values`` defaults to
+    ones (float32); repeated edges are summed."""
+    if not isinstance(edge_index, torch.Tensor):
+        edge_index = torch.as_tensor(edge_index)
+    _check_cpu(edge_index, "edge_index")
+    if edge_index.dtype.is_floating_point or edge_index.dtype in (torch.bool,
+                                                                  torch.complex64):
+        raise TypeError(f"edge_index must be an integer tensor, got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}")
+    E = edge_index.shape[1]
+    if num_nodes is None:
+        num_nodes = int(edge_index.max()) + 1 if E else 0
+    num_nodes = int(num_nodes)
+    if num_nodes < 0:
+        raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
+    if values is None:
+        values = torch.ones(E, dtype=torch.float32)
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor, not {type(values).__name__}")
+    _check_cpu(values, "values")
+    _check_values_dtype(values.dtype)
+    if values.shape != (E,):
+        raise ValueError(f"values must have shape [{E}] (one per edge), got "
+                         f"{list(values.shape)}")
+    return _from_coords((num_nodes, num_nodes), edge_index, values, format, index_dtype)
+
+
+def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTensor:
+    """A SparseTensor from level arrays you already hold, checked in O(nnz).
+
+    ``pos`` and ``crd`` are lists with one entry per level (None where the level kind has
+    no such array: dense levels have neither, singleton levels only crd); all index arrays
+    share one dtype (int32 or int64).  The arrays are used as they are, without copying
+    (like torch.sparse_csr_tensor); scorch never writes to them.
+
+    Example (CSR)::
+
+        scorch.from_components((2, 3), "csr", pos=[None, rowptr], crd=[None, cols],
+                               values=vals)
+    """
+    if not isinstance(shape, (tuple, list, torch.Size)):
+        raise TypeError(f"shape must be a tuple of ints, not {type(shape).__name__}")
+    shape = tuple(int(s) for s in shape)
+    for d, s in enumerate(shape):
+        if s < 0:
+            raise ValueError(f"shape has a negative size {s} in dimension {d}")
+    fmt = Format.parse(format, len(shape))
+    n = fmt.ndim
+    pos = [None] * n if pos is None else list(pos)
+    crd = [None] * n if crd is None else list(crd)
+    if len(pos) != n or len(crd) != n:
+        raise ValueError(f"pos and crd need one entry per level ({n}), got {len(pos)} and "
+                         f"{len(crd)}")
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor, not {type(values).__name__}")
+    _check_cpu(values, "values")
+    _check_values_dtype(values.dtype)
+    if values.dim() != 1:
+        raise ValueError(f"values must be 1-D, got shape {list(values.shape)}")
+    idx_dtype = None
+    for k, (kind, p, c) in enumerate(zip(fmt.levels, pos, crd)):
+        for name, arr, needed in (("pos", p, kind == "compressed"),
+                                  ("crd", c, kind != "dense")):
+            if needed and arr is None:
+                raise ValueError(f"level {k} ({kind}) needs a {name} array")
+            if not needed and arr is not None:
+                raise ValueError(f"level {k} ({kind}) has no {name} array; pass None")
+            if arr is None:
+                continue
+            if not isinstance(arr, torch.Tensor):
+                raise TypeError(f"{name}[{k}] must be a torch.Tensor, not "
+                                f"{type(arr).__name__}")
+            _check_cpu(arr, f"{name}[{k}]")
+            if arr.dtype not in _INDEX_NAMES:
+                raise TypeError(f"{name}[{k}] must be int32 or int64, got {arr.dtype}")
+            if idx_dtype is None:
+                idx_dtype = arr.dtype
+            elif arr.dtype != idx_dtype:
+                raise TypeError(f"all index arrays must share one dtype: {name}[{k}] is "
+                                f"{arr.dtype}, an earlier one is {idx_dtype}")
+            if arr.dim() != 1:
+                raise ValueError(f"{name}[{k}] must be 1-D, got shape {list(arr.shape)}")
+    idx_dtype = idx_dtype or torch.int32
+    pos = [None if p is None else p.detach().contiguous() for p in pos]
+    crd = [None if c is None else c.detach().contiguous() for c in crd]
+    vals = values.contiguous()
+    _C.validate(shape, fmt.as_tuple(), [None if p is None else p.numpy() for p in pos],
+                [None if c is None else c.numpy() for c in crd], vals.detach().numpy(),
+                _INDEX_NAMES[idx_dtype])
+    return SparseTensor(shape, fmt, pos, crd, vals, requires_grad=values.requires_grad)

@@ -1,0 +1,145 @@
+"""Storage formats: one level per dimension, each dense / compressed / singleton.
+
+A Format is concrete: it has as many levels as the tensor has dimensions.  Named shorthands
+("csr", "csf", ...) are resolved for a given number of dimensions by ``Format.parse``; the
+parsing itself happens in the C core (csrc/format), so C and Python agree on every spelling.
+"""
+from __future__ import annotations
+
+from . import _C
+
+LEVEL_KINDS = tuple(_C.LEVEL_KINDS)  # ("dense", "compressed", "singleton")
+_TWO_D = ("csr", "csc", "dcsr", "dcsc")
+_ANY_D = ("dense", "coo", "csf")
+NAMED = _ANY_D[:1] + _TWO_D[:2] + _ANY_D[1:2] + _TWO_D[2:] + _ANY_D[2:]
+
+
+class Format:
+    """A per-level storage format and its dimension order.
+
+    ``Format("dc")`` is CSR; ``Format("dc", order=(1, 0))`` is CSC (level k stores
+    dimension ``order[k]``); ``Format("c(nonunique)s")`` is COO.  Named formats are
+    resolved against a number of dimensions with ``Format.parse("csf", ndim=3)``.
+    """
+
+    __slots__ = ("kinds", "unique", "order", "_info")
+
+    def __init__(self, levels: str, order=None, ndim=None):
+        if levels in _TWO_D:
+            ndim = 2
+        elif levels in _ANY_D:
+            if ndim is None:
+                raise ValueError(f"format {levels!r} needs ndim= (it exists for any order)")
+        else:
+            ndim = _count_levels(levels)
+        kinds, unique, l2d = _C.parse_format(levels, ndim)
+        if order is not None:
+            order = tuple(int(d) for d in order)
+            if sorted(order) != list(range(ndim)):
+                raise ValueError(
+                    f"format order {order} is not a permutation of 0..{ndim - 1}")
+            l2d = order
+        self._set(kinds, unique, l2d)
+
+    @classmethod
+    def parse(cls, spec, ndim: int) -> "Format":
+        """The Format that ``spec`` (a name, a level string or a Format) means for an
+        ``ndim``-dimensional tensor."""
+        if isinstance(spec, Format):
+            if spec.ndim != ndim:
+                raise ValueError(
+                    f"format {spec} has {spec.ndim} levels but the tensor has {ndim} dimensions")
+            return spec
+        if not isinstance(spec, str):
+            raise TypeError(f"format must be a str or scorch.Format, not {type(spec).__name__}")
+        if ndim < 1:
+            raise ValueError("scorch tensors have at least one dimension (got a 0-D tensor)")
+        if ndim > _C.MAX_ORDER:
+            raise ValueError(f"scorch supports at most {_C.MAX_ORDER} dimensions, got {ndim}")
+        f = cls.__new__(cls)
+        f._set(*_C.parse_format(spec, ndim))
+        return f
+
+    def _set(self, kinds, unique, l2d):
+        self.kinds = tuple(kinds)
+        self.unique = tuple(bool(u) for u in unique)
+        self.order = tuple(l2d)
+        self._info = _C.format_info(self.as_tuple())
+
+    def as_tuple(self):
+        return (self.kinds, self.unique, self.order)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def levels(self) -> tuple:
+        """Level kind names, outermost first."""
+        return tuple(LEVEL_KINDS[k] for k in self.kinds)
+
+    @property
+    def text(self) -> str:
+        """The level string, e.g. ``"dc"`` or ``"c(nonunique)s(nonunique)"``."""
+        return self._info[0]
+
+    @property
+    def name(self):
+        """The named format this is (``"csr"``, ...), or None."""
+        return self._info[1]
+
+    @property
+    def has_dense_level(self) -> bool:
+        return 0 in self.kinds
+
+    def __eq__(self, other):
+        return isinstance(other, Format) and self.as_tuple() == other.as_tuple()
+
+    def __hash__(self):
+        return hash(self.as_tuple())
+
+    def __str__(self):
+        if self.name:
+            return self.name
+        ident = self.order == tuple(range(self.ndim))
+        return self.text if ident else f"{self.text} order={self.order}"
+
+    def __repr__(self):
+        if self.name:
+            return f"Format({self.name!r})"
+        ident = self.order == tuple(range(self.ndim))
+        return f"Format({self.text!r})" if ident else f"Format({self.text!r}, order={self.order})"
+
+    def __reduce__(self):
+        return (_format_from_tuple, self.as_tuple())
+
+
+def _format_from_tuple(kinds, unique, order):
+    f = Format.__new__(Format)
+    f._set(kinds, unique, order)
+    return f
+
+
+def _count_levels(levels: str) -> int:
+    """Number of levels in an explicit level string ("dc", "d, compressed", ...)."""
+    if not isinstance(levels, str):
+        raise TypeError(f"levels must be a str, not {type(levels).__name__}")
+    n, i = 0, 0
+    while i < len(levels):
+        ch = levels[i]
+        if ch == "(":
+            j = levels.find(")", i)
+            i = len(levels) if j < 0 else j + 1
+            continue
+        if ch.isalpha():
+            j = i
+            while j < len(levels) and levels[j].isalpha():
+                j += 1
+            word = levels[i:j]
+            n += 1 if word in LEVEL_KINDS else len(word)
+            i = j
+            continue
+        i += 1
+    if n == 0:
+        raise ValueError(f"invalid format {levels!r}: no levels")
+    return n

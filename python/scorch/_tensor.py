@@ -1,0 +1,238 @@
+"""SparseTensor: a torch.Tensor subclass whose data are level arrays and values.
+
+The arrays are ordinary torch tensors (memory owned by torch): ``_pos[k]`` and ``_crd[k]``
+per level (None where the level kind has none) and ``_values``.  The wrapper itself has no
+storage; torch sees its shape, dtype and device.  Every conversion runs in the C core.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from . import _C
+from ._format import Format
+
+_INDEX_NAMES = {torch.int32: "int32", torch.int64: "int64"}
+VALUE_DTYPES = (torch.float32, torch.float64)
+
+
+def _np(t):
+    """A NumPy view of a contiguous CPU tensor (None stays None)."""
+    return None if t is None else t.detach().numpy()
+
+
+def _torch(a):
+    return None if a is None else torch.from_numpy(a)
+
+
+def _threads() -> int:
+    return torch.get_num_threads()
+
+
+class SparseTensor(torch.Tensor):
+    """A sparse tensor in any per-level format.  Build one with ``scorch.to_sparse``,
+    ``scorch.from_edge_index`` or ``scorch.from_components``."""
+
+    _format: Format
+    _pos: list
+    _crd: list
+    _values: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False):
+        self = torch.Tensor._make_wrapper_subclass(
+            cls, tuple(shape), dtype=values.dtype, device=values.device,
+            requires_grad=requires_grad)
+        self._format = fmt
+        self._pos = list(pos)
+        self._crd = list(crd)
+        self._values = values
+        return self
+
+    # The high-level torch API is routed in a later stage; until then every op reaches
+    # __torch_dispatch__, which handles the few that need no kernel and refuses the rest.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            return args[0]._rewrap(args[0]._values)
+        if func is torch.ops.aten.clone.default:
+            return args[0].clone()
+        fmts = sorted({str(a.format) for a in args if isinstance(a, SparseTensor)})
+        raise NotImplementedError(
+            f"scorch: {func} is not supported on SparseTensor (formats: {', '.join(fmts)}); "
+            "use .to_dense() to compute it densely")
+
+    # ---- properties --------------------------------------------------------------------
+    @property
+    def format(self) -> Format:
+        return self._format
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored values (including explicit zeros and dense-level padding)."""
+        return self._values.shape[0]
+
+    @property
+    def index_dtype(self) -> torch.dtype:
+        for a in self._pos + self._crd:
+            if a is not None:
+                return a.dtype
+        return torch.int32
+
+    def values(self) -> torch.Tensor:
+        """The 1-D tensor of stored values, in storage order (the tensor itself, no copy)."""
+        return self._values
+
+    def indices(self, level: int):
+        """``(pos, crd)`` of a level: each a 1-D tensor or None where the level has none."""
+        n = self.dim()
+        if not -n <= level < n:
+            raise IndexError(f"level {level} is out of range for a {n}-level tensor")
+        return self._pos[level], self._crd[level]
+
+    def _rewrap(self, values, requires_grad=False):
+        return SparseTensor(self.shape, self._format, self._pos, self._crd, values,
+                            requires_grad=requires_grad)
+
+    def with_values(self, values: torch.Tensor) -> "SparseTensor":
+        """The same pattern around new values (a 1-D tensor of length nnz)."""
+        if not isinstance(values, torch.Tensor):
+            raise TypeError(f"values must be a torch.Tensor, not {type(values).__name__}")
+        if values.shape != self._values.shape:
+            raise ValueError(f"values must have shape {tuple(self._values.shape)}, "
+                             f"got {tuple(values.shape)}")
+        if values.dtype not in VALUE_DTYPES:
+            raise TypeError(f"values must be float32 or float64, not {values.dtype}")
+        if values.device.type != "cpu":
+            raise ValueError(f"scorch tensors live on the CPU; got values on {values.device}")
+        return self._rewrap(values, requires_grad=values.requires_grad)
+
+    # ---- conversions -------------------------------------------------------------------
+    def _arrays(self):
+        vals = self._values.detach()
+        if not vals.is_contiguous():
+            vals = vals.contiguous()
+        return ([_np(p) for p in self._pos], [_np(c) for c in self._crd], vals.numpy())
+
+    def to_dense(self, dtype=None, *, masked_grad=None) -> torch.Tensor:
+        """A dense torch.Tensor with the same values (duplicates summed)."""
+        out = torch.empty(tuple(self.shape), dtype=self.dtype)
+        pos, crd, vals = self._arrays()
+        _C.to_dense(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
+                    _INDEX_NAMES[self.index_dtype], out.numpy())
+        return out if dtype is None else out.to(dtype)
+
+    def to_format(self, format, index_dtype=None, *, drop_zeros=None) -> "SparseTensor":
+        """This tensor in another format (a new tensor; this one is unchanged).
+
+        Explicit zeros are kept, except that zeros a dense level stores (padding) are
+        dropped when the source has a dense level; ``drop_zeros=True/False`` overrides.
+        """
+        fmt = Format.parse(format, self.dim())
+        it = _resolve_index_dtype(index_dtype, self.shape, self.nnz)
+        if drop_zeros is None:
+            drop_zeros = self._format.has_dense_level
+        pos, crd, vals = self._arrays()
+        p, c, v = _C.convert(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
+                             _INDEX_NAMES[self.index_dtype], fmt.as_tuple(),
+                             _INDEX_NAMES[it], bool(drop_zeros), _threads())
+        return _wrap(self.shape, fmt, p, c, v)
+
+    def to_torch(self, layout=None) -> torch.Tensor:
+        """A torch sparse tensor: CSR for csr, CSC for csc, COO (coalesced) otherwise, or
+        the ``layout`` asked for (torch.sparse_coo / sparse_csr / sparse_csc)."""
+        name = self._format.name
+        if layout is None:
+            layout = {"csr": torch.sparse_csr, "csc": torch.sparse_csc}.get(
+                name, torch.sparse_coo)
+        if layout in (torch.sparse_csr, torch.sparse_csc):
+            want = "csr" if layout is torch.sparse_csr else "csc"
+            t = self if name == want else self.to_format(want)
+            ctor = torch.sparse_csr_tensor if want == "csr" else torch.sparse_csc_tensor
+            return ctor(t._pos[1].clone(), t._crd[1].clone(), t._values.detach().clone(),
+                        size=tuple(self.shape), check_invariants=False)
+        if layout is not torch.sparse_coo:
+            raise ValueError(f"to_torch supports sparse_coo, sparse_csr and sparse_csc, "
+                             f"not {layout}")
+        t = self.to_format("coo", torch.int64)
+        idx = torch.stack(t._crd) if self.dim() else torch.zeros(0, 0, dtype=torch.int64)
+        return torch.sparse_coo_tensor(idx, t._values.detach().clone(), tuple(self.shape),
+                                       is_coalesced=True, check_invariants=False)
+
+    def to_scipy(self):
+        """A scipy.sparse array (csr_array / csc_array, else coo_array); arrays are copied."""
+        import scipy.sparse as sp
+
+        name = self._format.name
+        shape = tuple(self.shape)
+        vals = self._values.detach().numpy().copy()
+        if name in ("csr", "csc"):
+            ctor = sp.csr_array if name == "csr" else sp.csc_array
+            return ctor((vals, self._crd[1].numpy().copy(), self._pos[1].numpy().copy()),
+                        shape=shape)
+        t = self.to_format("coo")
+        coords = tuple(c.numpy().astype(np.int64) for c in t._crd)
+        return sp.coo_array((t._values.detach().numpy().copy(), coords), shape=shape)
+
+    def clone(self, *, memory_format=None) -> "SparseTensor":
+        return SparseTensor(
+            self.shape, self._format,
+            [None if p is None else p.clone() for p in self._pos],
+            [None if c is None else c.clone() for c in self._crd],
+            self._values.clone(), requires_grad=self.requires_grad)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        new = SparseTensor(self.shape, self._format, copy.deepcopy(self._pos, memo),
+                           copy.deepcopy(self._crd, memo),
+                           copy.deepcopy(self._values.detach(), memo),
+                           requires_grad=self.requires_grad)
+        memo[id(self)] = new
+        return new
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (tuple(self.shape), self._format.as_tuple(), self._pos, self._crd,
+                           self._values.detach(), self.requires_grad))
+
+    def __repr__(self, *, tensor_contents=None):
+        vals = self._values.detach()
+        vs = repr(vals).replace("\n", "\n       ")
+        return (f"SparseTensor(shape={tuple(self.shape)}, format={self._format}, "
+                f"nnz={self.nnz}, dtype={self.dtype}, index_dtype={self.index_dtype},\n"
+                f"       values={vs})")
+
+    __str__ = __repr__
+
+
+def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad):
+    """Unpickling entry point (registered as a safe global for torch.load)."""
+    from ._format import _format_from_tuple
+
+    return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd, values,
+                        requires_grad=requires_grad)
+
+
+def _wrap(shape, fmt, pos, crd, vals) -> SparseTensor:
+    """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory)."""
+    return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd],
+                        torch.from_numpy(vals))
+
+
+_I32_MAX = 2**31 - 1
+
+
+def _resolve_index_dtype(index_dtype, shape, nnz_bound) -> torch.dtype:
+    """int32 when every dimension and the entry count fit, else int64; an explicit
+    int32 that cannot fit is refused by the core with a message naming the size."""
+    if index_dtype is None:
+        fits = max(shape, default=0) <= _I32_MAX and nnz_bound <= _I32_MAX
+        return torch.int32 if fits else torch.int64
+    if index_dtype not in _INDEX_NAMES:
+        raise TypeError(f"index_dtype must be torch.int32 or torch.int64, not {index_dtype}")
+    return index_dtype
