@@ -1,0 +1,402 @@
+/*
+ * test_jit.c — the jit stage against the real C compiler: memory, disk and compile paths
+ * of sc_jit_get, the error messages, the unsafe-file check, threads racing on one key,
+ * and the content hash.  Runs from csrc/ (runtime/ holds scorch_rt.h); every file goes
+ * to a mkdtemp directory that is removed at the end.
+ */
+#define _GNU_SOURCE
+#include "check.h"
+#include "jit/sc_jit.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef int (*int_fn)(int);
+
+static const char ADD1[] = "#include \"scorch_rt.h\"\nint add1(int x){return x+1;}\n";
+static const char BROKEN[] = "#include \"scorch_rt.h\"\nint broken(int x){return x+;}\n";
+static const char TWICE[] = "#include \"scorch_rt.h\"\n"
+                            "int twice(int x){return 2*x + SC_RT_VERSION - 1;}\n";
+
+static sc_ctx ctx;
+static char root[64];
+static char cache[128];
+
+static sc_jit *make_jit(const char *cc, const char *dir)
+{
+    sc_jit_config cfg = {cc ? cc : "cc", "-O1", dir, "runtime"};
+    sc_error err;
+    sc_jit *jit = sc_jit_new(&ctx, &cfg, &err);
+    if (!jit)
+        fprintf(stderr, "sc_jit_new: %s\n", err.msg);
+    return jit;
+}
+
+static int_fn get_int_fn(sc_jit *jit, const char *src, const char *sym, sc_status *st,
+                         sc_error *err)
+{
+    sc_jit_fn fn = NULL;
+    *st = sc_jit_get(jit, src, strlen(src), sym, &fn, err);
+    return (int_fn)fn;
+}
+
+static sc_jit_counts counts(sc_jit *jit)
+{
+    sc_jit_counts c;
+    sc_jit_stats(jit, &c);
+    return c;
+}
+
+/* Path of the one file in dir ending with suffix, or "" (written into out). */
+static void find_file(const char *dir, const char *suffix, char *out, size_t cap)
+{
+    out[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    size_t ns = strlen(suffix);
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > ns && strcmp(e->d_name + n - ns, suffix) == 0)
+            snprintf(out, cap, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_dir(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void test_hash(void)
+{
+    static const char text[] = "The quick brown fox jumps over the lazy dog, twice over.";
+    size_t n = sizeof text - 1;
+    sc_jit_hasher h;
+    sc_jit_hash_init(&h, 0);
+    sc_jit_hash_update(&h, text, n);
+    sc_jit_key whole = sc_jit_hash_final(&h);
+    for (size_t cut = 0; cut <= n; cut += 7) {
+        sc_jit_hash_init(&h, 0);
+        sc_jit_hash_update(&h, text, cut);
+        sc_jit_hash_update(&h, text + cut, n - cut);
+        sc_jit_key k = sc_jit_hash_final(&h);
+        CHECK(k.w[0] == whole.w[0] && k.w[1] == whole.w[1]);
+    }
+    /* Every one-byte change, every length and another seed give another key. */
+    int distinct = 1;
+    char buf[sizeof text];
+    for (size_t i = 0; i < n; i++) {
+        memcpy(buf, text, sizeof text);
+        buf[i] ^= 1;
+        sc_jit_hash_init(&h, 0);
+        sc_jit_hash_update(&h, buf, n);
+        sc_jit_key k = sc_jit_hash_final(&h);
+        distinct &= k.w[0] != whole.w[0] && k.w[1] != whole.w[1];
+    }
+    for (size_t len = 0; len < n; len++) {
+        sc_jit_hash_init(&h, 0);
+        sc_jit_hash_update(&h, text, len);
+        sc_jit_key k = sc_jit_hash_final(&h);
+        distinct &= k.w[0] != whole.w[0] && k.w[1] != whole.w[1];
+    }
+    sc_jit_hash_init(&h, 1);
+    sc_jit_hash_update(&h, text, n);
+    sc_jit_key seeded = sc_jit_hash_final(&h);
+    distinct &= seeded.w[0] != whole.w[0];
+    CHECK(distinct);
+    /* Fields keep their boundaries: ("ab","c") differs from ("a","bc"). */
+    sc_jit_hash_init(&h, 0);
+    sc_jit_hash_field(&h, "ab", 2);
+    sc_jit_hash_field(&h, "c", 1);
+    sc_jit_key f1 = sc_jit_hash_final(&h);
+    sc_jit_hash_init(&h, 0);
+    sc_jit_hash_field(&h, "a", 1);
+    sc_jit_hash_field(&h, "bc", 2);
+    sc_jit_key f2 = sc_jit_hash_final(&h);
+    CHECK(f1.w[0] != f2.w[0]);
+    char hex[33];
+    sc_jit_key k = {{0x0123456789abcdefu, 0xfedcba9876543210u}};
+    sc_jit_key_hex(k, hex);
+    CHECK(strcmp(hex, "0123456789abcdeffedcba9876543210") == 0);
+}
+
+static void test_config(void)
+{
+    sc_error err;
+    sc_jit_config none = {NULL, NULL, cache, NULL};
+    CHECK(sc_jit_new(&ctx, &none, &err) == NULL && err.kind == SC_USER);
+    CHECK(sc_jit_new(&ctx, NULL, &err) == NULL && err.kind == SC_USER);
+    sc_jit_config noheader = {NULL, NULL, cache, "tests"};
+    CHECK(sc_jit_new(&ctx, &noheader, &err) == NULL && err.kind == SC_USER &&
+          strstr(err.msg, "scorch_rt.h") != NULL);
+
+    /* A cache dir others may write is refused. */
+    char open_dir[128];
+    snprintf(open_dir, sizeof open_dir, "%s/shared", root);
+    CHECK(mkdir(open_dir, 0700) == 0 && chmod(open_dir, 0777) == 0);
+    sc_jit_config shared = {NULL, NULL, open_dir, "runtime"};
+    CHECK(sc_jit_new(&ctx, &shared, &err) == NULL && err.kind == SC_USER &&
+          strstr(err.msg, "writable") != NULL);
+
+    /* The environment fills what the config leaves NULL; the dir is made 0700. */
+    char env_dir[128];
+    snprintf(env_dir, sizeof env_dir, "%s/env/a/b", root);
+    setenv("SCORCH_CACHE_DIR", env_dir, 1);
+    setenv("SCORCH_CFLAGS", "-O0 -g", 1);
+    setenv("SCORCH_CC", "gcc", 1);
+    sc_jit_config envcfg = {NULL, NULL, NULL, "runtime"};
+    sc_jit *jit = sc_jit_new(&ctx, &envcfg, &err);
+    CHECK(jit != NULL);
+    if (jit) {
+        CHECK(strcmp(sc_jit_setting(jit, "cache_dir"), env_dir) == 0);
+        CHECK(strcmp(sc_jit_setting(jit, "cflags"), "-O0 -g") == 0);
+        CHECK(strcmp(sc_jit_setting(jit, "cc"), "gcc") == 0);
+        CHECK(sc_jit_setting(jit, "include_dir")[0] == '/');
+        CHECK(sc_jit_setting(jit, "nope") == NULL);
+        struct stat st;
+        CHECK(stat(env_dir, &st) == 0 && (st.st_mode & 0777) == 0700);
+        sc_jit_free(jit);
+    }
+    unsetenv("SCORCH_CACHE_DIR");
+    unsetenv("SCORCH_CFLAGS");
+    unsetenv("SCORCH_CC");
+    sc_jit_config defaults = {NULL, NULL, cache, "runtime"};
+    jit = sc_jit_new(&ctx, &defaults, &err);
+    CHECK(jit && strcmp(sc_jit_setting(jit, "cflags"), SC_JIT_DEFAULT_CFLAGS) == 0 &&
+          strcmp(sc_jit_setting(jit, "cc"), "cc") == 0);
+    sc_jit_free(jit);
+}
+
+static void test_paths(void)
+{
+    sc_error err;
+    sc_status st;
+
+    /* Cold: one compile. */
+    sc_jit *jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    int_fn add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && add1 != NULL);
+    if (add1)
+        CHECK(add1(41) == 42);
+    sc_jit_counts c = counts(jit);
+    CHECK(c.compiles == 1 && c.mem_hits == 0 && c.disk_hits == 0);
+    char so[512];
+    find_file(cache, ".so", so, sizeof so);
+    struct stat sb;
+    CHECK(so[0] && stat(so, &sb) == 0 && (sb.st_mode & 077) == 0);
+
+    /* Warm: the same pointer from the process map. */
+    int_fn again = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && again == add1);
+    c = counts(jit);
+    CHECK(c.compiles == 1 && c.mem_hits == 1);
+
+    /* Another symbol name is another kernel; a missing one is a RUNTIME error. */
+    int_fn none = get_int_fn(jit, ADD1, "no_such_symbol", &st, &err);
+    CHECK(st == SC_RUNTIME && none == NULL && strstr(err.msg, "no_such_symbol") != NULL);
+    sc_jit_free(jit);
+
+    /* A fresh jit on the same dir loads from disk without compiling. */
+    jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && add1 && add1(1) == 2);
+    c = counts(jit);
+    CHECK(c.compiles == 0 && c.disk_hits == 1 && c.disk_refused == 0);
+    sc_jit_free(jit);
+
+    /* A group-writable cache file is not loaded: it is rebuilt and replaced. */
+    CHECK(chmod(so, 0770) == 0);
+    jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && add1 && add1(-1) == 0);
+    c = counts(jit);
+    CHECK(c.compiles == 1 && c.disk_hits == 0 && c.disk_refused == 1);
+    CHECK(stat(so, &sb) == 0 && (sb.st_mode & 077) == 0);
+
+    /* So is a cache file that does not load (here: not an ELF file). */
+    sc_jit_free(jit);
+    FILE *f = fopen(so, "w");
+    CHECK(f && fputs("not a shared object", f) >= 0);
+    if (f)
+        fclose(f);
+    jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && add1 && add1(2) == 3);
+    c = counts(jit);
+    CHECK(c.compiles == 1 && c.disk_hits == 0 && c.disk_refused == 1);
+
+    /* Compile errors: the compiler's text and where the source was kept. */
+    sc_jit_fn fn = NULL;
+    st = sc_jit_get(jit, BROKEN, strlen(BROKEN), "broken", &fn, &err);
+    CHECK(st == SC_COMPILE && fn == NULL && strcmp(err.stage, "jit") == 0);
+    CHECK(strstr(err.msg, "error") != NULL);
+    char kept[512];
+    find_file(cache, ".c", kept, sizeof kept);
+    CHECK(kept[0] && strstr(err.msg, kept) != NULL);
+    f = fopen(kept, "r");
+    char text[256] = {0};
+    CHECK(f && fread(text, 1, sizeof text - 1, f) == strlen(BROKEN));
+    CHECK(strcmp(text, BROKEN) == 0);
+    if (f)
+        fclose(f);
+    if (st != SC_COMPILE)
+        fprintf(stderr, "unexpected: %s\n", err.msg);
+    sc_jit_free(jit);
+}
+
+static void test_missing_compiler(void)
+{
+    sc_jit *jit = make_jit("scorch-no-such-compiler --flag", cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    sc_error err;
+    sc_jit_fn fn = NULL;
+    sc_status st = sc_jit_get(jit, ADD1, strlen(ADD1), "add1", &fn, &err);
+    CHECK(st == SC_COMPILE && fn == NULL);
+    CHECK(strstr(err.msg, "SCORCH_CC") != NULL &&
+          strstr(err.msg, "'scorch-no-such-compiler'") != NULL);
+    sc_jit_free(jit);
+}
+
+/* An allocator that fails its fail_at-th call (counting from 0). */
+typedef struct budget {
+    int calls, fail_at;
+} budget;
+
+static void *budget_alloc(void *user, size_t n)
+{
+    budget *b = user;
+    return b->calls++ == b->fail_at ? NULL : malloc(n);
+}
+
+static void budget_free(void *user, void *p)
+{
+    (void)user;
+    free(p);
+}
+
+/* Every allocation of sc_jit_new and a cold sc_jit_get may fail: NOMEM, nothing leaks.
+ * A warm sc_jit_get allocates nothing. */
+static void test_nomem(void)
+{
+    static const char src[] = "#include \"scorch_rt.h\"\nint sub1(int x){return x-1;}\n";
+    int done = 0;
+    for (int k = 0; k < 200 && !done; k++) {
+        budget b = {0, k};
+        sc_ctx c = {{budget_alloc, budget_free, &b}, 0};
+        sc_jit_config cfg = {"cc", "-O1", cache, "runtime"};
+        sc_error err;
+        sc_jit *jit = sc_jit_new(&c, &cfg, &err);
+        sc_status st = jit ? SC_OK : err.kind;
+        sc_jit_fn fn = NULL;
+        if (jit)
+            st = sc_jit_get(jit, src, strlen(src), "sub1", &fn, &err);
+        if (st == SC_OK) {
+            CHECK(((int_fn)fn)(1) == 0);
+            int before = b.calls;
+            CHECK(sc_jit_get(jit, src, strlen(src), "sub1", &fn, &err) == SC_OK);
+            CHECK(b.calls == before);
+            done = b.calls <= k;
+        } else {
+            CHECK(st == SC_NOMEM && fn == NULL);
+        }
+        sc_jit_free(jit);
+    }
+    CHECK(done);
+}
+
+typedef struct race {
+    sc_jit *jit;
+    int result;
+    sc_status st;
+} race;
+
+static void *race_main(void *arg)
+{
+    race *r = arg;
+    sc_error err;
+    sc_jit_fn fn = NULL;
+    r->st = sc_jit_get(r->jit, TWICE, strlen(TWICE), "twice", &fn, &err);
+    r->result = fn ? ((int_fn)fn)(21) : -1;
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    sc_jit *jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    race r[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = (race){jit, 0, SC_INTERNAL};
+        CHECK(pthread_create(&t[i], NULL, race_main, &r[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(r[i].st == SC_OK && r[i].result == 42);
+    }
+    sc_jit_counts c = counts(jit);
+    CHECK(c.compiles >= 1 && c.compiles + c.mem_hits + c.disk_hits == 4);
+    sc_error err;
+    sc_status st;
+    int_fn twice = get_int_fn(jit, TWICE, "twice", &st, &err);
+    CHECK(st == SC_OK && twice && twice(5) == 10);
+    CHECK(counts(jit).mem_hits == c.mem_hits + 1);
+    sc_jit_free(jit);
+}
+
+int main(void)
+{
+    sc_ctx_init(&ctx);
+    snprintf(root, sizeof root, "/tmp/scorch-test-jit-XXXXXX");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(cache, sizeof cache, "%s/cache", root);
+    test_hash();
+    test_config();
+    test_paths();
+    test_missing_compiler();
+    test_nomem();
+    test_threads();
+    remove_dir(root);
+    return check_report("test_jit");
+}
