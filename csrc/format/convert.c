@@ -30,6 +30,7 @@ typedef struct entries {
     sc_dtype dtype;
     int32_t sorted_by[SC_MAX_ORDER]; /* dims the entries are lexicographically sorted by */
     int32_t nsorted;
+    bool unique; /* no two entries share a coordinate */
 } entries;
 
 static int threads_for(const sc_ctx *ctx, int64_t work)
@@ -285,7 +286,11 @@ static void init_out(sc_tensor *out, const sc_format *dst, const int64_t *dims,
  * Build out from sorted entries.  perm (NULL = identity) orders them; the first n entries
  * of that order are used.  eff[u] is the first level at which position u must be new
  * (min(first differing level, first nonunique level)); uvals holds the summed values in
- * sorted order.
+ * sorted order (pack takes it).
+ *
+ * Per level, every entry's position at that level is needed only by the level below; it
+ * is kept in one of two scratch arrays, or aliased to the coordinates (a dense root) or to
+ * the parent's (a singleton) without being written.
  */
 static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, int64_t n,
                       const uint8_t *eff, void *uvals, const sc_format *dst,
@@ -293,19 +298,31 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
 {
     const int32_t N = dst->order;
     const int nt = threads_for(ctx, n);
-    int64_t *ppos = NULL, *cpos = NULL; /* per entry: position at level k-1, k */
+    int64_t *scratch[2] = {NULL, NULL};
+    const int64_t *pp = NULL; /* entry -> position at level k-1 (NULL: all 0) */
     sc_status st = SC_OK;
     init_out(out, dst, dims, it, E->dtype);
-    ppos = sc_calloc(ctx, (size_t)n, sizeof(int64_t), err);
-    cpos = ppos ? sc_calloc(ctx, (size_t)n, sizeof(int64_t), err) : NULL;
-    if (!cpos) {
-        st = SC_NOMEM;
-        goto fail;
-    }
+    const bool last_dense = dst->kind[N - 1] == SC_LEVEL_DENSE;
     int64_t P = 1;
     for (int32_t k = 0; k < N; k++) {
         const int64_t *ck = E->c[dst->lvl2dim[k]];
         const int64_t dim = dims[dst->lvl2dim[k]];
+        /* Positions of this level are needed below it, or for a dense last level's values. */
+        const bool need = k + 1 < N || last_dense;
+        int64_t *cp = NULL;
+        if (need && dst->kind[k] != SC_LEVEL_SINGLETON && !(pp == NULL && !perm &&
+                                                            dst->kind[k] == SC_LEVEL_DENSE)) {
+            int64_t *s = scratch[k & 1];
+            if (!s) {
+                s = scratch[k & 1] = sc_alloc(ctx, (size_t)n * sizeof(int64_t), err);
+                if (!s) {
+                    st = SC_NOMEM;
+                    goto fail;
+                }
+            }
+            cp = s;
+        }
+        const int64_t *next = cp;
         int64_t count = 0;
         switch ((sc_level_kind)dst->kind[k]) {
         case SC_LEVEL_DENSE:
@@ -315,9 +332,15 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
                              "positions", (int)k);
                 goto fail;
             }
+            if (!need)
+                break;
+            if (!cp) {
+                next = ck; /* dense root, entries in order: position = coordinate */
+                break;
+            }
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t u = 0; u < n; u++)
-                cpos[u] = ppos[u] * dim + ck[perm ? perm[u] : u];
+                cp[u] = (pp ? pp[u] * dim : 0) + ck[perm ? perm[u] : u];
             break;
         case SC_LEVEL_COMPRESSED: {
             for (int64_t u = 0; u < n; u++)
@@ -341,13 +364,26 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
                 goto fail;
             }
             int64_t p = -1;
-            for (int64_t u = 0; u < n; u++) {
-                if (eff[u] <= k) {
-                    p++;
-                    sc_idx_set(out->crd[k], it, p, ck[perm ? perm[u] : u]);
-                    seg[ppos[u] + 1]++;
+            if (it == SC_INDEX_I32) {
+                int32_t *crd = out->crd[k];
+                for (int64_t u = 0; u < n; u++) {
+                    if (eff[u] <= k) {
+                        crd[++p] = (int32_t)ck[perm ? perm[u] : u];
+                        seg[(pp ? pp[u] : 0) + 1]++;
+                    }
+                    if (cp)
+                        cp[u] = p;
                 }
-                cpos[u] = p;
+            } else {
+                int64_t *crd = out->crd[k];
+                for (int64_t u = 0; u < n; u++) {
+                    if (eff[u] <= k) {
+                        crd[++p] = ck[perm ? perm[u] : u];
+                        seg[(pp ? pp[u] : 0) + 1]++;
+                    }
+                    if (cp)
+                        cp[u] = p;
+                }
             }
             for (int64_t q = 0; q < P; q++)
                 seg[q + 1] += seg[q];
@@ -374,31 +410,24 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
                     goto fail;
                 }
                 if (eff[u] < k)
-                    sc_idx_set(out->crd[k], it, ppos[u], ck[perm ? perm[u] : u]);
-                cpos[u] = ppos[u];
+                    sc_idx_set(out->crd[k], it, pp ? pp[u] : 0, ck[perm ? perm[u] : u]);
             }
+            next = pp; /* same positions as the parent */
             break;
         }
         default:
             st = sc_fail(err, SC_INTERNAL, "format", "unknown level kind");
             goto fail;
         }
-        int64_t *t = ppos;
-        ppos = cpos;
-        cpos = t;
+        pp = next;
         P = count;
     }
-    /* ppos now holds each entry's position at the last level; P positions exist. */
+    /* pp holds each entry's position at the last level when it was needed. */
     out->nvals = P;
-    if (P == n && (N == 0 || dst->kind[N - 1] != SC_LEVEL_DENSE)) {
-        out->vals = uvals; /* positions are 0..n-1 in entry order */
+    if (!last_dense) {
+        out->vals = uvals; /* one position per entry, in entry order */
         uvals = NULL;
     } else {
-        int64_t bytes;
-        if (!sc_mul_ok(P, (int64_t)sc_dtype_size(E->dtype), &bytes)) {
-            st = sc_fail(err, SC_NOMEM, "format", "values array would overflow");
-            goto fail;
-        }
         out->vals = sc_calloc(ctx, (size_t)P, sc_dtype_size(E->dtype), err);
         if (!out->vals) {
             st = SC_NOMEM;
@@ -406,17 +435,17 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
         }
         size_t vs = sc_dtype_size(E->dtype);
         for (int64_t u = 0; u < n; u++)
-            memcpy((char *)out->vals + (size_t)ppos[u] * vs, (char *)uvals + (size_t)u * vs,
-                   vs);
+            memcpy((char *)out->vals + (size_t)(pp ? pp[u] : 0) * vs,
+                   (char *)uvals + (size_t)u * vs, vs);
     }
     sc_free(ctx, uvals);
-    sc_free(ctx, ppos);
-    sc_free(ctx, cpos);
+    sc_free(ctx, scratch[0]);
+    sc_free(ctx, scratch[1]);
     return SC_OK;
 fail:
     sc_free(ctx, uvals);
-    sc_free(ctx, ppos);
-    sc_free(ctx, cpos);
+    sc_free(ctx, scratch[0]);
+    sc_free(ctx, scratch[1]);
     sc_tensor_release(ctx, out);
     return st;
 }
@@ -495,18 +524,25 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
     const int64_t *lc[SC_MAX_ORDER];
     for (int32_t k = 0; k < N; k++)
         lc[k] = E.c[dst->lvl2dim[k]];
+    /* Without duplicates, eff only matters at sparse levels above the last one and below
+     * the first nonunique one; with none such, every entry is new everywhere (eff = 0). */
+    bool need_eff = !E.unique;
+    for (int32_t k = 0; k + 1 < N && k < first_nonunique(dst); k++)
+        need_eff |= dst->kind[k] != SC_LEVEL_DENSE;
     int64_t dups = 0;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : dups)
-    for (int64_t u = 0; u < n; u++) {
-        uint8_t k = 0;
-        if (u > 0) {
-            int64_t a = perm ? perm[u - 1] : u - 1, b = perm ? perm[u] : u;
-            while (k < N && lc[k][a] == lc[k][b])
-                k++;
-        }
-        eff[u] = k;
+    if (!need_eff)
+        memset(eff, 0, (size_t)n);
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : dups) if (need_eff)
+    for (int64_t u = 1; u < (need_eff ? n : 1); u++) {
+        int64_t a = perm ? perm[u - 1] : u - 1, b = perm ? perm[u] : u;
+        int32_t k = N;
+        for (int32_t l = N - 1; l >= 0; l--)
+            k = lc[l][a] != lc[l][b] ? l : k;
+        eff[u] = (uint8_t)k;
         dups += k == N;
     }
+    if (n > 0)
+        eff[0] = 0;
     int64_t un = n;
     uvals = sc_alloc(ctx, (size_t)n * sc_dtype_size(E.dtype), err);
     if (!uvals) {
@@ -541,10 +577,12 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
         val_gather(uvals, E.vals, perm, n, E.dtype, nt);
     }
     int32_t nu = first_nonunique(dst);
+    if (need_eff && nu < N) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t u = 0; u < un; u++)
-        if (eff[u] > nu)
-            eff[u] = (uint8_t)nu;
+        for (int64_t u = 0; u < un; u++)
+            if (eff[u] > nu)
+                eff[u] = (uint8_t)nu;
+    }
 
     st = pack(ctx, &E, perm, un, eff, uvals, dst, dims, it, out, err);
     uvals = NULL; /* pack took it */
@@ -590,20 +628,50 @@ sc_status sc_fmt_from_coords(const sc_ctx *ctx, int32_t order, const int64_t *di
         return sc_fail(err, SC_USER, "format", "negative number of entries %lld",
                        (long long)nnz);
     entries E = {.order = order, .n = nnz, .vals = vals, .dtype = dtype, .nsorted = 0};
+    const int nt = threads_for(ctx, nnz);
     for (int32_t d = 0; d < order; d++) {
+        E.sorted_by[d] = d;
         E.c[d] = coords + (int64_t)d * ld;
-        const int64_t *c = E.c[d];
-        int64_t bad = -1;
-        for (int64_t e = 0; e < nnz; e++)
-            if (c[e] < 0 || c[e] >= dims[d]) {
-                bad = e;
-                break;
+    }
+    /* One pass: coordinates in range, and (when claimed) strictly increasing row-major. */
+    const bool check_sorted = flags & SC_CONV_SORTED;
+    int64_t first_bad = INT64_MAX, first_unsorted = INT64_MAX;
+#pragma omp parallel for num_threads(nt) schedule(static) \
+    reduction(min : first_bad, first_unsorted)
+    for (int64_t e = 0; e < nnz; e++) {
+        int s = 0; /* sign of entry e - entry e-1, lexicographic */
+        bool bad = false;
+        for (int32_t d = order - 1; d >= 0; d--) {
+            int64_t a = E.c[d][e];
+            bad |= (uint64_t)a >= (uint64_t)dims[d];
+            if (check_sorted && e > 0) {
+                int64_t b = E.c[d][e - 1];
+                int diff = (a > b) - (a < b);
+                s = diff ? diff : s;
             }
-        if (bad >= 0)
-            return sc_fail(err, SC_INDEX, "format",
-                           "index %lld of entry %lld is out of range for dimension %d of "
-                           "size %lld", (long long)c[bad], (long long)bad, (int)d,
-                           (long long)dims[d]);
+        }
+        if (bad && e < first_bad)
+            first_bad = e;
+        if (check_sorted && e > 0 && s <= 0 && e < first_unsorted)
+            first_unsorted = e;
+    }
+    if (first_bad != INT64_MAX) {
+        int32_t d = 0;
+        while ((uint64_t)E.c[d][first_bad] < (uint64_t)dims[d])
+            d++;
+        return sc_fail(err, SC_INDEX, "format",
+                       "index %lld of entry %lld is out of range for dimension %d of size %lld",
+                       (long long)E.c[d][first_bad], (long long)first_bad, (int)d,
+                       (long long)dims[d]);
+    }
+    if (first_unsorted != INT64_MAX)
+        return sc_fail(err, SC_USER, "format",
+                       "entries claimed sorted and unique are not: entry %lld does not come "
+                       "after entry %lld", (long long)first_unsorted,
+                       (long long)(first_unsorted - 1));
+    if (check_sorted) {
+        E.nsorted = order;
+        E.unique = true;
     }
     return build(ctx, &E, dims, dst, index_type, flags, out, err);
 }
@@ -626,12 +694,24 @@ sc_status sc_fmt_from_dense(const sc_ctx *ctx, int32_t order, const int64_t *dim
     int64_t *rowstart = sc_calloc(ctx, (size_t)rows + 1, sizeof(int64_t), err);
     if (!rowstart)
         return SC_NOMEM;
+    if (dtype == SC_DTYPE_F32) {
+        const float *x = data;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t cnt = 0;
-        for (int64_t j = 0; j < inner; j++)
-            cnt += !val_is_zero(data, dtype, r * inner + j);
-        rowstart[r + 1] = cnt;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t cnt = 0;
+            for (int64_t j = 0; j < inner; j++)
+                cnt += x[r * inner + j] != 0.0f;
+            rowstart[r + 1] = cnt;
+        }
+    } else {
+        const double *x = data;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t cnt = 0;
+            for (int64_t j = 0; j < inner; j++)
+                cnt += x[r * inner + j] != 0.0;
+            rowstart[r + 1] = cnt;
+        }
     }
     for (int64_t r = 0; r < rows; r++)
         rowstart[r + 1] += rowstart[r];
@@ -668,7 +748,8 @@ sc_status sc_fmt_from_dense(const sc_ctx *ctx, int32_t order, const int64_t *dim
         }
     }
     sc_free(ctx, rowstart);
-    entries E = {.order = order, .n = n, .vals = vals, .dtype = dtype, .nsorted = order};
+    entries E = {.order = order, .n = n, .vals = vals, .dtype = dtype, .nsorted = order,
+                 .unique = true};
     for (int32_t d = 0; d < order; d++) {
         E.c[d] = coords + (int64_t)d * n;
         E.sorted_by[d] = d;
@@ -777,8 +858,11 @@ sc_status sc_fmt_convert(const sc_ctx *ctx, const sc_tensor *src, const sc_forma
     st = unpack(ctx, src, &block, (int64_t **)E.c, err);
     if (st != SC_OK)
         return st;
-    for (int32_t k = 0; k < src->fmt.order; k++)
+    E.unique = true;
+    for (int32_t k = 0; k < src->fmt.order; k++) {
         E.sorted_by[k] = src->fmt.lvl2dim[k];
+        E.unique &= src->fmt.unique[k] != 0;
+    }
     st = build(ctx, &E, src->dims, dst, index_type, flags, out, err);
     sc_free(ctx, block);
     return st;

@@ -18,7 +18,9 @@
 
 /* Flags for conversions. */
 enum {
-    SC_CONV_DROP_ZEROS = 1 /* do not store entries whose value is 0 */
+    SC_CONV_DROP_ZEROS = 1, /* do not store entries whose value is 0 */
+    SC_CONV_SORTED = 2      /* from_coords: entries strictly increase in row-major order
+                               (checked; a coalesced COO) */
 };
 
 /*
@@ -52,7 +54,8 @@ sc_status sc_fmt_validate(const sc_ctx *ctx, const sc_tensor *t, sc_error *err);
 
 /*
  * Build out in format dst from nnz coordinates (coords[d * ld + e] is the coordinate of
- * entry e in dimension d; any order, duplicates allowed and summed) and values vals.
+ * entry e in dimension d; any order unless flags has SC_CONV_SORTED, duplicates allowed
+ * and summed) and values vals.
  * Coordinates are range-checked.  out's arrays are allocated through ctx (owned by the
  * caller: release with sc_tensor_release).
  */

@@ -354,14 +354,15 @@ static PyObject *py_format_info(PyObject *module, PyObject *args)
     return Py_BuildValue("(sz)", buf, name);
 }
 
-/* from_coords(shape, coords[order, nnz] int64, vals, fmt, index, drop_zeros, threads) */
+/* from_coords(shape, coords[order, nnz] int64, vals, fmt, index, flags, threads);
+ * flags: 1 drop zeros, 2 entries already in row-major order. */
 static PyObject *py_from_coords(PyObject *module, PyObject *args)
 {
     PyObject *shape, *coords_o, *vals_o, *fmt;
     const char *index_name;
-    int drop_zeros, threads;
-    if (!PyArg_ParseTuple(args, "OOOOspi", &shape, &coords_o, &vals_o, &fmt, &index_name,
-                          &drop_zeros, &threads))
+    int flags, threads;
+    if (!PyArg_ParseTuple(args, "OOOOsii", &shape, &coords_o, &vals_o, &fmt, &index_name,
+                          &flags, &threads))
         return NULL;
     sc_format f;
     int64_t dims[SC_MAX_ORDER];
@@ -398,8 +399,8 @@ static PyObject *py_from_coords(PyObject *module, PyObject *args)
     sc_status st;
     Py_BEGIN_ALLOW_THREADS
     st = sc_fmt_from_coords(&ctx, order, dims, nnz, PyArray_DATA(coords), nnz,
-                            PyArray_DATA(vals), dt, &f, it, drop_zeros ? SC_CONV_DROP_ZEROS : 0,
-                            &out, &err);
+                            PyArray_DATA(vals), dt, &f, it,
+                            flags & (SC_CONV_DROP_ZEROS | SC_CONV_SORTED), &out, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return raise_error(module, &err);

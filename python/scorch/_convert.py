@@ -27,15 +27,17 @@ def _check_values_dtype(dtype, what="values"):
 
 
 def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_dtype,
-                 drop_zeros=False) -> SparseTensor:
-    """coords: integer tensor [ndim, nnz] (any order, duplicates summed)."""
+                 drop_zeros=False, is_sorted=False) -> SparseTensor:
+    """coords: integer tensor [ndim, nnz] (any order, duplicates summed); ``is_sorted``
+    says they are in row-major order without duplicates (checked)."""
     shape = tuple(int(s) for s in shape)
     fmt = Format.parse(fmt, len(shape))
     it = _resolve_index_dtype(index_dtype, shape, coords.shape[1])
     coords = coords.detach().to(torch.int64).contiguous()
     values = values.detach().contiguous()
     p, c, v = _C.from_coords(shape, coords.numpy(), values.numpy(), fmt.as_tuple(),
-                             _INDEX_NAMES[it], bool(drop_zeros), _threads())
+                             _INDEX_NAMES[it], int(bool(drop_zeros)) | 2 * int(is_sorted),
+                             _threads())
     return _wrap(shape, fmt, p, c, v)
 
 
@@ -80,7 +82,8 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
         if x.dense_dim() != 0:
             raise NotImplementedError("hybrid COO tensors (with dense dimensions) are not "
                                       "supported; use .to_dense() first")
-        return _from_coords(x.shape, x._indices(), x._values(), format, index_dtype)
+        return _from_coords(x.shape, x._indices(), x._values(), format, index_dtype,
+                            is_sorted=x.is_coalesced())
     if x.dim() != 2:
         raise NotImplementedError(f"batched {layout} tensors are not supported")
     if layout in (torch.sparse_csr, torch.sparse_csc):
@@ -92,7 +95,8 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
             torch.arange(compressed.numel() - 1, dtype=torch.int64), compressed.diff())
         coords = (torch.stack([outer, plain.to(torch.int64)]) if layout is torch.sparse_csr
                   else torch.stack([plain.to(torch.int64), outer]))
-        return _from_coords(x.shape, coords, x.values(), format, index_dtype)
+        return _from_coords(x.shape, coords, x.values(), format, index_dtype,
+                            is_sorted=False)
     if layout is torch.sparse_bsr:
         crow, col, blocks = x.crow_indices(), x.col_indices(), x.values()
         bh, bw = blocks.shape[1], blocks.shape[2]

@@ -7,6 +7,7 @@ storage; torch sees its shape, dtype and device.  Every conversion runs in the C
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import torch
@@ -154,8 +155,11 @@ class SparseTensor(torch.Tensor):
             want = "csr" if layout is torch.sparse_csr else "csc"
             t = self if name == want else self.to_format(want)
             ctor = torch.sparse_csr_tensor if want == "csr" else torch.sparse_csc_tensor
-            return ctor(t._pos[1].clone(), t._crd[1].clone(), t._values.detach().clone(),
-                        size=tuple(self.shape), check_invariants=False)
+            with warnings.catch_warnings():  # torch's "CSR support is in beta" notice
+                warnings.simplefilter("ignore", UserWarning)
+                return ctor(t._pos[1].clone(), t._crd[1].clone(),
+                            t._values.detach().clone(), size=tuple(self.shape),
+                            check_invariants=False)
         if layout is not torch.sparse_coo:
             raise ValueError(f"to_torch supports sparse_coo, sparse_csr and sparse_csc, "
                              f"not {layout}")
