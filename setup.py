@@ -14,7 +14,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STAGES = ["base", "format", "expr", "lower", "schedule", "ir", "codegen", "jit", "py"]
+STAGES = ["base", "format", "expr", "lower", "schedule", "ir", "codegen", "jit", "driver", "py"]
 
 
 def sources():

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SC_RT_VERSION 1
+#define SC_RT_VERSION 2
 
 /* Most dimensions (= levels) a tensor may have. */
 #define SC_MAX_ORDER 8
@@ -116,5 +116,29 @@ typedef struct sc_tensor {
     void *vals;
     int64_t nvals;
 } sc_tensor;
+
+/*
+ * What a generated kernel gets besides its tensors: the allocator for sparse outputs
+ * (alloc returns NULL on failure), the thread count to use (<= 0: OpenMP's default),
+ * and room for a message when it fails.
+ */
+typedef struct sc_rt_env {
+    void *(*alloc)(void *user, size_t n);
+    void (*free)(void *user, void *p);
+    void *user;
+    int num_threads;
+    char msg[256];
+} sc_rt_env;
+
+/*
+ * The one C ABI of every generated kernel:
+ *   ops[i]  the operands, in expression order (dense operands are all-dense sc_tensors;
+ *           a column-major matrix is "dd" with lvl2dim (1, 0));
+ *   out     the result: its fmt, dims, dtype and index_type are set by the caller; the
+ *           kernel allocates and fills its arrays through env (dense: vals only).
+ * Returns SC_OK, or a status with env->msg filled (NOMEM on allocation failure); on
+ * failure every array it allocated has been freed and out's pointers are NULL.
+ */
+typedef int (*sc_rt_kernel)(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env);
 
 #endif /* SCORCH_RT_H */

@@ -20,7 +20,7 @@ typedef int (*int_fn)(int);
 static const char ADD1[] = "#include \"scorch_rt.h\"\nint add1(int x){return x+1;}\n";
 static const char BROKEN[] = "#include \"scorch_rt.h\"\nint broken(int x){return x+;}\n";
 static const char TWICE[] = "#include \"scorch_rt.h\"\n"
-                            "int twice(int x){return 2*x + SC_RT_VERSION - 1;}\n";
+                            "int twice(int x){return SC_RT_VERSION > 0 ? 2*x : -1;}\n";
 
 static sc_ctx ctx;
 static char root[64];

@@ -1,0 +1,59 @@
+/*
+ * sc_driver.h — the compiler driver: one function that runs the pipeline top to bottom
+ * (expr → format inference → lower → schedule → ir → codegen → jit), a cache of compiled
+ * kernels keyed on everything that shapes the generated code, and running a kernel.
+ *
+ * In:  an expression (einsum or index notation), operand descriptions (format, dims,
+ *      dtype, index width, stored-entry counts for the scheduler's cost model), an output
+ *      format (or NULL: inferred) and a schedule text (or NULL: automatic).
+ * Out: an sc_kernel (owned by the compiler; valid until sc_compiler_free) that can be run
+ *      on any operands matching those descriptions.
+ *
+ * SCORCH_DEBUG=1 in the environment makes the driver keep each stage's dump (the text is
+ * returned by sc_kernel_explain, never printed by the library).
+ */
+#ifndef SC_DRIVER_H
+#define SC_DRIVER_H
+
+#include "../base/sc_base.h"
+#include "../jit/sc_jit.h"
+
+typedef struct sc_compiler sc_compiler;
+typedef struct sc_kernel sc_kernel;
+
+/* Build a compiler; cfg is passed to sc_jit_new (include_dir required). */
+sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_error *err);
+void sc_compiler_free(sc_compiler *c);
+
+typedef enum { SC_EXPR_LANG_EINSUM, SC_EXPR_LANG_INDEX } sc_expr_lang;
+
+/*
+ * Compile (or find) the kernel for expr over operands described by ops[0..nops-1] (only
+ * fmt, dims, dtype, index_type, crd_len/pos_len/nvals are read; no array is touched).
+ * out_fmt NULL: inferred.  schedule NULL or "": automatic; else the text form of a
+ * schedule, whose directives are checked (USER error with the reason when illegal).
+ * Thread-safe; compiles outside any lock.
+ */
+sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                     const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                     const sc_kernel **out, sc_error *err);
+
+/*
+ * Run k on operands matching its descriptions (checked: formats, dtypes, index widths,
+ * dims).  *out receives the result with arrays allocated through the compiler's ctx
+ * allocator (caller owns them: sc_tensor_release).  num_threads <= 0: default.
+ */
+sc_status sc_kernel_run(const sc_kernel *k, const sc_tensor *const *ops, int num_threads,
+                        sc_tensor *out, sc_error *err);
+
+/* The output's format, dims, dtype and index width (arrays NULL). */
+void sc_kernel_output(const sc_kernel *k, sc_tensor *desc);
+
+/* Human-readable: canonical expression, operand and output formats, loop order, the
+ * schedule in its text form, and the generated C.  Owned by the kernel. */
+const char *sc_kernel_explain(const sc_kernel *k);
+
+/* The schedule chosen (text form), owned by the kernel. */
+const char *sc_kernel_schedule(const sc_kernel *k);
+
+#endif /* SC_DRIVER_H */
