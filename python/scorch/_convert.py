@@ -38,7 +38,7 @@ def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_d
     p, c, v = _C.from_coords(shape, coords.numpy(), values.numpy(), fmt.as_tuple(),
                              _INDEX_NAMES[it], int(bool(drop_zeros)) | 2 * int(is_sorted),
                              _threads())
-    return _wrap(shape, fmt, p, c, v)
+    return _wrap(shape, fmt, p, c, v, it)
 
 
 def to_sparse(x, format="csr", index_dtype=None) -> SparseTensor:
@@ -72,7 +72,7 @@ def _from_dense(x: torch.Tensor, format, index_dtype) -> SparseTensor:
     it = _resolve_index_dtype(index_dtype, x.shape, bound)
     data = x.detach().contiguous().numpy()
     p, c, v = _C.from_dense(data, fmt.as_tuple(), _INDEX_NAMES[it], _threads())
-    return _wrap(x.shape, fmt, p, c, v)
+    return _wrap(x.shape, fmt, p, c, v, it)
 
 
 def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
@@ -224,4 +224,5 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
     _C.validate(shape, fmt.as_tuple(), [None if p is None else p.numpy() for p in pos],
                 [None if c is None else c.numpy() for c in crd], vals.detach().numpy(),
                 _INDEX_NAMES[idx_dtype])
-    return SparseTensor(shape, fmt, pos, crd, vals, requires_grad=values.requires_grad)
+    return SparseTensor(shape, fmt, pos, crd, vals, requires_grad=values.requires_grad,
+                        index_dtype=idx_dtype)

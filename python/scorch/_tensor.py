@@ -42,7 +42,8 @@ class SparseTensor(torch.Tensor):
     _values: torch.Tensor
 
     @staticmethod
-    def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False):
+    def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False,
+                index_dtype=None):
         self = torch.Tensor._make_wrapper_subclass(
             cls, tuple(shape), dtype=values.dtype, device=values.device,
             requires_grad=requires_grad)
@@ -50,6 +51,8 @@ class SparseTensor(torch.Tensor):
         self._pos = list(pos)
         self._crd = list(crd)
         self._values = values
+        # Kept for formats with no index arrays (dense), so the dtype asked for survives.
+        self._index_dtype = index_dtype
         return self
 
     # The high-level torch API is routed in a later stage; until then every op reaches
@@ -83,7 +86,7 @@ class SparseTensor(torch.Tensor):
         for a in self._pos + self._crd:
             if a is not None:
                 return a.dtype
-        return torch.int32
+        return self._index_dtype or torch.int32
 
     def values(self) -> torch.Tensor:
         """The 1-D tensor of stored values, in storage order (the tensor itself, no copy)."""
@@ -98,7 +101,7 @@ class SparseTensor(torch.Tensor):
 
     def _rewrap(self, values, requires_grad=False):
         return SparseTensor(self.shape, self._format, self._pos, self._crd, values,
-                            requires_grad=requires_grad)
+                            requires_grad=requires_grad, index_dtype=self.index_dtype)
 
     def with_values(self, values: torch.Tensor) -> "SparseTensor":
         """The same pattern around new values (a 1-D tensor of length nnz)."""
@@ -132,17 +135,20 @@ class SparseTensor(torch.Tensor):
         """This tensor in another format (a new tensor; this one is unchanged).
 
         Explicit zeros are kept, except that zeros a dense level stores (padding) are
-        dropped when the source has a dense level; ``drop_zeros=True/False`` overrides.
+        dropped when the source's innermost level is dense (only then are there padding
+        values); ``drop_zeros=True/False`` overrides.
         """
         fmt = Format.parse(format, self.dim())
         it = _resolve_index_dtype(index_dtype, self.shape, self.nnz)
+        if index_dtype is None and self.index_dtype == torch.int64:
+            it = torch.int64  # keep the source's width unless asked otherwise
         if drop_zeros is None:
-            drop_zeros = self._format.has_dense_level
+            drop_zeros = self._format.levels[-1] == "dense"
         pos, crd, vals = self._arrays()
         p, c, v = _C.convert(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
                              _INDEX_NAMES[self.index_dtype], fmt.as_tuple(),
                              _INDEX_NAMES[it], bool(drop_zeros), _threads())
-        return _wrap(self.shape, fmt, p, c, v)
+        return _wrap(self.shape, fmt, p, c, v, it)
 
     def to_torch(self, layout=None) -> torch.Tensor:
         """A torch sparse tensor: CSR for csr, CSC for csc, COO (coalesced) otherwise, or
@@ -188,7 +194,8 @@ class SparseTensor(torch.Tensor):
             self.shape, self._format,
             [None if p is None else p.clone() for p in self._pos],
             [None if c is None else c.clone() for c in self._crd],
-            self._values.clone(), requires_grad=self.requires_grad)
+            self._values.clone(), requires_grad=self.requires_grad,
+            index_dtype=self.index_dtype)
 
     def __deepcopy__(self, memo):
         if id(self) in memo:
@@ -196,13 +203,14 @@ class SparseTensor(torch.Tensor):
         new = SparseTensor(self.shape, self._format, copy.deepcopy(self._pos, memo),
                            copy.deepcopy(self._crd, memo),
                            copy.deepcopy(self._values.detach(), memo),
-                           requires_grad=self.requires_grad)
+                           requires_grad=self.requires_grad, index_dtype=self.index_dtype)
         memo[id(self)] = new
         return new
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(), self._pos, self._crd,
-                           self._values.detach(), self.requires_grad))
+                           self._values.detach(), self.requires_grad,
+                           _INDEX_NAMES[self.index_dtype]))
 
     def __repr__(self, *, tensor_contents=None):
         vals = self._values.detach()
@@ -214,18 +222,19 @@ class SparseTensor(torch.Tensor):
     __str__ = __repr__
 
 
-def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad):
+def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int32"):
     """Unpickling entry point (registered as a safe global for torch.load)."""
     from ._format import _format_from_tuple
 
+    index_dtype = {v: k for k, v in _INDEX_NAMES.items()}[index_name]
     return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd, values,
-                        requires_grad=requires_grad)
+                        requires_grad=requires_grad, index_dtype=index_dtype)
 
 
-def _wrap(shape, fmt, pos, crd, vals) -> SparseTensor:
+def _wrap(shape, fmt, pos, crd, vals, index_dtype) -> SparseTensor:
     """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory)."""
     return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd],
-                        torch.from_numpy(vals))
+                        torch.from_numpy(vals), index_dtype=index_dtype)
 
 
 _I32_MAX = 2**31 - 1

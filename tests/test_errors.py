@@ -1,0 +1,428 @@
+"""One negative test per illegal input: the exception class and a key phrase of its message.
+
+Bad input must give a clear Python exception, never a crash or a wrong answer, and must
+never modify the caller's tensors.
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+import scorch
+from scorch import Format
+
+from conftest import make_dense, seed_of
+
+I32 = torch.int32
+I64 = torch.int64
+
+
+def i32(*a):
+    return torch.tensor(a, dtype=I32)
+
+
+def f32(*a):
+    return torch.tensor(a, dtype=torch.float32)
+
+
+@pytest.fixture
+def x():
+    return make_dense((4, 5), torch.float32, seed_of("errors"))
+
+
+def csr(shape=(2, 3), pos=(0, 1, 2), crd=(0, 1), values=(1.0, 2.0), it=I32, **kw):
+    """from_components for a CSR built from plain tuples (each overridable)."""
+    p = pos if isinstance(pos, torch.Tensor) else torch.tensor(pos, dtype=it)
+    c = crd if isinstance(crd, torch.Tensor) else torch.tensor(crd, dtype=it)
+    v = values if isinstance(values, torch.Tensor) else torch.tensor(values)
+    return scorch.from_components(shape, "csr", pos=[None, p], crd=[None, c], values=v, **kw)
+
+
+# ---- formats ----------------------------------------------------------------------------
+
+def test_unknown_format_name(x):
+    with pytest.raises(ValueError, match=r"invalid format 'foo'.*expected a name"):
+        scorch.to_sparse(x, "foo")
+
+
+def test_bad_level_letter(x):
+    with pytest.raises(ValueError, match=r"invalid format 'dx': unknown level letter at "
+                                         r"column 1"):
+        scorch.to_sparse(x, "dx")
+
+
+def test_bad_level_letter_in_format_constructor():
+    with pytest.raises(ValueError, match="unknown level letter"):
+        Format("dq")
+
+
+def test_format_not_a_string(x):
+    with pytest.raises(TypeError, match="format must be a str or scorch.Format"):
+        scorch.to_sparse(x, 3)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "dcsr", "dcsc"])
+def test_two_d_only_format_on_a_3d_tensor(fmt):
+    with pytest.raises(ValueError, match=f"format '{fmt}' is for 2-D tensors, got a 3-D"):
+        scorch.to_sparse(torch.ones(2, 2, 2), fmt)
+
+
+def test_two_d_format_object_on_a_3d_tensor():
+    with pytest.raises(ValueError, match="has 2 levels but the tensor has 3 dimensions"):
+        scorch.to_sparse(torch.ones(2, 2, 2), Format("dc", order=(1, 0)))
+
+
+def test_too_many_levels(x):
+    with pytest.raises(ValueError, match="more levels than dimensions"):
+        scorch.to_sparse(x, "dcc")
+
+
+def test_too_few_levels():
+    with pytest.raises(ValueError, match="levels"):
+        scorch.to_sparse(torch.ones(2, 2, 2), "dc")
+
+
+def test_wrong_number_of_levels_format_object(x):
+    with pytest.raises(ValueError, match="has 3 levels but the tensor has 2 dimensions"):
+        scorch.to_sparse(x, Format("dcc"))
+
+
+def test_singleton_level_at_the_top(x):
+    with pytest.raises(ValueError, match="level 0: a singleton level needs a compressed or "
+                                         "singleton level above it"):
+        scorch.to_sparse(x, "sc")
+
+
+def test_singleton_level_under_dense(x):
+    with pytest.raises(ValueError, match="level 1: a singleton level needs a compressed or "
+                                         "singleton level above it"):
+        scorch.to_sparse(x, "ds")
+
+
+def test_singleton_level_in_format_constructor():
+    with pytest.raises(ValueError, match="singleton level needs"):
+        Format("sc")
+
+
+def test_format_order_not_a_permutation():
+    with pytest.raises(ValueError, match=r"order \(0, 0\) is not a permutation"):
+        Format("dc", order=(0, 0))
+
+
+def test_singleton_under_unique_level_cannot_hold_two_entries_of_a_parent():
+    x = torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])   # row 0 has two entries
+    with pytest.raises(NotImplementedError, match="singleton level sits under a unique "
+                                                  "level"):
+        scorch.to_sparse(x, "cs")
+    A = scorch.to_sparse(x, "coo")
+    with pytest.raises(NotImplementedError, match="make the level above it nonunique"):
+        A.to_format("cs")
+
+
+def test_zero_dim_tensor():
+    with pytest.raises(ValueError, match="at least one dimension"):
+        scorch.to_sparse(torch.tensor(1.0), "dense")
+
+
+# ---- from_components --------------------------------------------------------------------
+
+def test_from_components_crd_out_of_range():
+    with pytest.raises(IndexError, match="level 1: coordinate out of range"):
+        csr(crd=(0, 3))
+
+
+def test_from_components_negative_crd():
+    with pytest.raises(IndexError, match="level 1: coordinate out of range"):
+        csr(crd=(-1, 1))
+
+
+def test_from_components_unsorted_crd_in_a_unique_level():
+    with pytest.raises(ValueError, match="level 1: coordinates not strictly increasing"):
+        csr(pos=(0, 2, 2), crd=(2, 0))
+
+
+def test_from_components_duplicate_crd_in_a_unique_level():
+    with pytest.raises(ValueError, match="level 1: coordinates not strictly increasing"):
+        csr(pos=(0, 2, 2), crd=(1, 1))
+
+
+def test_from_components_unsorted_top_level_of_coo():
+    it = I32
+    with pytest.raises(ValueError, match="level 0: coordinates not sorted"):
+        scorch.from_components((2, 3), "coo", pos=[i32(0, 2), None],
+                               crd=[torch.tensor([1, 0], dtype=it),
+                                    torch.tensor([0, 1], dtype=it)],
+                               values=f32(1, 2))
+
+
+def test_from_components_decreasing_pos():
+    with pytest.raises(ValueError, match="level 1: pos array decreases"):
+        csr(shape=(3, 3), pos=(0, 2, 1, 2), crd=(0, 1))
+
+
+def test_from_components_pos_not_starting_at_zero():
+    with pytest.raises(ValueError, match="level 1: pos array must start at 0"):
+        csr(pos=(1, 1, 2))
+
+
+def test_from_components_pos_last_not_crd_length():
+    with pytest.raises(ValueError, match=r"level 1: pos\[2\] = 1 but crd has length 2"):
+        csr(pos=(0, 1, 1))
+
+
+def test_from_components_wrong_pos_length():
+    with pytest.raises(ValueError, match="level 1: pos array has length 2, expected 3"):
+        csr(pos=(0, 2))
+
+
+def test_from_components_values_length_mismatch():
+    with pytest.raises(ValueError, match="values has length 3, expected 2"):
+        csr(values=(1.0, 2.0, 3.0))
+
+
+def test_from_components_values_not_1d():
+    with pytest.raises(ValueError, match="values must be 1-D"):
+        csr(values=torch.ones(2, 1))
+
+
+def test_from_components_int_values():
+    with pytest.raises(TypeError, match="float32 and float64 values, got torch.int32"):
+        csr(values=torch.ones(2, dtype=torch.int32))
+
+
+def test_from_components_mixed_index_dtypes():
+    with pytest.raises(TypeError, match="all index arrays must share one dtype"):
+        csr(pos=i32(0, 1, 2), crd=torch.tensor([0, 1], dtype=I64))
+
+
+def test_from_components_float_index_arrays():
+    with pytest.raises(TypeError,
+                       match=r"pos\[1\] must be int32 or int64, got torch.float32"):
+        csr(pos=f32(0, 1, 2), crd=f32(0, 1))
+
+
+def test_from_components_numpy_index_array():
+    with pytest.raises(TypeError, match=r"pos\[1\] must be a torch.Tensor, not ndarray"):
+        scorch.from_components((2, 3), "csr", pos=[None, np.array([0, 1, 2], dtype=np.int32)],
+                               crd=[None, i32(0, 1)], values=f32(1, 2))
+
+
+def test_from_components_missing_pos_for_compressed_level():
+    with pytest.raises(ValueError, match=r"level 1 \(compressed\) needs a pos array"):
+        scorch.from_components((2, 3), "csr", pos=[None, None], crd=[None, i32(0, 1)],
+                               values=f32(1, 2))
+
+
+def test_from_components_missing_crd_for_singleton_level():
+    with pytest.raises(ValueError, match=r"level 1 \(singleton\) needs a crd array"):
+        scorch.from_components((2, 3), "coo", pos=[i32(0, 2), None], crd=[i32(0, 1), None],
+                               values=f32(1, 2))
+
+
+def test_from_components_pos_for_dense_level():
+    with pytest.raises(ValueError, match=r"level 0 \(dense\) has no pos array; pass None"):
+        scorch.from_components((2, 3), "csr", pos=[i32(0, 2), i32(0, 1, 2)],
+                               crd=[None, i32(0, 1)], values=f32(1, 2))
+
+
+def test_from_components_pos_for_singleton_level():
+    with pytest.raises(ValueError, match=r"level 1 \(singleton\) has no pos array"):
+        scorch.from_components((2, 3), "coo", pos=[i32(0, 2), i32(0, 1, 2)],
+                               crd=[i32(0, 1), i32(0, 1)], values=f32(1, 2))
+
+
+def test_from_components_wrong_number_of_level_arrays():
+    with pytest.raises(ValueError, match=r"pos and crd need one entry per level \(2\)"):
+        scorch.from_components((2, 3), "csr", pos=[i32(0, 1, 2)], crd=[None, i32(0, 1)],
+                               values=f32(1, 2))
+
+
+def test_from_components_negative_shape():
+    with pytest.raises(ValueError, match="negative size -1 in dimension 0"):
+        csr(shape=(-1, 3), pos=(0,), crd=(), values=torch.zeros(0))
+
+
+def test_from_components_shape_not_a_tuple():
+    with pytest.raises(TypeError, match="shape must be a tuple of ints"):
+        csr(shape="ab")
+
+
+def test_from_components_never_writes_the_callers_arrays():
+    pos, crd, vals = i32(0, 2, 2), i32(2, 0), f32(1, 2)   # unsorted: refused
+    before = pos.clone(), crd.clone(), vals.clone()
+    with pytest.raises(ValueError, match="not strictly increasing"):
+        csr(pos=pos, crd=crd, values=vals)
+    assert all(torch.equal(a, b) for a, b in zip((pos, crd, vals), before))
+
+
+# ---- to_sparse ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float16, torch.bfloat16,
+                                   torch.bool], ids=str)
+def test_to_sparse_unsupported_value_dtype(dtype):
+    with pytest.raises(TypeError, match=f"float32 and float64 values, got {dtype}"):
+        scorch.to_sparse(torch.ones(2, 2, dtype=dtype), "csr")
+
+
+def test_to_sparse_unsupported_value_dtype_torch_sparse():
+    with pytest.raises(TypeError, match="float32 and float64 values, got torch.float16"):
+        scorch.to_sparse(torch.ones(2, 2, dtype=torch.float16).to_sparse(), "csr")
+
+
+def test_to_sparse_unsupported_value_dtype_scipy():
+    with pytest.raises(TypeError, match="float32 and float64 values, got int64"):
+        scorch.to_sparse(sp.csr_array(np.ones((2, 2), dtype=np.int64)), "csr")
+
+
+def test_to_sparse_unsupported_value_dtype_numpy():
+    with pytest.raises(TypeError, match="float32 and float64 values, got torch.float16"):
+        scorch.to_sparse(np.ones((2, 2), dtype=np.float16), "csr")
+
+
+@pytest.mark.parametrize("obj", [[[1.0, 2.0]], 3.0, "csr", None], ids=repr)
+def test_to_sparse_not_a_tensor(obj):
+    with pytest.raises(TypeError, match="to_sparse expects a torch.Tensor"):
+        scorch.to_sparse(obj, "csr")
+
+
+def test_to_sparse_non_cpu_device():
+    with pytest.raises(ValueError, match="the input is on meta"):
+        scorch.to_sparse(torch.empty(2, 2, device="meta"), "csr")
+
+
+def test_to_sparse_hybrid_coo():
+    with pytest.raises(NotImplementedError, match="hybrid COO"):
+        scorch.to_sparse(torch.ones(2, 2, 3).to_sparse(2), "csr")
+
+
+def test_to_sparse_int32_cannot_hold_a_dimension():
+    n = 2**31 + 5
+    idx = torch.tensor([[0, 0], [1, n - 1]])
+    vals = f32(1, 2)
+    x = torch.sparse_coo_tensor(idx, vals, (1, n), check_invariants=True)
+    with pytest.raises(ValueError, match=r"does not fit int32 indices \(use int64\)"):
+        scorch.to_sparse(x, "csr", index_dtype=torch.int32)
+    # The input is not modified by a refused conversion.
+    assert torch.equal(x._indices(), idx) and torch.equal(x._values(), vals)
+    assert x.shape == (1, n)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.float32, torch.int16, "int32", 32], ids=str)
+def test_to_sparse_bad_index_dtype(x, index_dtype):
+    with pytest.raises(TypeError, match="index_dtype must be torch.int32 or torch.int64"):
+        scorch.to_sparse(x, "csr", index_dtype=index_dtype)
+
+
+def test_to_format_bad_index_dtype(x):
+    with pytest.raises(TypeError, match="index_dtype must be torch.int32 or torch.int64"):
+        scorch.to_sparse(x, "csr").to_format("csc", index_dtype=torch.float64)
+
+
+def test_to_torch_bad_layout(x):
+    with pytest.raises(ValueError, match="to_torch supports sparse_coo, sparse_csr and "
+                                         "sparse_csc, not torch.strided"):
+        scorch.to_sparse(x, "csr").to_torch(layout=torch.strided)
+
+
+def test_input_is_not_modified_by_a_refused_conversion(x):
+    before = x.clone()
+    with pytest.raises(ValueError, match="unknown level letter"):
+        scorch.to_sparse(x, "dz")
+    with pytest.raises(ValueError, match="singleton level needs"):
+        scorch.to_sparse(x, "sc")
+    assert torch.equal(x, before)
+
+
+# ---- from_edge_index --------------------------------------------------------------------
+
+def test_from_edge_index_wrong_shape():
+    with pytest.raises(ValueError,
+                       match=r"edge_index must have shape \[2, E\], got \[3, 4\]"):
+        scorch.from_edge_index(torch.zeros(3, 4, dtype=torch.int64))
+
+
+def test_from_edge_index_one_dimensional():
+    with pytest.raises(ValueError, match=r"edge_index must have shape \[2, E\]"):
+        scorch.from_edge_index(torch.zeros(4, dtype=torch.int64))
+
+
+def test_from_edge_index_float():
+    with pytest.raises(TypeError, match="edge_index must be an integer tensor, got "
+                                        "torch.float32"):
+        scorch.from_edge_index(torch.zeros(2, 4))
+
+
+def test_from_edge_index_node_out_of_range():
+    with pytest.raises(IndexError, match="index 5 of entry 1 is out of range for dimension 0 "
+                                         "of size 3"):
+        scorch.from_edge_index(torch.tensor([[0, 5], [1, 1]]), num_nodes=3)
+
+
+def test_from_edge_index_negative_node():
+    with pytest.raises(IndexError, match="index -1 of entry 1 is out of range"):
+        scorch.from_edge_index(torch.tensor([[0, -1], [1, 1]]))
+
+
+def test_from_edge_index_negative_num_nodes():
+    with pytest.raises(ValueError, match="num_nodes must be non-negative, got -2"):
+        scorch.from_edge_index(torch.tensor([[0, 1], [1, 1]]), num_nodes=-2)
+
+
+def test_from_edge_index_values_wrong_length():
+    with pytest.raises(ValueError, match=r"values must have shape \[2\] \(one per edge\), "
+                                         r"got \[3\]"):
+        scorch.from_edge_index(torch.tensor([[0, 1], [1, 1]]), values=torch.ones(3))
+
+
+def test_from_edge_index_int_values():
+    with pytest.raises(TypeError, match="float32 and float64 values, got torch.int64"):
+        scorch.from_edge_index(torch.tensor([[0], [1]]), values=torch.tensor([1]))
+
+
+def test_from_edge_index_does_not_modify_its_inputs():
+    ei = torch.tensor([[0, 7], [1, 1]])
+    vals = f32(1, 2)
+    before = ei.clone(), vals.clone()
+    with pytest.raises(IndexError, match="out of range"):
+        scorch.from_edge_index(ei, num_nodes=3, values=vals)
+    assert torch.equal(ei, before[0]) and torch.equal(vals, before[1])
+
+
+# ---- SparseTensor methods -----------------------------------------------------------------
+
+def test_with_values_wrong_shape(x):
+    A = scorch.to_sparse(x, "csr")
+    with pytest.raises(ValueError, match=rf"values must have shape \({A.nnz},\)"):
+        A.with_values(torch.ones(A.nnz + 1))
+
+
+def test_with_values_wrong_dtype(x):
+    A = scorch.to_sparse(x, "csr")
+    with pytest.raises(TypeError, match="values must be float32 or float64"):
+        A.with_values(torch.ones(A.nnz, dtype=torch.int64))
+
+
+def test_with_values_not_a_tensor(x):
+    A = scorch.to_sparse(x, "csr")
+    with pytest.raises(TypeError, match="values must be a torch.Tensor"):
+        A.with_values([1.0] * A.nnz)
+
+
+def test_indices_level_out_of_range(x):
+    with pytest.raises(IndexError, match="level 2 is out of range for a 2-level tensor"):
+        scorch.to_sparse(x, "csr").indices(2)
+
+
+@pytest.mark.parametrize("op", [
+    pytest.param(lambda A: torch.exp(A), id="torch.exp"),
+    pytest.param(lambda A: A.exp(), id="Tensor.exp"),
+    pytest.param(lambda A: A + 1, id="add_scalar"),
+    pytest.param(lambda A: torch.cos(A), id="torch.cos"),
+])
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_unsupported_torch_op(x, fmt, op):
+    A = scorch.to_sparse(x, fmt)
+    with pytest.raises(NotImplementedError, match=rf"not supported on SparseTensor "
+                                                  rf"\(formats: {fmt}\).*\.to_dense\(\)"):
+        op(A)
+    assert torch.equal(A.to_dense(), x)

@@ -1,0 +1,145 @@
+"""pickle, torch.save/torch.load (weights_only=True, the default) and copy.deepcopy of
+SparseTensors: same format, shape, dtypes and arrays, and independent of the original."""
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+
+import scorch
+from scorch import Format
+
+from conftest import (FLOAT_DTYPES, INDEX_DTYPES, assert_arrays_equal, assert_valid,
+                      make_dense, seed_of, sparse_arrays)
+
+CASES = [("csr", (7, 13)), ("coo", (13, 7)), ("csf", (3, 4, 5)), ("csc", (6, 4)),
+         ("dense", (4, 6)), ("cd", (6, 4))]
+
+
+def dtid(d):
+    return str(d).replace("torch.", "")
+
+
+def make(fmt, shape, dtype, index_dtype):
+    ref = make_dense(shape, dtype, seed_of("ser", fmt, shape, dtype),
+                     "empty_rows" if shape == (6, 4) else "random")
+    A = scorch.to_sparse(ref, fmt, index_dtype=index_dtype)
+    assert A.index_dtype == index_dtype
+    return A, ref
+
+
+def assert_same(B, A, ref):
+    assert type(B) is scorch.SparseTensor
+    assert B.format == A.format and str(B.format) == str(A.format)
+    assert B.shape == A.shape
+    assert B.dtype == A.dtype
+    assert B.index_dtype == A.index_dtype
+    assert B.nnz == A.nnz
+    assert B.requires_grad == A.requires_grad
+    assert_arrays_equal(sparse_arrays(B), sparse_arrays(A))
+    assert_valid(B)
+    assert torch.equal(B.to_dense(), ref)
+
+
+def assert_independent(B, A, ref):
+    """Writing B's arrays does not reach A."""
+    assert B.values().data_ptr() != A.values().data_ptr() or A.nnz == 0
+    with torch.no_grad():
+        B.values().add_(1)
+    for arr in B._pos + B._crd:
+        if arr is not None:
+            arr.zero_()
+    assert torch.equal(A.to_dense(), ref)
+
+
+def torch_round_trip(obj, **load_kw):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, **load_kw)
+
+
+param_grid = pytest.mark.parametrize(
+    "fmt, shape", CASES, ids=[f"{f}-{'x'.join(map(str, s))}" for f, s in CASES])
+dtypes = pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtid)
+index_dtypes = pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtid)
+
+
+@index_dtypes
+@dtypes
+@param_grid
+def test_pickle(fmt, shape, dtype, index_dtype):
+    A, ref = make(fmt, shape, dtype, index_dtype)
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        B = pickle.loads(pickle.dumps(A, protocol=protocol))
+        assert_same(B, A, ref)
+    assert_independent(B, A, ref)
+
+
+@index_dtypes
+@dtypes
+@param_grid
+def test_torch_save_load_default_weights_only(fmt, shape, dtype, index_dtype):
+    A, ref = make(fmt, shape, dtype, index_dtype)
+    B = torch_round_trip(A)                      # torch.load's default: weights_only=True
+    assert_same(B, A, ref)
+    assert_independent(B, A, ref)
+
+
+@index_dtypes
+@dtypes
+@param_grid
+def test_torch_save_load_explicit_weights_only(fmt, shape, dtype, index_dtype):
+    A, ref = make(fmt, shape, dtype, index_dtype)
+    assert_same(torch_round_trip(A, weights_only=True), A, ref)
+    assert_same(torch_round_trip(A, weights_only=False), A, ref)
+
+
+@index_dtypes
+@dtypes
+@param_grid
+def test_deepcopy(fmt, shape, dtype, index_dtype):
+    A, ref = make(fmt, shape, dtype, index_dtype)
+    B = copy.deepcopy(A)
+    assert B is not A
+    assert_same(B, A, ref)
+    assert_independent(B, A, ref)
+
+
+def test_state_dict_like_container_round_trips():
+    A, refA = make("csr", (7, 13), torch.float32, torch.int32)
+    C, refC = make("csf", (3, 4, 5), torch.float64, torch.int64)
+    state = {"adj": A, "t": C, "w": torch.ones(3), "shared": [A, A]}
+    out = torch_round_trip(state)
+    assert_same(out["adj"], A, refA)
+    assert_same(out["t"], C, refC)
+    assert torch.equal(out["w"], torch.ones(3))
+    out = copy.deepcopy(state)
+    assert out["shared"][0] is out["shared"][1] is out["adj"]   # deepcopy keeps identity
+    assert_same(out["adj"], A, refA)
+
+
+def test_requires_grad_survives():
+    A, ref = make("csr", (7, 13), torch.float64, torch.int32)
+    A = A.with_values(A.values().clone().requires_grad_())
+    for B in (pickle.loads(pickle.dumps(A)), torch_round_trip(A), copy.deepcopy(A)):
+        assert B.requires_grad
+        assert torch.equal(B.to_dense(), ref)
+
+
+def test_empty_tensor_round_trips():
+    A = scorch.to_sparse(torch.zeros(0, 5), "csr", index_dtype=torch.int64)
+    for B in (pickle.loads(pickle.dumps(A)), torch_round_trip(A), copy.deepcopy(A)):
+        assert B.shape == (0, 5) and B.nnz == 0 and B.index_dtype == torch.int64
+        assert torch.equal(B.to_dense(), torch.zeros(0, 5))
+
+
+@pytest.mark.parametrize("fmt", [Format.parse("csr", 2), Format("c(nonunique)s"),
+                                 Format("ccc", order=(2, 0, 1)), Format.parse("coo", 4)],
+                         ids=repr)
+def test_format_pickles(fmt):
+    g = pickle.loads(pickle.dumps(fmt))
+    assert g == fmt and hash(g) == hash(fmt)
+    assert str(g) == str(fmt) and g.name == fmt.name and g.order == fmt.order
+    assert copy.deepcopy(fmt) == fmt
