@@ -73,7 +73,14 @@ static void val_gather(void *dst, const void *src, const int64_t *perm, int64_t 
                        int nt)
 {
     if (!perm) {
-        memcpy(dst, src, (size_t)n * sc_dtype_size(t));
+        /* Split the copy: first touch of the fresh destination is most of its cost. */
+        const size_t vs = sc_dtype_size(t);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int c = 0; c < nt; c++) {
+            int64_t lo = n * c / nt, hi = n * (c + 1) / nt;
+            memcpy((char *)dst + (size_t)lo * vs, (const char *)src + (size_t)lo * vs,
+                   (size_t)(hi - lo) * vs);
+        }
         return;
     }
     if (t == SC_DTYPE_F32) {
@@ -283,6 +290,87 @@ static void init_out(sc_tensor *out, const sc_format *dst, const int64_t *dims,
 }
 
 /*
+ * One compressed level k of pack: entry u makes a new position when eff[u] <= k; its
+ * coordinate goes to crd, and pos[q] = the first position whose parent is >= q.  Parents
+ * never decrease along the entries, so each thread fills a disjoint part of both arrays:
+ * a first pass counts each chunk's new positions and its last parent, a second writes.
+ * cp (may be NULL) receives every entry's position at this level.
+ */
+static sc_status pack_compressed(const sc_ctx *ctx, const entries *E, const int64_t *perm,
+                                 int64_t n, const uint8_t *eff, int32_t k, const int64_t *pp,
+                                 int64_t P, int64_t *cp, sc_index_type it, int nt,
+                                 sc_tensor *out, int64_t *count_out, sc_error *err)
+{
+    const int64_t *ck = E->c[out->fmt.lvl2dim[k]];
+    int64_t chunk_count[64], chunk_last[64], start[64], before[64];
+    if (nt > 64)
+        nt = 64;
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num();
+#else
+        int t = 0;
+#endif
+        int64_t lo = n * t / nt, hi = n * (t + 1) / nt, c = 0, last = -1;
+        for (int64_t u = lo; u < hi; u++) {
+            if (eff[u] <= k) {
+                c++;
+                last = pp ? pp[u] : 0;
+            }
+        }
+        chunk_count[t] = c;
+        chunk_last[t] = last;
+    }
+    int64_t count = 0, prev = -1;
+    for (int t = 0; t < nt; t++) {
+        start[t] = count;
+        before[t] = prev;
+        count += chunk_count[t];
+        if (chunk_last[t] >= 0)
+            prev = chunk_last[t];
+    }
+    *count_out = count;
+    if (count > sc_index_max(it))
+        return sc_fail(err, SC_USER, "format",
+                       "level %d stores %lld coordinates, which does not fit %s indices "
+                       "(use int64)", (int)k, (long long)count, sc_index_name(it));
+    size_t isz = sc_index_size(it);
+    out->pos_len[k] = P + 1;
+    out->crd_len[k] = count;
+    out->pos[k] = sc_alloc(ctx, (size_t)(P + 1) * isz, err);
+    out->crd[k] = out->pos[k] ? sc_alloc(ctx, (size_t)count * isz, err) : NULL;
+    if (!out->crd[k])
+        return SC_NOMEM;
+    void *pos = out->pos[k], *crd = out->crd[k];
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num();
+#else
+        int t = 0;
+#endif
+        int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+        int64_t p = start[t] - 1, y = before[t];
+        for (int64_t u = lo; u < hi; u++) {
+            if (eff[u] <= k) {
+                p++;
+                int64_t x = pp ? pp[u] : 0;
+                sc_idx_set(crd, it, p, ck[perm ? perm[u] : u]);
+                for (int64_t q = y + 1; q <= x; q++)
+                    sc_idx_set(pos, it, q, p);
+                y = x;
+            }
+            if (cp)
+                cp[u] = p;
+        }
+    }
+    for (int64_t q = prev + 1; q <= P; q++)
+        sc_idx_set(pos, it, q, count);
+    return SC_OK;
+}
+
+/*
  * Build out from sorted entries.  perm (NULL = identity) orders them; the first n entries
  * of that order are used.  eff[u] is the first level at which position u must be new
  * (min(first differing level, first nonunique level)); uvals holds the summed values in
@@ -343,53 +431,9 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
                 cp[u] = (pp ? pp[u] * dim : 0) + ck[perm ? perm[u] : u];
             break;
         case SC_LEVEL_COMPRESSED: {
-            for (int64_t u = 0; u < n; u++)
-                count += eff[u] <= k;
-            if (count > sc_index_max(it)) {
-                st = sc_fail(err, SC_USER, "format",
-                             "level %d stores %lld coordinates, which does not fit %s "
-                             "indices (use int64)", (int)k, (long long)count,
-                             sc_index_name(it));
+            st = pack_compressed(ctx, E, perm, n, eff, k, pp, P, cp, it, nt, out, &count, err);
+            if (st != SC_OK)
                 goto fail;
-            }
-            size_t isz = sc_index_size(it);
-            out->pos_len[k] = P + 1;
-            out->crd_len[k] = count;
-            out->pos[k] = sc_calloc(ctx, (size_t)(P + 1), isz, err);
-            out->crd[k] = out->pos[k] ? sc_alloc(ctx, (size_t)count * isz, err) : NULL;
-            int64_t *seg = out->crd[k] ? sc_calloc(ctx, (size_t)(P + 1), sizeof(int64_t), err)
-                                       : NULL;
-            if (!seg) {
-                st = SC_NOMEM;
-                goto fail;
-            }
-            int64_t p = -1;
-            if (it == SC_INDEX_I32) {
-                int32_t *crd = out->crd[k];
-                for (int64_t u = 0; u < n; u++) {
-                    if (eff[u] <= k) {
-                        crd[++p] = (int32_t)ck[perm ? perm[u] : u];
-                        seg[(pp ? pp[u] : 0) + 1]++;
-                    }
-                    if (cp)
-                        cp[u] = p;
-                }
-            } else {
-                int64_t *crd = out->crd[k];
-                for (int64_t u = 0; u < n; u++) {
-                    if (eff[u] <= k) {
-                        crd[++p] = ck[perm ? perm[u] : u];
-                        seg[(pp ? pp[u] : 0) + 1]++;
-                    }
-                    if (cp)
-                        cp[u] = p;
-                }
-            }
-            for (int64_t q = 0; q < P; q++)
-                seg[q + 1] += seg[q];
-            for (int64_t q = 0; q <= P; q++)
-                sc_idx_set(out->pos[k], it, q, seg[q]);
-            sc_free(ctx, seg);
             break;
         }
         case SC_LEVEL_SINGLETON: {
@@ -880,8 +924,17 @@ sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc
         if (!sc_mul_ok(total, src->dims[d], &total))
             return sc_fail(err, SC_USER, "format", "dense size overflows");
     }
-    memset(out, 0, (size_t)total * vs);
+    const int nt = threads_for(ctx, total > src->nvals ? total : src->nvals);
+    /* Zero in parallel chunks: first touch of fresh pages is the cost here. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        size_t lo = (size_t)(total * t / nt) * vs, hi = (size_t)(total * (t + 1) / nt) * vs;
+        memset((char *)out + lo, 0, hi - lo);
+    }
     const int64_t n = src->nvals;
+    bool unique = true;
+    for (int32_t k = 0; k < N; k++)
+        unique &= f->unique[k] != 0;
     const int64_t cap = max_level_size(src, err);
     if (cap < 0)
         return err->kind;
@@ -901,11 +954,13 @@ sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc
         const int64_t dim = src->dims[d];
         switch ((sc_level_kind)f->kind[k]) {
         case SC_LEVEL_DENSE:
+#pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t q = 0; q < P; q++)
                 for (int64_t i = 0; i < dim; i++)
                     nxt[q * dim + i] = off[q] + i * stride[d];
             break;
         case SC_LEVEL_COMPRESSED:
+#pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t q = 0; q < P; q++) {
                 int64_t lo = sc_idx_get(src->pos[k], it, q), hi = sc_idx_get(src->pos[k], it, q + 1);
                 for (int64_t p = lo; p < hi; p++)
@@ -913,6 +968,7 @@ sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc
             }
             break;
         case SC_LEVEL_SINGLETON:
+#pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t p = 0; p < count; p++)
                 nxt[p] = off[p] + sc_idx_get(src->crd[k], it, p) * stride[d];
             break;
@@ -924,8 +980,23 @@ sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc
         nxt = t;
         P = count;
     }
-    for (int64_t p = 0; p < n; p++)
-        val_add(out, off[p], src->vals, p, src->dtype);
+    /* Positions are distinct unless a level is nonunique (then duplicates add up). */
+    if (unique && src->dtype == SC_DTYPE_F32) {
+        float *o = out;
+        const float *v = src->vals;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t p = 0; p < n; p++)
+            o[off[p]] = v[p];
+    } else if (unique && src->dtype == SC_DTYPE_F64) {
+        double *o = out;
+        const double *v = src->vals;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t p = 0; p < n; p++)
+            o[off[p]] = v[p];
+    } else {
+        for (int64_t p = 0; p < n; p++)
+            val_add(out, off[p], src->vals, p, src->dtype);
+    }
     sc_free(ctx, off);
     sc_free(ctx, nxt);
     return SC_OK;
