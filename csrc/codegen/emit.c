@@ -1,0 +1,372 @@
+/*
+ * emit.c — the one C emitter: loop IR → C11 text with the sc_rt_kernel ABI.
+ *
+ * The text includes "scorch_rt.h", defines a few static helpers (allocation through
+ * env with a size-overflow check and zero fill, a coordinate sort) and one exported
+ * function.  Owned buffers are declared NULL at the top and freed on the single failure
+ * path, which also clears out's arrays and copies the message into env->msg.  Scalars
+ * are int64_t or the kernel's value type; operand arrays are const restrict pointers.
+ */
+#include "sc_cg.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char PRELUDE[] =
+    "#include \"scorch_rt.h\"\n"
+    "#include <string.h>\n"
+    "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n"
+    "static inline int64_t sc_min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+    "static inline int64_t sc_max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
+    "static void *sc_k_alloc(sc_rt_env *env, int64_t n, size_t size)\n{\n"
+    "    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / size)\n        return NULL;\n"
+    "    size_t bytes = n ? (size_t)n * size : size;\n"
+    "    void *p = env->alloc(env->user, bytes);\n"
+    "    if (p)\n        memset(p, 0, bytes);\n    return p;\n}\n"
+    "static void sc_k_free(sc_rt_env *env, void *p)\n{\n    if (p)\n        env->free(env->user, p);\n}\n"
+    "static void sc_k_sort(int64_t *a, int64_t n)\n{\n"
+    "    while (n > 24) {\n"
+    "        int64_t m = a[n / 2], x = a[0], z = a[n - 1];\n"
+    "        int64_t piv = x < m ? (m < z ? m : (x < z ? z : x)) : (x < z ? x : (m < z ? z : m));\n"
+    "        int64_t i = 0, j = n - 1;\n"
+    "        for (;;) {\n"
+    "            while (a[i] < piv) i++;\n"
+    "            while (a[j] > piv) j--;\n"
+    "            if (i >= j) break;\n"
+    "            int64_t t = a[i]; a[i] = a[j]; a[j] = t; i++; j--;\n"
+    "        }\n"
+    "        if (j + 1 < n - j - 1) { sc_k_sort(a, j + 1); a += j + 1; n -= j + 1; }\n"
+    "        else { sc_k_sort(a + j + 1, n - j - 1); n = j + 1; }\n"
+    "    }\n"
+    "    for (int64_t i = 1; i < n; i++) {\n"
+    "        int64_t v = a[i], k = i - 1;\n"
+    "        while (k >= 0 && a[k] > v) { a[k + 1] = a[k]; k--; }\n"
+    "        a[k + 1] = v;\n    }\n}\n\n";
+
+typedef struct em {
+    sc_cg_buf *out;
+    const sc_ir_func *fn;
+    sc_error *err;
+    sc_status st;
+} em;
+
+static void pr(em *m, const char *s)
+{
+    sc_cg_append(m->out, s, strlen(s));
+}
+
+static const char *ctype(sc_ir_type t)
+{
+    return t == SC_IR_BOOL ? "int" : sc_ir_type_name(t);
+}
+
+static void expr(em *m, const sc_ir_expr *e)
+{
+    const sc_ir_func *fn = m->fn;
+    switch (e->kind) {
+    case SC_IR_E_VAR:
+        pr(m, fn->vars[e->var].name);
+        break;
+    case SC_IR_E_INT:
+        if (e->ival > INT32_MAX || e->ival < -INT32_MAX)
+            sc_cg_printf(m->out, "INT64_C(%lld)", (long long)e->ival);
+        else
+            sc_cg_printf(m->out, "%lld", (long long)e->ival);
+        break;
+    case SC_IR_E_FLT: {
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "%.17g", e->fval);
+        if (!strpbrk(tmp, ".eE"))
+            strcat(tmp, ".0");
+        sc_cg_printf(m->out, "(%s)%s", ctype(e->type), tmp);
+        break;
+    }
+    case SC_IR_E_LOAD:
+        sc_cg_printf(m->out, "%s[", fn->vars[e->var].name);
+        expr(m, e->a);
+        pr(m, "]");
+        break;
+    case SC_IR_E_BIN:
+        if (e->op == SC_IR_OP_MIN || e->op == SC_IR_OP_MAX) {
+            sc_cg_printf(m->out, "sc_%s(", sc_ir_op_symbol(e->op));
+            expr(m, e->a);
+            pr(m, ", ");
+            expr(m, e->b);
+            pr(m, ")");
+        } else {
+            pr(m, "(");
+            expr(m, e->a);
+            sc_cg_printf(m->out, " %s ", sc_ir_op_symbol(e->op));
+            expr(m, e->b);
+            pr(m, ")");
+        }
+        break;
+    case SC_IR_E_NEG:
+        pr(m, "(-");
+        expr(m, e->a);
+        pr(m, ")");
+        break;
+    case SC_IR_E_NOT:
+        pr(m, "(!");
+        expr(m, e->a);
+        pr(m, ")");
+        break;
+    case SC_IR_E_CAST:
+        sc_cg_printf(m->out, "((%s)", ctype(e->type));
+        expr(m, e->a);
+        pr(m, ")");
+        break;
+    case SC_IR_E_SELECT:
+        pr(m, "(");
+        expr(m, e->a);
+        pr(m, " ? ");
+        expr(m, e->b);
+        pr(m, " : ");
+        expr(m, e->c);
+        pr(m, ")");
+        break;
+    case SC_IR_E_ARG: {
+        char who[32];
+        if (e->ival < 0)
+            snprintf(who, sizeof who, "out");
+        else
+            snprintf(who, sizeof who, "ops[%d]", (int)e->ival);
+        switch (e->arg) {
+        case SC_IR_ARG_POS:
+        case SC_IR_ARG_CRD:
+            sc_cg_printf(m->out, "((const %s *)%s->%s[%d])", ctype(e->type), who,
+                         sc_ir_arg_name(e->arg), (int)e->level);
+            break;
+        case SC_IR_ARG_VALS:
+            sc_cg_printf(m->out, "((const %s *)%s->vals)", ctype(e->type), who);
+            break;
+        case SC_IR_ARG_DIM:
+            sc_cg_printf(m->out, "%s->dims[%d]", who, (int)e->level);
+            break;
+        case SC_IR_ARG_THREADS:
+            pr(m, "nt_");
+            break;
+        default:
+            break;
+        }
+        break;
+    }
+    case SC_IR_E_ALLOC:
+        sc_cg_printf(m->out, "((%s *)sc_k_alloc(env, ", ctype(e->type));
+        expr(m, e->a);
+        sc_cg_printf(m->out, ", sizeof(%s)))", ctype(e->type));
+        break;
+    case SC_IR_E_NONNULL:
+        sc_cg_printf(m->out, "(%s != NULL)", fn->vars[e->var].name);
+        break;
+    default:
+        if (m->st == SC_OK)
+            m->st = sc_fail(m->err, SC_INTERNAL, "codegen", "unknown expression kind %d",
+                            (int)e->kind);
+    }
+}
+
+static void indent(em *m, int ind)
+{
+    sc_cg_printf(m->out, "%*s", 4 * ind, "");
+}
+
+static void stmt(em *m, const sc_ir_stmt *s, int ind)
+{
+    const sc_ir_func *fn = m->fn;
+    const sc_ir_var_info *v = s->var >= 0 && s->var < fn->nvars ? &fn->vars[s->var] : NULL;
+    if (s->kind == SC_IR_S_BLOCK) {
+        for (int32_t i = 0; i < s->n; i++)
+            stmt(m, s->items[i], ind);
+        return;
+    }
+    indent(m, ind);
+    switch (s->kind) {
+    case SC_IR_S_DECL:
+        if (v->buffer)
+            sc_cg_printf(m->out, "%s%s *restrict %s = ", v->readonly ? "const " : "",
+                         ctype(v->type), v->name);
+        else
+            sc_cg_printf(m->out, "%s %s = ", ctype(v->type), v->name);
+        expr(m, s->a);
+        pr(m, ";\n");
+        break;
+    case SC_IR_S_ASSIGN:
+        sc_cg_printf(m->out, "%s %s ", v->name, s->accumulate ? "+=" : "=");
+        expr(m, s->a);
+        pr(m, ";\n");
+        break;
+    case SC_IR_S_STORE:
+        sc_cg_printf(m->out, "%s[", v->name);
+        expr(m, s->b);
+        sc_cg_printf(m->out, "] %s ", s->accumulate ? "+=" : "=");
+        if (!sc_ir_is_float(v->type) && v->type != s->a->type)
+            sc_cg_printf(m->out, "(%s)", ctype(v->type));
+        expr(m, s->a);
+        pr(m, ";\n");
+        break;
+    case SC_IR_S_FOR:
+        if (s->par != SC_IR_SEQ) {
+            pr(m, s->par == SC_IR_PAR_FOR ? "#pragma omp parallel for num_threads(nt_)"
+                                          : "#pragma omp for");
+            if (s->par == SC_IR_PAR_FOR) {
+                pr(m, " if((");
+                expr(m, s->b);
+                pr(m, ") - (");
+                expr(m, s->a);
+                sc_cg_printf(m->out, ") >= %d)", SC_IR_PAR_MIN);
+            }
+            if (s->level > 0)
+                sc_cg_printf(m->out, " schedule(dynamic, %d)", (int)s->level);
+            pr(m, "\n");
+            indent(m, ind);
+        }
+        sc_cg_printf(m->out, "for (%s %s = ", ctype(v->type), v->name);
+        expr(m, s->a);
+        sc_cg_printf(m->out, "; %s < ", v->name);
+        expr(m, s->b);
+        if (s->c->kind == SC_IR_E_INT && s->c->ival == 1) {
+            sc_cg_printf(m->out, "; %s++) {\n", v->name);
+        } else {
+            sc_cg_printf(m->out, "; %s += ", v->name);
+            expr(m, s->c);
+            pr(m, ") {\n");
+        }
+        stmt(m, s->body, ind + 1);
+        indent(m, ind);
+        pr(m, "}\n");
+        break;
+    case SC_IR_S_WHILE:
+        pr(m, "while (");
+        expr(m, s->a);
+        pr(m, ") {\n");
+        stmt(m, s->body, ind + 1);
+        indent(m, ind);
+        pr(m, "}\n");
+        break;
+    case SC_IR_S_IF:
+        pr(m, "if (");
+        expr(m, s->a);
+        pr(m, ") {\n");
+        stmt(m, s->body, ind + 1);
+        indent(m, ind);
+        if (s->orelse) {
+            pr(m, "} else {\n");
+            stmt(m, s->orelse, ind + 1);
+            indent(m, ind);
+        }
+        pr(m, "}\n");
+        break;
+    case SC_IR_S_PARALLEL:
+        pr(m, "#pragma omp parallel num_threads(nt_)");
+        if (s->a) {
+            pr(m, " if(");
+            expr(m, s->a);
+            pr(m, ")");
+        }
+        pr(m, "\n");
+        indent(m, ind);
+        pr(m, "{\n");
+        stmt(m, s->body, ind + 1);
+        indent(m, ind);
+        pr(m, "}\n");
+        break;
+    case SC_IR_S_BARRIER_OR:
+        pr(m, "#pragma omp atomic write\n");
+        indent(m, ind);
+        sc_cg_printf(m->out, "%s = 1;\n", v->name);
+        break;
+    case SC_IR_S_REQUIRE:
+        pr(m, "if (!");
+        expr(m, s->a);
+        sc_cg_printf(m->out, ") {\n%*s    st_ = %d;\n%*s    msg_ = \"", 4 * ind, "",
+                     (int)s->status, 4 * ind, "");
+        for (const char *c = s->text; *c; c++)
+            if (*c != '"' && *c != '\\' && *c >= ' ')
+                sc_cg_append(m->out, c, 1);
+        sc_cg_printf(m->out, "\";\n%*s    goto fail_;\n%*s}\n", 4 * ind, "", 4 * ind, "");
+        break;
+    case SC_IR_S_FREE:
+        sc_cg_printf(m->out, "sc_k_free(env, (void *)%s);\n", v->name);
+        if (v->owned) {
+            indent(m, ind);
+            sc_cg_printf(m->out, "%s = NULL;\n", v->name);
+        }
+        break;
+    case SC_IR_S_SORT:
+        sc_cg_printf(m->out, "sc_k_sort(%s, ", v->name);
+        expr(m, s->a);
+        pr(m, ");\n");
+        break;
+    case SC_IR_S_OUT_SET: {
+        const char *f = sc_ir_arg_name(s->field);
+        if (s->status) {
+            if (s->field == SC_IR_ARG_VALS)
+                pr(m, "out->nvals = ");
+            else
+                sc_cg_printf(m->out, "out->%s_len[%d] = ", f, (int)s->level);
+        } else if (s->field == SC_IR_ARG_VALS) {
+            pr(m, "out->vals = ");
+        } else {
+            sc_cg_printf(m->out, "out->%s[%d] = ", f, (int)s->level);
+        }
+        if (!s->status)
+            pr(m, "(void *)");
+        expr(m, s->a);
+        pr(m, ";\n");
+        break;
+    }
+    case SC_IR_S_COMMENT:
+        sc_cg_printf(m->out, "/* %s */\n", s->text);
+        break;
+    default:
+        if (m->st == SC_OK)
+            m->st = sc_fail(m->err, SC_INTERNAL, "codegen", "unknown statement kind %d",
+                            (int)s->kind);
+    }
+}
+
+sc_status sc_cg_emit(const sc_ctx *ctx, const sc_ir_func *fn, char **src, size_t *len,
+                     sc_error *err)
+{
+    *src = NULL;
+    *len = 0;
+    sc_cg_buf b;
+    sc_cg_buf_init(&b, ctx);
+    em m = {&b, fn, err, SC_OK};
+    sc_cg_append(&b, PRELUDE, sizeof PRELUDE - 1);
+    sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env);\n",
+                 fn->name);
+    sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env)\n{\n",
+                 fn->name);
+    pr(&m, "    int st_ = 0;\n    const char *msg_ = \"\";\n    (void)ops;\n    (void)msg_;\n");
+    pr(&m, "#ifdef _OPENMP\n    int nt_ = env->num_threads > 0 ? env->num_threads : "
+           "omp_get_max_threads();\n#else\n    int nt_ = 1;\n#endif\n    (void)nt_;\n");
+    for (int32_t i = 0; i < fn->nvars; i++) {
+        const sc_ir_var_info *v = &fn->vars[i];
+        if (v->owned)
+            sc_cg_printf(&b, "    %s *restrict %s = NULL;\n", ctype(v->type), v->name);
+    }
+    if (fn->body)
+        stmt(&m, fn->body, 1);
+    pr(&m, "    return 0;\n    goto fail_;\nfail_:\n");
+    for (int32_t i = 0; i < fn->nvars; i++) {
+        const sc_ir_var_info *v = &fn->vars[i];
+        if (v->owned)
+            sc_cg_printf(&b, "    sc_k_free(env, (void *)%s);\n", v->name);
+    }
+    pr(&m, "    out->vals = NULL;\n    out->nvals = 0;\n"
+           "    for (int k = 0; k < SC_MAX_ORDER; k++) {\n"
+           "        out->pos[k] = out->crd[k] = NULL;\n"
+           "        out->pos_len[k] = out->crd_len[k] = 0;\n    }\n"
+           "    {\n        size_t i = 0;\n"
+           "        for (; msg_[i] && i + 1 < sizeof env->msg; i++)\n"
+           "            env->msg[i] = msg_[i];\n        env->msg[i] = '\\0';\n    }\n"
+           "    return st_;\n}\n");
+    if (m.st != SC_OK) {
+        sc_cg_buf_release(&b);
+        return m.st;
+    }
+    *src = sc_cg_buf_take(&b, len, err);
+    return *src ? SC_OK : SC_NOMEM;
+}

@@ -1,0 +1,293 @@
+/*
+ * compile.c — sc_compile, the one function that runs the pipeline top to bottom:
+ *
+ *   expr (parse) → lower (problem, output format) → schedule (auto or forced, checked)
+ *   → key → [cache hit: done] → lower (loop IR) → ir (verify) → codegen (C) → jit
+ *
+ * Each stage's dump goes into the explain text when SCORCH_DEBUG is set, with its time.
+ * One arena per compilation holds everything up to the C text; the kernel keeps only
+ * ctx memory (names, schedule, explain).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "driver_internal.h"
+#include "../codegen/sc_cg.h"
+#include "../expr/sc_expr.h"
+#include "../format/sc_format.h"
+#include "../ir/sc_ir.h"
+#include "../lower/sc_lower.h"
+#include "../schedule/sc_sched.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static void fmt_text(const sc_format *f, char *buf, size_t n)
+{
+    const char *name = sc_fmt_name(f);
+    char lv[128];
+    sc_fmt_levels_text(f, lv, sizeof lv);
+    int k = snprintf(buf, n, "%s%s%s (", name ? name : "", name ? " = " : "", lv);
+    for (int32_t d = 0; d < f->order && k > 0 && (size_t)k < n; d++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%d", d ? "," : "", (int)f->lvl2dim[d]);
+    if (k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, ")");
+}
+
+static void hash_fmt(sc_jit_hasher *h, const sc_format *f)
+{
+    int32_t w[1 + 3 * SC_MAX_ORDER] = {0};
+    w[0] = f->order;
+    for (int32_t k = 0; k < f->order; k++) {
+        w[1 + 3 * k] = f->kind[k];
+        w[2 + 3 * k] = f->unique[k];
+        w[3 + 3 * k] = f->lvl2dim[k];
+    }
+    sc_jit_hash_field(h, w, sizeof w);
+}
+
+/* The kernel record (ctx memory) for a problem compiled under schedule s. */
+static sc_kernel *new_kernel(sc_compiler *c, const sc_lower_problem *p, const sc_tensor *ops,
+                             const sc_sched *s, const char *sched_text, sc_error *err)
+{
+    sc_kernel *k = sc_calloc(&c->ctx, 1, sizeof *k, err);
+    if (!k)
+        return NULL;
+    k->c = c;
+    k->nops = p->nops;
+    k->nvars = p->nvars;
+    k->dtype = p->dtype;
+    size_t names = 1;
+    for (int32_t t = 0; t < p->nops; t++)
+        names += strlen(p->e->operands[t].name) + 1;
+    for (int32_t v = 0; v < p->nvars; v++)
+        names += strlen(p->e->vars[v].name) + 1;
+    k->names = sc_alloc(&c->ctx, names, err);
+    size_t sl = strlen(sched_text);
+    k->schedule = sc_alloc(&c->ctx, sl + 1, err);
+    if (!k->names || !k->schedule) {
+        sc_drv_kernel_free(c, k);
+        return NULL;
+    }
+    memcpy(k->schedule, sched_text, sl + 1);
+    char *q = k->names;
+    for (int32_t t = 0; t < p->nops; t++) {
+        size_t l = strlen(p->e->operands[t].name);
+        memcpy(q, p->e->operands[t].name, l + 1);
+        k->opname[t] = q;
+        q += l + 1;
+        k->fmt[t] = ops[t].fmt;
+        k->itype[t] = ops[t].index_type;
+        k->bcast[t] = p->bcast[t];
+        for (int32_t d = 0; d < SC_MAX_ORDER; d++)
+            k->var[t][d] = -1;
+    }
+    for (int32_t v = 0; v < p->nvars; v++) {
+        size_t l = strlen(p->e->vars[v].name);
+        memcpy(q, p->e->vars[v].name, l + 1);
+        k->varname[v] = q;
+        q += l + 1;
+    }
+    for (int32_t a = 0; a < p->naccess; a++)
+        for (int32_t d = 0; d < p->acc[a].order; d++)
+            k->var[p->acc[a].operand][d] = p->acc[a].var[d];
+    k->transpose = s->transpose;
+    memcpy(k->tfmt, s->tfmt, sizeof k->tfmt);
+    k->out_fmt = p->out_fmt;
+    k->out_itype = p->out_itype;
+    k->out_order = p->out_order;
+    for (int32_t d = 0; d < p->out_order; d++) {
+        k->out_var[d] = p->out_var[d];
+        k->out_dims[d] = p->out_dims[d];
+    }
+    return k;
+}
+
+sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                     const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                     const sc_kernel **out, sc_error *err)
+{
+    *out = NULL;
+    sc_error_clear(err);
+    if (!c || !expr || (nops > 0 && !ops) || nops < 0)
+        return sc_fail(err, SC_USER, "driver", "sc_compile: missing argument");
+    if (nops > SC_DRV_MAX_OPS)
+        return sc_fail(err, SC_UNSUPPORTED, "driver", "more than %d operands", SC_DRV_MAX_OPS);
+    sc_arena arena;
+    sc_arena_init(&arena, &c->ctx);
+    sc_cg_buf dump;
+    sc_cg_buf_init(&dump, &c->ctx);
+    char *src = NULL;
+    sc_kernel *k = NULL;
+    sc_status st;
+    double t0 = now_us(), t1;
+
+    /* expr */
+    sc_expr e;
+    if (lang == SC_EXPR_LANG_EINSUM) {
+        int32_t orders[SC_DRV_MAX_OPS];
+        for (int32_t t = 0; t < nops; t++)
+            orders[t] = ops[t].fmt.order;
+        st = sc_expr_parse_einsum(&arena, expr, nops, orders, &e, err);
+    } else {
+        st = sc_expr_parse_index(&arena, expr, &e, err);
+    }
+    if (st != SC_OK)
+        goto done;
+    char canon[1024];
+    if (sc_expr_print(&e, canon, sizeof canon) >= sizeof canon) {
+        st = sc_fail(err, SC_UNSUPPORTED, "driver", "expression longer than %zu characters",
+                     sizeof canon - 1);
+        goto done;
+    }
+
+    /* lower: problem and output format */
+    sc_lower_problem p;
+    if ((st = sc_lower_prepare(&arena, &e, nops, ops, &p, err)) != SC_OK)
+        goto done;
+    if ((st = sc_lower_set_output(&p, out_fmt, err)) != SC_OK)
+        goto done;
+
+    /* schedule */
+    sc_sched s;
+    if ((st = sc_sched_parse(&e, schedule, &s, err)) != SC_OK)
+        goto done;
+    if (s.norder == 0) {
+        sc_sched a;
+        if ((st = sc_sched_auto(&p, &a, err)) != SC_OK)
+            goto done;
+        s.norder = a.norder;
+        memcpy(s.order, a.order, sizeof s.order);
+    }
+    if ((st = sc_sched_check(&p, &s, err)) != SC_OK)
+        goto done;
+    char stext[512];
+    sc_sched_print(&e, &s, stext, sizeof stext);
+    t1 = now_us();
+
+    /* key: everything that shapes the generated code */
+    sc_jit_hasher h;
+    sc_jit_hash_init(&h, 0x5c0c0de);
+    int32_t ver = SC_RT_VERSION;
+    sc_jit_hash_field(&h, &ver, sizeof ver);
+    sc_jit_hash_field(&h, canon, strlen(canon));
+    for (int32_t t = 0; t < nops; t++) {
+        hash_fmt(&h, &ops[t].fmt);
+        int32_t w[3] = {(int32_t)ops[t].dtype, (int32_t)ops[t].index_type, (int32_t)p.bcast[t]};
+        sc_jit_hash_field(&h, w, sizeof w);
+    }
+    hash_fmt(&h, &p.out_fmt);
+    int32_t oit = (int32_t)p.out_itype;
+    sc_jit_hash_field(&h, &oit, sizeof oit);
+    sc_jit_hash_field(&h, stext, strlen(stext));
+    sc_jit_key key = sc_jit_hash_final(&h);
+    const sc_kernel *hit = sc_drv_lookup(c, key);
+    if (hit) {
+        *out = hit;
+        st = SC_OK;
+        goto done;
+    }
+
+    /* miss: build the kernel */
+    k = new_kernel(c, &p, ops, &s, stext, err);
+    if (!k) {
+        st = SC_NOMEM;
+        goto done;
+    }
+    k->key = key;
+    char hex[33], sym[48];
+    sc_jit_key_hex(key, hex);
+    snprintf(sym, sizeof sym, "sc_kernel_%.24s", hex);
+
+    sc_cg_printf(&dump, "expression: %s\n", canon);
+    for (int32_t t = 0; t < nops; t++) {
+        char ft[160];
+        fmt_text(&ops[t].fmt, ft, sizeof ft);
+        sc_cg_printf(&dump, "operand %s: %s, %s, %s indices, nnz %lld\n", e.operands[t].name, ft,
+                     sc_dtype_name(ops[t].dtype), sc_index_name(ops[t].index_type),
+                     (long long)ops[t].nvals);
+        if ((s.transpose >> t) & 1) {
+            fmt_text(&s.tfmt[t], ft, sizeof ft);
+            sc_cg_printf(&dump, "  transposed before running to %s (discordant with the loop order)\n", ft);
+        }
+    }
+    {
+        char ft[160];
+        fmt_text(&p.out_fmt, ft, sizeof ft);
+        sc_cg_printf(&dump, "output %s: %s%s, %s indices\n", e.out.name, ft,
+                     out_fmt ? "" : " (inferred)", sc_index_name(p.out_itype));
+    }
+    sc_cg_printf(&dump, "loop order:");
+    for (int32_t d = 0; d < s.norder; d++)
+        sc_cg_printf(&dump, " %s", e.vars[s.order[d]].name);
+    sc_cg_printf(&dump, "\nschedule: %s\n", stext);
+    sc_lower_replace_formats(&p, s.transpose, s.tfmt);
+    if (c->debug) {
+        int8_t nb[SC_LOWER_MAX_ACCESSES] = {0};
+        for (int32_t d = 0; d < s.norder; d++) {
+            sc_lower_lattice lat;
+            if (sc_lower_lattice_at(&p, p.rhs, s.order[d], d == 0 ? nb : NULL, &lat, NULL) == SC_OK) {
+                char lt[256];
+                sc_lower_lattice_text(&p, &lat, lt, sizeof lt);
+                sc_cg_printf(&dump, "[debug] lattice at %s (outermost view): %s\n",
+                             e.vars[s.order[d]].name, lt);
+            }
+        }
+        sc_cg_printf(&dump, "[debug] parse+lower+schedule: %.1f us\n", t1 - t0);
+    }
+
+    double t2 = now_us();
+    sc_ir_func fn;
+    if ((st = sc_lower_build(&arena, &p, &s, sym, &fn, err)) != SC_OK)
+        goto done;
+    if ((st = sc_ir_verify(&fn, err)) != SC_OK)
+        goto done;
+    double t3 = now_us();
+    if (c->debug) {
+        size_t need = sc_ir_print(&fn, NULL, 0) + 1;
+        char *irt = sc_arena_alloc(&arena, need, err);
+        if (!irt) {
+            st = SC_NOMEM;
+            goto done;
+        }
+        sc_ir_print(&fn, irt, need);
+        sc_cg_printf(&dump, "[debug] loop IR (%.1f us):\n", t3 - t2);
+        sc_cg_append(&dump, irt, need - 1);
+    }
+    size_t srclen;
+    if ((st = sc_cg_emit(&c->ctx, &fn, &src, &srclen, err)) != SC_OK)
+        goto done;
+    double t4 = now_us();
+    sc_jit_fn jf = NULL;
+    if ((st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
+        goto done;
+    double t5 = now_us();
+    k->fn = (sc_rt_kernel)jf;
+    if (c->debug)
+        sc_cg_printf(&dump, "[debug] codegen %.1f us, jit %.1f us\n", t4 - t3, t5 - t4);
+    sc_cg_printf(&dump, "generated C (%s):\n", sym);
+    sc_cg_append(&dump, src, srclen);
+    k->explain = sc_cg_buf_take(&dump, NULL, err);
+    if (!k->explain) {
+        st = SC_NOMEM;
+        goto done;
+    }
+    *out = sc_drv_insert(c, k, err);
+    k = NULL;
+    st = *out ? SC_OK : SC_NOMEM;
+done:
+    if (k)
+        sc_drv_kernel_free(c, k);
+    sc_free(&c->ctx, src);
+    sc_cg_buf_release(&dump);
+    sc_arena_release(&arena);
+    if (st != SC_OK)
+        *out = NULL;
+    return st;
+}

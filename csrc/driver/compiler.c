@@ -1,0 +1,126 @@
+/*
+ * compiler.c — the compiler object: its jit, the kernel map under one mutex, and the
+ * small accessors of a kernel.
+ *
+ * The map is open addressing keyed by the 128-bit kernel key; it only grows.  Lookups
+ * and inserts hold the mutex for a few loads; compiling happens outside it, and when two
+ * threads compile the same key the first insert wins and the second kernel is dropped.
+ */
+#include "driver_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_error *err)
+{
+    sc_compiler *c = sc_calloc(ctx, 1, sizeof *c, err);
+    if (!c)
+        return NULL;
+    c->ctx = *ctx;
+    const char *dbg = getenv("SCORCH_DEBUG");
+    c->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        sc_fail(err, SC_INTERNAL, "driver", "pthread_mutex_init failed");
+        sc_free(ctx, c);
+        return NULL;
+    }
+    c->jit = sc_jit_new(&c->ctx, cfg, err);
+    if (!c->jit) {
+        pthread_mutex_destroy(&c->mu);
+        sc_free(ctx, c);
+        return NULL;
+    }
+    return c;
+}
+
+void sc_drv_kernel_free(sc_compiler *c, sc_kernel *k)
+{
+    if (!k)
+        return;
+    sc_free(&c->ctx, k->names);
+    sc_free(&c->ctx, k->schedule);
+    sc_free(&c->ctx, k->explain);
+    sc_free(&c->ctx, k);
+}
+
+void sc_compiler_free(sc_compiler *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->cap; i++)
+        sc_drv_kernel_free(c, c->map[i]);
+    sc_free(&c->ctx, c->map);
+    sc_jit_free(c->jit);
+    pthread_mutex_destroy(&c->mu);
+    sc_ctx ctx = c->ctx;
+    sc_free(&ctx, c);
+}
+
+static size_t slot(const sc_compiler *c, sc_jit_key key)
+{
+    size_t i = (size_t)(key.w[0] ^ (key.w[1] >> 7)) & (c->cap - 1);
+    while (c->map[i] && memcmp(&c->map[i]->key, &key, sizeof key) != 0)
+        i = (i + 1) & (c->cap - 1);
+    return i;
+}
+
+const sc_kernel *sc_drv_lookup(sc_compiler *c, sc_jit_key key)
+{
+    pthread_mutex_lock(&c->mu);
+    const sc_kernel *k = c->cap ? c->map[slot(c, key)] : NULL;
+    pthread_mutex_unlock(&c->mu);
+    return k;
+}
+
+const sc_kernel *sc_drv_insert(sc_compiler *c, sc_kernel *k, sc_error *err)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->cap) {
+        sc_kernel *old = c->map[slot(c, k->key)];
+        if (old) {
+            pthread_mutex_unlock(&c->mu);
+            sc_drv_kernel_free(c, k);
+            return old;
+        }
+    }
+    if ((c->count + 1) * 2 > c->cap) {
+        size_t ncap = c->cap ? c->cap * 2 : 64;
+        sc_kernel **nm = sc_calloc(&c->ctx, ncap, sizeof *nm, err);
+        if (!nm) {
+            pthread_mutex_unlock(&c->mu);
+            sc_drv_kernel_free(c, k);
+            return NULL;
+        }
+        sc_kernel **old = c->map;
+        size_t ocap = c->cap;
+        c->map = nm;
+        c->cap = ncap;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i])
+                c->map[slot(c, old[i]->key)] = old[i];
+        sc_free(&c->ctx, old);
+    }
+    c->map[slot(c, k->key)] = k;
+    c->count++;
+    pthread_mutex_unlock(&c->mu);
+    return k;
+}
+
+void sc_kernel_output(const sc_kernel *k, sc_tensor *desc)
+{
+    memset(desc, 0, sizeof *desc);
+    desc->fmt = k->out_fmt;
+    desc->dtype = k->dtype;
+    desc->index_type = k->out_itype;
+    memcpy(desc->dims, k->out_dims, sizeof desc->dims);
+}
+
+const char *sc_kernel_explain(const sc_kernel *k)
+{
+    return k->explain;
+}
+
+const char *sc_kernel_schedule(const sc_kernel *k)
+{
+    return k->schedule;
+}

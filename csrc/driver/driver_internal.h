@@ -1,0 +1,59 @@
+/*
+ * driver_internal.h — the compiler and kernel objects shared by the driver's files.
+ *
+ * A compiler owns its jit and a map of kernels (under one mutex); kernels are created by
+ * sc_compile, inserted once per key and freed only by sc_compiler_free.  Everything a
+ * kernel holds is ctx memory (never arena memory).
+ */
+#ifndef SC_DRIVER_INTERNAL_H
+#define SC_DRIVER_INTERNAL_H
+
+#include "sc_driver.h"
+
+#include <pthread.h>
+
+#define SC_DRV_MAX_OPS 32
+
+struct sc_kernel {
+    sc_compiler *c;
+    sc_jit_key key;
+    sc_rt_kernel fn;
+    int32_t nops, nvars;
+    sc_format fmt[SC_DRV_MAX_OPS];       /* operand formats as given */
+    sc_dtype dtype;
+    sc_index_type itype[SC_DRV_MAX_OPS];
+    int32_t var[SC_DRV_MAX_OPS][SC_MAX_ORDER]; /* index variable of each dimension */
+    uint32_t bcast[SC_DRV_MAX_OPS];
+    const char *opname[SC_DRV_MAX_OPS];  /* point into names */
+    const char *varname[32];
+    char *names;                         /* owned */
+    uint32_t transpose;
+    sc_format tfmt[SC_DRV_MAX_OPS];
+    sc_format out_fmt;
+    sc_index_type out_itype;
+    int32_t out_order;
+    int32_t out_var[SC_MAX_ORDER];
+    int64_t out_dims[SC_MAX_ORDER]; /* at compile time */
+    char *schedule; /* owned */
+    char *explain;  /* owned */
+};
+
+struct sc_compiler {
+    sc_ctx ctx;
+    sc_jit *jit;
+    bool debug;
+    pthread_mutex_t mu;
+    sc_kernel **map; /* open addressing on key.w[0]; NULL = empty */
+    size_t cap, count;
+};
+
+/* Find the kernel for key (NULL if absent); takes the mutex. */
+const sc_kernel *sc_drv_lookup(sc_compiler *c, sc_jit_key key);
+/* Insert k unless a kernel with its key exists; returns the kernel in the map (k or
+ * the earlier one, in which case k is freed).  NULL with err (NOMEM) when the map
+ * cannot grow (k is freed).  Takes the mutex. */
+const sc_kernel *sc_drv_insert(sc_compiler *c, sc_kernel *k, sc_error *err);
+/* Free a kernel that is not in the map. */
+void sc_drv_kernel_free(sc_compiler *c, sc_kernel *k);
+
+#endif

@@ -1,0 +1,674 @@
+/*
+ * build.c — the checking constructors of the loop IR and the variable table.
+ *
+ * Every constructor checks its operands (non-NULL, ids in range, types that fit: integer
+ * indices, buffer loads, float/int arithmetic of one kind) and returns a new immutable
+ * node from the builder's arena.  The builder is sticky: the first failure is kept in
+ * b->st / b->err and every later constructor returns NULL, so callers check once at the
+ * end (sc_ir_finish).
+ */
+#include "sc_ir.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const type_names[] = {
+#define SC_X_(e, c) c,
+    SC_IR_TYPES(SC_X_)
+#undef SC_X_
+};
+static const char *const op_syms[] = {
+#define SC_X_(e, s, c) s,
+    SC_IR_BINOPS(SC_X_)
+#undef SC_X_
+};
+static const bool op_bool[] = {
+#define SC_X_(e, s, c) c,
+    SC_IR_BINOPS(SC_X_)
+#undef SC_X_
+};
+static const char *const arg_names[] = {
+#define SC_X_(e, n) n,
+    SC_IR_ARGS(SC_X_)
+#undef SC_X_
+};
+
+const char *sc_ir_type_name(sc_ir_type t)
+{
+    return (unsigned)t < SC_IR_TYPE_COUNT ? type_names[t] : "?";
+}
+const char *sc_ir_op_symbol(sc_ir_op op)
+{
+    return (unsigned)op < SC_IR_OP_COUNT ? op_syms[op] : "?";
+}
+const char *sc_ir_arg_name(sc_ir_arg a)
+{
+    return (unsigned)a < SC_IR_ARG_COUNT ? arg_names[a] : "?";
+}
+
+sc_ir_type sc_ir_val_type(sc_dtype dt)
+{
+    return dt == SC_DTYPE_F32 ? SC_IR_F32 : SC_IR_F64;
+}
+sc_ir_type sc_ir_idx_type(sc_index_type it)
+{
+    return it == SC_INDEX_I32 ? SC_IR_I32 : SC_IR_I64;
+}
+bool sc_ir_is_int(sc_ir_type t)
+{
+    return t == SC_IR_BOOL || t == SC_IR_U8 || t == SC_IR_I32 || t == SC_IR_I64;
+}
+bool sc_ir_is_float(sc_ir_type t)
+{
+    return t == SC_IR_F32 || t == SC_IR_F64;
+}
+
+void sc_ir_builder_init(sc_ir_builder *b, sc_arena *arena, sc_ir_func *fn, const char *name,
+                        sc_dtype dtype, sc_error *err)
+{
+    memset(fn, 0, sizeof *fn);
+    fn->name = name;
+    fn->dtype = dtype;
+    b->arena = arena;
+    b->err = err;
+    b->st = SC_OK;
+    b->fn = fn;
+}
+
+sc_status sc_ir_fail(sc_ir_builder *b, sc_status kind, const char *fmt, ...)
+{
+    if (b->st != SC_OK)
+        return b->st;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    b->st = sc_fail(b->err, kind, "ir", "%s", msg);
+    return b->st;
+}
+
+static void *node(sc_ir_builder *b, size_t n)
+{
+    if (b->st != SC_OK)
+        return NULL;
+    void *p = sc_arena_alloc(b->arena, n, b->err);
+    if (!p)
+        b->st = SC_NOMEM;
+    return p;
+}
+
+sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, bool buffer,
+                        bool readonly, bool owned)
+{
+    if (b->st != SC_OK)
+        return -1;
+    sc_ir_func *fn = b->fn;
+    if (fn->nvars == fn->vars_cap) {
+        int32_t cap = fn->vars_cap ? fn->vars_cap * 2 : 32;
+        sc_ir_var_info *nv = node(b, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return -1;
+        if (fn->nvars)
+            memcpy(nv, fn->vars, (size_t)fn->nvars * sizeof *nv);
+        fn->vars = nv;
+        fn->vars_cap = cap;
+    }
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, "%s_%d", name, (int)fn->nvars);
+    char *s = sc_arena_strdup(b->arena, tmp, strlen(tmp), b->err);
+    if (!s) {
+        b->st = SC_NOMEM;
+        return -1;
+    }
+    sc_ir_var id = fn->nvars++;
+    fn->vars[id] = (sc_ir_var_info){s, type, buffer, readonly, owned};
+    return id;
+}
+
+static bool var_ok(sc_ir_builder *b, sc_ir_var v)
+{
+    if (b->st != SC_OK)
+        return false;
+    if (v < 0 || v >= b->fn->nvars) {
+        sc_ir_fail(b, SC_INTERNAL, "variable id %d out of range", (int)v);
+        return false;
+    }
+    return true;
+}
+
+static bool need(sc_ir_builder *b, const void *p, const char *what)
+{
+    if (b->st != SC_OK)
+        return false;
+    if (!p) {
+        sc_ir_fail(b, SC_INTERNAL, "missing operand of %s", what);
+        return false;
+    }
+    return true;
+}
+
+static bool scalar_int(sc_ir_builder *b, const sc_ir_expr *e, const char *what)
+{
+    if (!need(b, e, what))
+        return false;
+    if (e->buffer || !sc_ir_is_int(e->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "%s needs an integer scalar", what);
+        return false;
+    }
+    return true;
+}
+
+const sc_ir_expr *sc_ir_var_ref(sc_ir_builder *b, sc_ir_var v)
+{
+    if (!var_ok(b, v))
+        return NULL;
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_VAR;
+    e->var = v;
+    e->type = b->fn->vars[v].type;
+    e->buffer = b->fn->vars[v].buffer;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_int(sc_ir_builder *b, int64_t v)
+{
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_INT;
+    e->type = SC_IR_I64;
+    e->ival = v;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t)
+{
+    if (b->st == SC_OK && !sc_ir_is_float(t)) {
+        sc_ir_fail(b, SC_INTERNAL, "float constant of type %s", sc_ir_type_name(t));
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_FLT;
+    e->type = t;
+    e->fval = v;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_load(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, idx, "load index"))
+        return NULL;
+    if (!b->fn->vars[buf].buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "load from scalar %s", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_LOAD;
+    e->var = buf;
+    e->type = b->fn->vars[buf].type;
+    e->a = idx;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
+                            const sc_ir_expr *y)
+{
+    if (!need(b, x, "binary") || !need(b, y, "binary"))
+        return NULL;
+    if ((unsigned)op >= SC_IR_OP_COUNT || x->buffer || y->buffer ||
+        sc_ir_is_float(x->type) != sc_ir_is_float(y->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "bad operands for '%s' (%s, %s)", sc_ir_op_symbol(op),
+                   sc_ir_type_name(x->type), sc_ir_type_name(y->type));
+        return NULL;
+    }
+    /* algebraic identities on integer constants: x+0, 0+x, x*1, 1*x */
+    if (!sc_ir_is_float(x->type)) {
+        bool xc = x->kind == SC_IR_E_INT, yc = y->kind == SC_IR_E_INT;
+        if (op == SC_IR_OP_ADD && yc && y->ival == 0 && x->type == SC_IR_I64)
+            return x;
+        if (op == SC_IR_OP_ADD && xc && x->ival == 0 && y->type == SC_IR_I64)
+            return y;
+        if (op == SC_IR_OP_MUL && yc && y->ival == 1 && x->type == SC_IR_I64)
+            return x;
+        if (op == SC_IR_OP_MUL && xc && x->ival == 1 && y->type == SC_IR_I64)
+            return y;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_BIN;
+    e->op = op;
+    e->a = x;
+    e->b = y;
+    if (op_bool[op])
+        e->type = SC_IR_BOOL;
+    else if (sc_ir_is_float(x->type))
+        e->type = x->type == SC_IR_F64 || y->type == SC_IR_F64 ? SC_IR_F64 : SC_IR_F32;
+    else
+        e->type = SC_IR_I64;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_neg(sc_ir_builder *b, const sc_ir_expr *x)
+{
+    if (!need(b, x, "neg"))
+        return NULL;
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_NEG;
+    e->type = sc_ir_is_float(x->type) ? x->type : SC_IR_I64;
+    e->a = x;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_not(sc_ir_builder *b, const sc_ir_expr *x)
+{
+    if (!scalar_int(b, x, "not"))
+        return NULL;
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_NOT;
+    e->type = SC_IR_BOOL;
+    e->a = x;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_cast(sc_ir_builder *b, sc_ir_type t, const sc_ir_expr *x)
+{
+    if (!need(b, x, "cast"))
+        return NULL;
+    if (x->buffer || t == SC_IR_VOID) {
+        sc_ir_fail(b, SC_INTERNAL, "bad cast to %s", sc_ir_type_name(t));
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_CAST;
+    e->type = t;
+    e->a = x;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_select(sc_ir_builder *b, const sc_ir_expr *c, const sc_ir_expr *x,
+                               const sc_ir_expr *y)
+{
+    if (!scalar_int(b, c, "select") || !need(b, x, "select") || !need(b, y, "select"))
+        return NULL;
+    if (sc_ir_is_float(x->type) != sc_ir_is_float(y->type) || x->buffer || y->buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "select arms of different kinds");
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_SELECT;
+    if (sc_ir_is_float(x->type))
+        e->type = x->type == SC_IR_F64 || y->type == SC_IR_F64 ? SC_IR_F64 : SC_IR_F32;
+    else
+        e->type = SC_IR_I64;
+    e->a = c;
+    e->b = x;
+    e->c = y;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_arg_ref(sc_ir_builder *b, sc_ir_arg arg, int32_t operand,
+                                int32_t level, sc_ir_type type)
+{
+    if (b->st != SC_OK)
+        return NULL;
+    if ((unsigned)arg >= SC_IR_ARG_COUNT || operand < -1 || level < 0 || level >= SC_MAX_ORDER) {
+        sc_ir_fail(b, SC_INTERNAL, "bad argument reference");
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_ARG;
+    e->arg = arg;
+    e->ival = operand;
+    e->level = level;
+    e->buffer = arg == SC_IR_ARG_POS || arg == SC_IR_ARG_CRD || arg == SC_IR_ARG_VALS;
+    e->type = arg == SC_IR_ARG_DIM ? SC_IR_I64 : arg == SC_IR_ARG_THREADS ? SC_IR_BOOL : type;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count)
+{
+    if (!scalar_int(b, count, "alloc count"))
+        return NULL;
+    if (type == SC_IR_VOID) {
+        sc_ir_fail(b, SC_INTERNAL, "alloc of void");
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_ALLOC;
+    e->type = type;
+    e->buffer = true;
+    e->a = count;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf)
+{
+    if (!var_ok(b, buf))
+        return NULL;
+    if (!b->fn->vars[buf].buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "null test of scalar %s", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_NONNULL;
+    e->type = SC_IR_BOOL;
+    e->var = buf;
+    return e;
+}
+
+static sc_ir_stmt *stmt(sc_ir_builder *b, sc_ir_stmt_kind k)
+{
+    sc_ir_stmt *s = node(b, sizeof *s);
+    if (s)
+        s->kind = k;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_block(sc_ir_builder *b, const sc_ir_stmt *const *items, int32_t n)
+{
+    if (b->st != SC_OK)
+        return NULL;
+    for (int32_t i = 0; i < n; i++)
+        if (!need(b, items[i], "block"))
+            return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_BLOCK);
+    const sc_ir_stmt **copy = n ? node(b, (size_t)n * sizeof *copy) : NULL;
+    if (!s || (n && !copy))
+        return NULL;
+    for (int32_t i = 0; i < n; i++)
+        copy[i] = items[i];
+    s->n = n;
+    s->items = copy;
+    return s;
+}
+
+static bool value_fits(sc_ir_builder *b, const sc_ir_var_info *vi, const sc_ir_expr *x)
+{
+    if (vi->buffer != x->buffer ||
+        (!vi->buffer && sc_ir_is_float(vi->type) != sc_ir_is_float(x->type)) ||
+        (vi->buffer && vi->type != x->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "value of type %s%s does not fit %s", sc_ir_type_name(x->type),
+                   x->buffer ? "*" : "", vi->name);
+        return false;
+    }
+    return true;
+}
+
+const sc_ir_stmt *sc_ir_decl(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *init)
+{
+    if (!var_ok(b, v) || !need(b, init, "decl") || !value_fits(b, &b->fn->vars[v], init))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_DECL);
+    if (!s)
+        return NULL;
+    s->var = v;
+    s->a = init;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_assign(sc_ir_builder *b, sc_ir_var v, bool accumulate,
+                               const sc_ir_expr *value)
+{
+    if (!var_ok(b, v) || !need(b, value, "assign") || !value_fits(b, &b->fn->vars[v], value))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_ASSIGN);
+    if (!s)
+        return NULL;
+    s->var = v;
+    s->accumulate = accumulate;
+    s->a = value;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                              bool accumulate, const sc_ir_expr *value)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, idx, "store index") || !need(b, value, "store"))
+        return NULL;
+    const sc_ir_var_info *vi = &b->fn->vars[buf];
+    if (!vi->buffer || vi->readonly || value->buffer ||
+        sc_ir_is_float(vi->type) != sc_ir_is_float(value->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "bad store into %s", vi->name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_STORE);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->a = value;
+    s->b = idx;
+    s->accumulate = accumulate;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
+                            const sc_ir_expr *hi, const sc_ir_expr *step, sc_ir_par par,
+                            int32_t chunk, const sc_ir_stmt *body)
+{
+    if (!var_ok(b, v) || !scalar_int(b, lo, "for lo") || !scalar_int(b, hi, "for hi") ||
+        !scalar_int(b, step, "for step") || !need(b, body, "for body"))
+        return NULL;
+    if (b->fn->vars[v].buffer || !sc_ir_is_int(b->fn->vars[v].type)) {
+        sc_ir_fail(b, SC_INTERNAL, "loop variable %s is not an integer", b->fn->vars[v].name);
+        return NULL;
+    }
+    if (step->kind == SC_IR_E_INT && step->ival <= 0) {
+        sc_ir_fail(b, SC_INTERNAL, "loop step %lld", (long long)step->ival);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_FOR);
+    if (!s)
+        return NULL;
+    s->var = v;
+    s->a = lo;
+    s->b = hi;
+    s->c = step;
+    s->par = par;
+    s->level = chunk;
+    s->body = body;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body)
+{
+    if (!scalar_int(b, cond, "while") || !need(b, body, "while body"))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_WHILE);
+    if (!s)
+        return NULL;
+    s->a = cond;
+    s->body = body;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_if(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *then,
+                           const sc_ir_stmt *orelse)
+{
+    if (!scalar_int(b, cond, "if") || !need(b, then, "if body"))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_IF);
+    if (!s)
+        return NULL;
+    s->a = cond;
+    s->body = then;
+    s->orelse = orelse;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_parallel(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body)
+{
+    if (!need(b, body, "parallel body") || (cond && !scalar_int(b, cond, "parallel condition")))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_PARALLEL);
+    if (s) {
+        s->body = body;
+        s->a = cond;
+    }
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_flag(sc_ir_builder *b, sc_ir_var v)
+{
+    if (!var_ok(b, v))
+        return NULL;
+    if (b->fn->vars[v].buffer || b->fn->vars[v].type != SC_IR_BOOL) {
+        sc_ir_fail(b, SC_INTERNAL, "flag %s is not an int", b->fn->vars[v].name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_BARRIER_OR);
+    if (s)
+        s->var = v;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_require(sc_ir_builder *b, const sc_ir_expr *cond, sc_status status,
+                                const char *msg)
+{
+    if (!scalar_int(b, cond, "require") || !need(b, msg, "require message"))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_REQUIRE);
+    if (!s)
+        return NULL;
+    s->a = cond;
+    s->status = (int32_t)status;
+    s->text = msg;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_free(sc_ir_builder *b, sc_ir_var buf)
+{
+    if (!var_ok(b, buf))
+        return NULL;
+    if (!b->fn->vars[buf].buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "free of %s, not a buffer", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_FREE);
+    if (s)
+        s->var = buf;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_sort(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *count)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, count, "sort count"))
+        return NULL;
+    if (!b->fn->vars[buf].buffer || b->fn->vars[buf].type != SC_IR_I64) {
+        sc_ir_fail(b, SC_INTERNAL, "sort of %s, not an int64 buffer", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_SORT);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->a = count;
+    return s;
+}
+
+static const sc_ir_stmt *out_field(sc_ir_builder *b, sc_ir_arg field, int32_t level,
+                                   const sc_ir_expr *value, int32_t is_len)
+{
+    if (!need(b, value, "out_set"))
+        return NULL;
+    if ((field != SC_IR_ARG_POS && field != SC_IR_ARG_CRD && field != SC_IR_ARG_VALS) ||
+        level < 0 || level >= SC_MAX_ORDER || value->buffer == (is_len != 0)) {
+        sc_ir_fail(b, SC_INTERNAL, "bad output field");
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_OUT_SET);
+    if (!s)
+        return NULL;
+    s->field = field;
+    s->level = level;
+    s->a = value;
+    s->status = is_len;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_out_set(sc_ir_builder *b, sc_ir_arg field, int32_t level,
+                                const sc_ir_expr *value)
+{
+    return out_field(b, field, level, value, 0);
+}
+
+const sc_ir_stmt *sc_ir_out_len(sc_ir_builder *b, sc_ir_arg field, int32_t level,
+                                const sc_ir_expr *len)
+{
+    if (len && (len->buffer || !sc_ir_is_int(len->type))) {
+        sc_ir_fail(b, SC_INTERNAL, "output length is not an integer");
+        return NULL;
+    }
+    return out_field(b, field, level, len, 1);
+}
+
+const sc_ir_stmt *sc_ir_comment(sc_ir_builder *b, const char *text)
+{
+    if (!need(b, text, "comment"))
+        return NULL;
+    char *copy = sc_arena_strdup(b->arena, text, strlen(text), b->err);
+    if (!copy) {
+        b->st = SC_NOMEM;
+        return NULL;
+    }
+    for (char *p = copy; *p; p++)
+        if (*p == '*' && p[1] == '/')
+            *p = '+';
+    sc_ir_stmt *s = stmt(b, SC_IR_S_COMMENT);
+    if (s)
+        s->text = copy;
+    return s;
+}
+
+void sc_ir_push(sc_ir_builder *b, sc_ir_list *l, const sc_ir_stmt *s)
+{
+    if (!need(b, s, "statement list"))
+        return;
+    if (l->n == l->cap) {
+        int32_t cap = l->cap ? l->cap * 2 : 8;
+        const sc_ir_stmt **ni = node(b, (size_t)cap * sizeof *ni);
+        if (!ni)
+            return;
+        if (l->n)
+            memcpy(ni, l->items, (size_t)l->n * sizeof *ni);
+        l->items = ni;
+        l->cap = cap;
+    }
+    l->items[l->n++] = s;
+}
+
+const sc_ir_stmt *sc_ir_list_block(sc_ir_builder *b, const sc_ir_list *l)
+{
+    return sc_ir_block(b, l->items, l->n);
+}
+
+sc_status sc_ir_finish(sc_ir_builder *b, const sc_ir_stmt *body)
+{
+    if (b->st == SC_OK && !body)
+        sc_ir_fail(b, SC_INTERNAL, "function without a body");
+    if (b->st == SC_OK)
+        b->fn->body = body;
+    return b->st;
+}

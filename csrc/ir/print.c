@@ -1,0 +1,208 @@
+/*
+ * print.c — the loop IR as indented pseudo-code, for SCORCH_DEBUG dumps and tests.
+ *
+ * The text is close to C but names the IR constructs (for, while, parallel, sort, alloc)
+ * so a dump reads as the loop nest the lowering chose.  Output follows snprintf rules:
+ * the return value is the length of the whole text even when buf is too small.
+ */
+#include "sc_ir.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+typedef struct sink {
+    char *buf;
+    size_t n, len;
+} sink;
+
+static void put(sink *s, const char *fmt, ...) SC_PRINTF(2, 3);
+static void put(sink *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = s->len < s->n ? s->n - s->len : 0;
+    int k = vsnprintf(room ? s->buf + s->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        s->len += (size_t)k;
+}
+
+static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
+{
+    switch (e->kind) {
+    case SC_IR_E_VAR:
+        put(s, "%s", fn->vars[e->var].name);
+        break;
+    case SC_IR_E_INT:
+        put(s, "%lld", (long long)e->ival);
+        break;
+    case SC_IR_E_FLT:
+        put(s, "%.17g", e->fval);
+        break;
+    case SC_IR_E_LOAD:
+        put(s, "%s[", fn->vars[e->var].name);
+        expr(s, fn, e->a);
+        put(s, "]");
+        break;
+    case SC_IR_E_BIN:
+        if (e->op == SC_IR_OP_MIN || e->op == SC_IR_OP_MAX) {
+            put(s, "%s(", sc_ir_op_symbol(e->op));
+            expr(s, fn, e->a);
+            put(s, ", ");
+            expr(s, fn, e->b);
+            put(s, ")");
+        } else {
+            put(s, "(");
+            expr(s, fn, e->a);
+            put(s, " %s ", sc_ir_op_symbol(e->op));
+            expr(s, fn, e->b);
+            put(s, ")");
+        }
+        break;
+    case SC_IR_E_NEG:
+        put(s, "-");
+        expr(s, fn, e->a);
+        break;
+    case SC_IR_E_NOT:
+        put(s, "!");
+        expr(s, fn, e->a);
+        break;
+    case SC_IR_E_CAST:
+        put(s, "(%s)", sc_ir_type_name(e->type));
+        expr(s, fn, e->a);
+        break;
+    case SC_IR_E_SELECT:
+        put(s, "(");
+        expr(s, fn, e->a);
+        put(s, " ? ");
+        expr(s, fn, e->b);
+        put(s, " : ");
+        expr(s, fn, e->c);
+        put(s, ")");
+        break;
+    case SC_IR_E_ARG:
+        if (e->arg == SC_IR_ARG_THREADS)
+            put(s, "num_threads");
+        else if (e->ival < 0)
+            put(s, "out.%s[%d]", sc_ir_arg_name(e->arg), (int)e->level);
+        else
+            put(s, "op%d.%s[%d]", (int)e->ival, sc_ir_arg_name(e->arg), (int)e->level);
+        break;
+    case SC_IR_E_ALLOC:
+        put(s, "alloc<%s>(", sc_ir_type_name(e->type));
+        expr(s, fn, e->a);
+        put(s, ")");
+        break;
+    case SC_IR_E_NONNULL:
+        put(s, "nonnull(%s)", fn->vars[e->var].name);
+        break;
+    default:
+        put(s, "?");
+    }
+}
+
+static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
+{
+    if (st->kind == SC_IR_S_BLOCK) {
+        for (int32_t i = 0; i < st->n; i++)
+            stmt(s, fn, st->items[i], ind);
+        return;
+    }
+    put(s, "%*s", 2 * ind, "");
+    const sc_ir_var_info *v = st->var >= 0 && st->var < fn->nvars ? &fn->vars[st->var] : NULL;
+    switch (st->kind) {
+    case SC_IR_S_DECL:
+        put(s, "%s%s %s = ", sc_ir_type_name(v->type), v->buffer ? "*" : "", v->name);
+        expr(s, fn, st->a);
+        put(s, "\n");
+        break;
+    case SC_IR_S_ASSIGN:
+        put(s, "%s %s ", v->name, st->accumulate ? "+=" : "=");
+        expr(s, fn, st->a);
+        put(s, "\n");
+        break;
+    case SC_IR_S_STORE:
+        put(s, "%s[", v->name);
+        expr(s, fn, st->b);
+        put(s, "] %s ", st->accumulate ? "+=" : "=");
+        expr(s, fn, st->a);
+        put(s, "\n");
+        break;
+    case SC_IR_S_FOR:
+        put(s, "%sfor %s in [", st->par == SC_IR_PAR_FOR ? "parallel " : st->par == SC_IR_OMP_FOR ? "omp " : "", v->name);
+        expr(s, fn, st->a);
+        put(s, ", ");
+        expr(s, fn, st->b);
+        put(s, ")");
+        if (!(st->c->kind == SC_IR_E_INT && st->c->ival == 1)) {
+            put(s, " step ");
+            expr(s, fn, st->c);
+        }
+        put(s, ":\n");
+        stmt(s, fn, st->body, ind + 1);
+        break;
+    case SC_IR_S_WHILE:
+        put(s, "while ");
+        expr(s, fn, st->a);
+        put(s, ":\n");
+        stmt(s, fn, st->body, ind + 1);
+        break;
+    case SC_IR_S_IF:
+        put(s, "if ");
+        expr(s, fn, st->a);
+        put(s, ":\n");
+        stmt(s, fn, st->body, ind + 1);
+        if (st->orelse) {
+            put(s, "%*selse:\n", 2 * ind, "");
+            stmt(s, fn, st->orelse, ind + 1);
+        }
+        break;
+    case SC_IR_S_PARALLEL:
+        put(s, "parallel");
+        if (st->a) {
+            put(s, " if ");
+            expr(s, fn, st->a);
+        }
+        put(s, ":\n");
+        stmt(s, fn, st->body, ind + 1);
+        break;
+    case SC_IR_S_BARRIER_OR:
+        put(s, "atomic %s = 1\n", v->name);
+        break;
+    case SC_IR_S_REQUIRE:
+        put(s, "require ");
+        expr(s, fn, st->a);
+        put(s, " else %s \"%s\"\n", sc_status_name((sc_status)st->status), st->text);
+        break;
+    case SC_IR_S_FREE:
+        put(s, "free %s\n", v->name);
+        break;
+    case SC_IR_S_SORT:
+        put(s, "sort %s[0:", v->name);
+        expr(s, fn, st->a);
+        put(s, "]\n");
+        break;
+    case SC_IR_S_OUT_SET:
+        put(s, "out.%s%s[%d] = ", sc_ir_arg_name(st->field), st->status ? "_len" : "",
+            (int)st->level);
+        expr(s, fn, st->a);
+        put(s, "\n");
+        break;
+    case SC_IR_S_COMMENT:
+        put(s, "# %s\n", st->text);
+        break;
+    default:
+        put(s, "?\n");
+    }
+}
+
+size_t sc_ir_print(const sc_ir_func *fn, char *buf, size_t n)
+{
+    sink s = {buf, n, 0};
+    if (n)
+        buf[0] = '\0';
+    put(&s, "kernel %s (%s):\n", fn->name ? fn->name : "?", sc_dtype_name(fn->dtype));
+    if (fn->body)
+        stmt(&s, fn, fn->body, 1);
+    return s.len;
+}

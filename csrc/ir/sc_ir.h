@@ -1,0 +1,283 @@
+/*
+ * sc_ir.h — the ir stage: a small C-like loop IR that lowering builds and codegen prints.
+ *
+ * A kernel is one sc_ir_func: a table of variables (scalars and buffers, addressed by
+ * sc_ir_var ids) and a statement tree.  Statements cover dense and sparse loops
+ * (for over a range with a step, while-merges), if/else on coordinates, declarations,
+ * assignments, stores and accumulations, buffer allocation and sorting (workspaces), and
+ * OpenMP regions.  Nodes are built only through the checking constructors below, from
+ * the builder's arena, and never change afterwards.  The builder is sticky: after the
+ * first failed check every constructor returns NULL and the builder's status stays set.
+ */
+#ifndef SC_IR_H
+#define SC_IR_H
+
+#include "../base/sc_base.h"
+
+/* Scalar types: X(ENUM, C name). */
+#define SC_IR_TYPES(X) \
+    X(VOID, "void")    \
+    X(BOOL, "int")     \
+    X(U8, "uint8_t")   \
+    X(I32, "int32_t")  \
+    X(I64, "int64_t")  \
+    X(F32, "float")    \
+    X(F64, "double")
+
+typedef enum {
+#define SC_X_(e, c) SC_IR_##e,
+    SC_IR_TYPES(SC_X_)
+#undef SC_X_
+    SC_IR_TYPE_COUNT
+} sc_ir_type;
+
+/* Expression kinds: X(ENUM, name). */
+#define SC_IR_EXPR_KINDS(X) \
+    X(VAR, "var")           \
+    X(INT, "int")           \
+    X(FLT, "flt")           \
+    X(LOAD, "load")         \
+    X(BIN, "bin")           \
+    X(NEG, "neg")           \
+    X(NOT, "not")           \
+    X(CAST, "cast")         \
+    X(SELECT, "select")     \
+    X(ARG, "arg")           \
+    X(ALLOC, "alloc")       \
+    X(NONNULL, "nonnull")
+
+typedef enum {
+#define SC_X_(e, n) SC_IR_E_##e,
+    SC_IR_EXPR_KINDS(SC_X_)
+#undef SC_X_
+    SC_IR_EXPR_KIND_COUNT
+} sc_ir_expr_kind;
+
+/* Binary operators: X(ENUM, C symbol or function, is comparison/logic). */
+#define SC_IR_BINOPS(X) \
+    X(ADD, "+", 0)      \
+    X(SUB, "-", 0)      \
+    X(MUL, "*", 0)      \
+    X(DIV, "/", 0)      \
+    X(LT, "<", 1)       \
+    X(LE, "<=", 1)      \
+    X(EQ, "==", 1)      \
+    X(NE, "!=", 1)      \
+    X(AND, "&&", 1)     \
+    X(OR, "||", 1)      \
+    X(MIN, "min", 0)    \
+    X(MAX, "max", 0)
+
+typedef enum {
+#define SC_X_(e, s, c) SC_IR_OP_##e,
+    SC_IR_BINOPS(SC_X_)
+#undef SC_X_
+    SC_IR_OP_COUNT
+} sc_ir_op;
+
+/* Fields of the kernel arguments an ARG expression reads: X(ENUM, name).
+ * operand -1 means the output tensor; level is the level (pos, crd) or dimension (dim). */
+#define SC_IR_ARGS(X)       \
+    X(POS, "pos")           \
+    X(CRD, "crd")           \
+    X(VALS, "vals")         \
+    X(DIM, "dims")          \
+    X(THREADS, "num_threads")
+
+typedef enum {
+#define SC_X_(e, n) SC_IR_ARG_##e,
+    SC_IR_ARGS(SC_X_)
+#undef SC_X_
+    SC_IR_ARG_COUNT
+} sc_ir_arg;
+
+/* Statement kinds: X(ENUM, name). */
+#define SC_IR_STMT_KINDS(X) \
+    X(BLOCK, "block")       \
+    X(DECL, "decl")         \
+    X(ASSIGN, "assign")     \
+    X(STORE, "store")       \
+    X(FOR, "for")           \
+    X(WHILE, "while")       \
+    X(IF, "if")             \
+    X(PARALLEL, "parallel") \
+    X(BARRIER_OR, "flag")   \
+    X(REQUIRE, "require")   \
+    X(FREE, "free")         \
+    X(SORT, "sort")         \
+    X(OUT_SET, "out_set")   \
+    X(COMMENT, "comment")
+
+typedef enum {
+#define SC_X_(e, n) SC_IR_S_##e,
+    SC_IR_STMT_KINDS(SC_X_)
+#undef SC_X_
+    SC_IR_STMT_KIND_COUNT
+} sc_ir_stmt_kind;
+
+/* Id of a variable: an index into sc_ir_func.vars. */
+typedef int32_t sc_ir_var;
+
+typedef struct sc_ir_var_info {
+    const char *name;
+    sc_ir_type type; /* element type for buffers */
+    bool buffer;     /* a pointer to elements of type */
+    bool readonly;   /* const elements (operand arrays) */
+    bool owned;      /* declared NULL at the top, freed on the failure path */
+} sc_ir_var_info;
+
+typedef struct sc_ir_expr sc_ir_expr;
+struct sc_ir_expr {
+    sc_ir_expr_kind kind;
+    sc_ir_type type; /* result type (element type of a buffer-valued ARG/ALLOC) */
+    bool buffer;     /* the value is a pointer (ARG of pos/crd/vals, ALLOC, buffer VAR) */
+    sc_ir_var var;   /* VAR; LOAD: the buffer */
+    int64_t ival;    /* INT; ARG: operand */
+    double fval;     /* FLT */
+    sc_ir_op op;     /* BIN */
+    sc_ir_arg arg;   /* ARG */
+    int32_t level;   /* ARG */
+    const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count) */
+};
+
+/* OpenMP treatment of a FOR: none, a whole "parallel for", or a worksharing "for"
+ * inside a PARALLEL statement. */
+typedef enum { SC_IR_SEQ, SC_IR_PAR_FOR, SC_IR_OMP_FOR } sc_ir_par;
+
+typedef struct sc_ir_stmt sc_ir_stmt;
+struct sc_ir_stmt {
+    sc_ir_stmt_kind kind;
+    sc_ir_var var;         /* DECL, ASSIGN, STORE (buffer), FOR, FREE, SORT, BARRIER_OR */
+    bool accumulate;       /* ASSIGN/STORE: += instead of = */
+    const sc_ir_expr *a;   /* DECL init, ASSIGN/STORE value, FOR lo, WHILE/IF/REQUIRE/PARALLEL cond,
+                              SORT count, OUT_SET value */
+    const sc_ir_expr *b;   /* STORE index, FOR hi */
+    const sc_ir_expr *c;   /* FOR step */
+    sc_ir_par par;         /* FOR */
+    int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
+    sc_ir_arg field;       /* OUT_SET */
+    int32_t level;         /* OUT_SET; FOR: dynamic chunk (0 = static) */
+    const char *text;      /* COMMENT; REQUIRE message */
+    const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL body; IF else */
+    int32_t n;             /* BLOCK */
+    const sc_ir_stmt *const *items;
+};
+
+typedef struct sc_ir_func {
+    const char *name;
+    sc_dtype dtype;
+    int32_t nvars, vars_cap;
+    sc_ir_var_info *vars;
+    const sc_ir_stmt *body;
+} sc_ir_func;
+
+/* Builder: arena, sticky status and the function under construction. */
+typedef struct sc_ir_builder {
+    sc_arena *arena;
+    sc_error *err;
+    sc_status st;
+    sc_ir_func *fn;
+} sc_ir_builder;
+
+/* Start building fn (zeroed here; its tables live in arena; err borrowed). */
+void sc_ir_builder_init(sc_ir_builder *b, sc_arena *arena, sc_ir_func *fn, const char *name,
+                        sc_dtype dtype, sc_error *err);
+
+/* Record a failure (first one wins); returns b->st. */
+sc_status sc_ir_fail(sc_ir_builder *b, sc_status kind, const char *fmt, ...) SC_PRINTF(3, 4);
+
+/* A new variable (name copied to the arena, made unique by appending the id).
+ * Returns its id or -1 (builder failed). */
+sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, bool buffer,
+                        bool readonly, bool owned);
+
+/* The value type of the kernel's dtype. */
+sc_ir_type sc_ir_val_type(sc_dtype dt);
+sc_ir_type sc_ir_idx_type(sc_index_type it);
+bool sc_ir_is_int(sc_ir_type t);
+bool sc_ir_is_float(sc_ir_type t);
+
+/* ---- Expression constructors (arena nodes; NULL once the builder failed) ---- */
+const sc_ir_expr *sc_ir_var_ref(sc_ir_builder *b, sc_ir_var v);
+const sc_ir_expr *sc_ir_int(sc_ir_builder *b, int64_t v);
+const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t);
+const sc_ir_expr *sc_ir_load(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
+const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
+                            const sc_ir_expr *y);
+const sc_ir_expr *sc_ir_neg(sc_ir_builder *b, const sc_ir_expr *x);
+const sc_ir_expr *sc_ir_not(sc_ir_builder *b, const sc_ir_expr *x);
+const sc_ir_expr *sc_ir_cast(sc_ir_builder *b, sc_ir_type t, const sc_ir_expr *x);
+const sc_ir_expr *sc_ir_select(sc_ir_builder *b, const sc_ir_expr *c, const sc_ir_expr *x,
+                               const sc_ir_expr *y);
+/* A field of operand `operand` (-1: the output): pos/crd of a level (type = the index
+ * type given), vals (type = value type), dims[level] (int64), num_threads (int). */
+const sc_ir_expr *sc_ir_arg_ref(sc_ir_builder *b, sc_ir_arg arg, int32_t operand,
+                                int32_t level, sc_ir_type type);
+/* env->alloc of count elements of type (NULL on failure or size overflow). */
+const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
+
+/* 1 when the buffer variable buf is not NULL (after an ALLOC). */
+const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);
+
+/* ---- Statement constructors ---- */
+const sc_ir_stmt *sc_ir_block(sc_ir_builder *b, const sc_ir_stmt *const *items, int32_t n);
+const sc_ir_stmt *sc_ir_decl(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *init);
+const sc_ir_stmt *sc_ir_assign(sc_ir_builder *b, sc_ir_var v, bool accumulate,
+                               const sc_ir_expr *value);
+const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                              bool accumulate, const sc_ir_expr *value);
+/* for (v = lo; v < hi; v += step) body; v is declared by the loop.  A PAR_FOR runs
+ * single-threaded when hi - lo is below SC_IR_PAR_MIN iterations. */
+#define SC_IR_PAR_MIN 128
+const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
+                            const sc_ir_expr *hi, const sc_ir_expr *step, sc_ir_par par,
+                            int32_t chunk, const sc_ir_stmt *body);
+const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body);
+const sc_ir_stmt *sc_ir_if(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *then,
+                           const sc_ir_stmt *orelse);
+/* #pragma omp parallel region (threads from env) around body; when cond is given the
+ * region runs on one thread unless cond holds (OpenMP's if clause). */
+const sc_ir_stmt *sc_ir_parallel(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body);
+/* Atomically set the int variable v to 1 (a failure flag shared by threads). */
+const sc_ir_stmt *sc_ir_flag(sc_ir_builder *b, sc_ir_var v);
+/* if (!cond) fail with status and message (only outside parallel regions). */
+const sc_ir_stmt *sc_ir_require(sc_ir_builder *b, const sc_ir_expr *cond, sc_status status,
+                                const char *msg);
+const sc_ir_stmt *sc_ir_free(sc_ir_builder *b, sc_ir_var buf);
+/* Sort buf[0..count) (int64 coordinates) ascending. */
+const sc_ir_stmt *sc_ir_sort(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *count);
+/* out->pos[level] / crd[level] / vals = value (a buffer); field POS, CRD or VALS. */
+const sc_ir_stmt *sc_ir_out_set(sc_ir_builder *b, sc_ir_arg field, int32_t level,
+                                const sc_ir_expr *value);
+/* out->pos_len[level] / crd_len[level] / nvals = len; field POS, CRD or VALS. */
+const sc_ir_stmt *sc_ir_out_len(sc_ir_builder *b, sc_ir_arg field, int32_t level,
+                                const sc_ir_expr *len);
+const sc_ir_stmt *sc_ir_comment(sc_ir_builder *b, const char *text);
+
+/* Growable statement list for building blocks (arena-backed). */
+typedef struct sc_ir_list {
+    const sc_ir_stmt **items;
+    int32_t n, cap;
+} sc_ir_list;
+void sc_ir_push(sc_ir_builder *b, sc_ir_list *l, const sc_ir_stmt *s);
+const sc_ir_stmt *sc_ir_list_block(sc_ir_builder *b, const sc_ir_list *l);
+
+/* Finish: fn->body = body.  Returns the builder's status. */
+sc_status sc_ir_finish(sc_ir_builder *b, const sc_ir_stmt *body);
+
+/* ---- Passes ---- */
+
+/* Print fn as indented pseudo-code into buf (snprintf semantics: returns the full
+ * length).  Borrowed fn. */
+size_t sc_ir_print(const sc_ir_func *fn, char *buf, size_t n);
+
+/* Check fn: every variable used is declared in an enclosing scope before use, types of
+ * loads/stores/loop variables agree, no REQUIRE inside a parallel region, no nested
+ * parallel regions.  INTERNAL error naming the first violation. */
+sc_status sc_ir_verify(const sc_ir_func *fn, sc_error *err);
+
+const char *sc_ir_type_name(sc_ir_type t);
+const char *sc_ir_op_symbol(sc_ir_op op);
+const char *sc_ir_arg_name(sc_ir_arg a);
+
+#endif /* SC_IR_H */

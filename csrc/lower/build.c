@@ -1,0 +1,968 @@
+/*
+ * build.c — the loop builder: a scheduled lowering problem → one kernel in loop IR.
+ *
+ * Recursion over the loop order: at each index variable the merge lattice of the
+ * (specialised) expression decides the loop — a dense for, a for over one compressed
+ * segment, or while-merges over several (one per lattice point, with an if/else chain of
+ * cases inside, each case lowering its own specialised expression further down); unions
+ * of three or more iterators use one loop in which absent operands read as zero.  Dense
+ * levels are located.  Innermost reductions accumulate into a scalar (a dense one into
+ * several independent accumulators, so it vectorises).
+ * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
+ * parallel when the outermost loop is a dense output level; output indices nested inside
+ * a reduction go through a per-thread dense workspace with a sorted list of touched
+ * coordinates.  Everything allocated goes through env; failures return NOMEM.
+ */
+#include "sc_lower.h"
+#include "../schedule/sc_sched.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { COUNT, FILL };
+
+typedef struct lb {
+    sc_ir_builder b;
+    sc_arena *arena;
+    const sc_lower_problem *p;
+    const sc_sched *s;
+    sc_error *err;
+    int32_t n;
+    const sc_expr_var *order;
+    int32_t depth_of[SC_LOWER_MAX_VARS];
+    int32_t out_level_of[SC_LOWER_MAX_VARS]; /* -1: reduction variable */
+    sc_ir_type vt;
+    /* operands */
+    sc_ir_var pos[64][SC_MAX_ORDER], crd[64][SC_MAX_ORDER], vals[64];
+    const sc_ir_expr *stride[64][SC_MAX_ORDER];
+    sc_ir_var ext[SC_LOWER_MAX_VARS];
+    /* output */
+    int32_t m, D, kw, dlast, q;
+    bool flat, par;
+    int mode;
+    sc_ir_var ovals, opos[SC_MAX_ORDER], ocrd[SC_MAX_ORDER], cnt[SC_MAX_ORDER];
+    const sc_ir_expr *ostride[SC_MAX_ORDER];
+    sc_ir_var tot[SC_MAX_ORDER];
+    /* workspace */
+    sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok;
+    const sc_ir_expr *wstride[SC_MAX_ORDER];
+    sc_ir_var nrows;
+} lb;
+
+typedef struct st {
+    int8_t nbound[SC_LOWER_MAX_ACCESSES];
+    const sc_ir_expr *ppos[SC_LOWER_MAX_ACCESSES];
+    const sc_ir_expr *pend[SC_LOWER_MAX_ACCESSES];
+    /* per access: NULL, or the condition under which it is present at all (set by a
+     * dynamic union merge above; an absent access has empty segments below) */
+    const sc_ir_expr *pres[SC_LOWER_MAX_ACCESSES];
+    sc_ir_var val[SC_LOWER_MAX_ACCESSES];
+    const sc_ir_expr *cv[SC_LOWER_MAX_VARS];
+    const sc_ir_expr *opos;
+    sc_ir_var cnt[SC_MAX_ORDER]; /* per output level: running entry counter */
+    sc_ir_var acc;
+} st;
+
+#define B (&L->b)
+#define V(x) sc_ir_var_ref(B, (x))
+#define I(x) sc_ir_int(B, (x))
+#define BIN(op, x, y) sc_ir_bin(B, SC_IR_OP_##op, (x), (y))
+
+static const char *oname(const lb *L, int32_t t)
+{
+    return L->p->e->operands[t].name;
+}
+static const char *vname(const lb *L, sc_expr_var v)
+{
+    return L->p->e->vars[v].name;
+}
+
+static sc_ir_var newv(lb *L, const char *name, sc_ir_type t)
+{
+    return sc_ir_new_var(B, name, t, false, false, false);
+}
+
+static int32_t lvl_of_dim(const sc_format *f, int32_t d)
+{
+    for (int32_t k = 0; k < f->order; k++)
+        if (f->lvl2dim[k] == d)
+            return k;
+    return 0;
+}
+
+/* ---- values at the leaf ---- */
+
+static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
+{
+    if (!n)
+        return sc_ir_flt(B, 0.0, L->vt);
+    switch (n->kind) {
+    case SC_LN_ACCESS: {
+        const sc_lower_access *ac = &L->p->acc[n->access];
+        if (L->p->ops[ac->operand].sparse)
+            return V(S->val[n->access]);
+        const sc_ir_expr *addr = I(0);
+        for (int32_t d = 0; d < ac->order; d++)
+            addr = BIN(ADD, addr, BIN(MUL, S->cv[ac->var[d]], L->stride[ac->operand][d]));
+        return sc_ir_load(B, L->vals[ac->operand], addr);
+    }
+    case SC_LN_LIT:
+        return sc_ir_flt(B, n->value, L->vt);
+    case SC_LN_NEG:
+        return sc_ir_neg(B, value(L, S, n->a));
+    case SC_LN_MUL:
+        return BIN(MUL, value(L, S, n->a), value(L, S, n->b));
+    case SC_LN_ADD:
+        return BIN(ADD, value(L, S, n->a), value(L, S, n->b));
+    default:
+        return BIN(SUB, value(L, S, n->a), value(L, S, n->b));
+    }
+}
+
+/* Append one leaf entry of a sparse output (value NULL in the count phase). */
+static void append_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *const *coord,
+                        const sc_ir_expr *val)
+{
+    int32_t leaf = L->flat ? L->D : L->m - 1;
+    sc_ir_var n = S->cnt[leaf];
+    if (L->mode == FILL) {
+        if (L->flat) {
+            for (int32_t k = L->D; k < L->m; k++)
+                sc_ir_push(B, out, sc_ir_store(B, L->ocrd[k], V(n), false, coord[k]));
+        } else {
+            sc_ir_push(B, out, sc_ir_store(B, L->ocrd[L->m - 1], V(n), false, coord[L->m - 1]));
+        }
+        sc_ir_push(B, out, sc_ir_store(B, L->ovals, V(n), false, val));
+    }
+    sc_ir_push(B, out, sc_ir_assign(B, n, true, I(1)));
+}
+
+static void out_coords(lb *L, const st *S, const sc_ir_expr **coord)
+{
+    for (int32_t k = 0; k < L->m; k++)
+        coord[k] = S->cv[L->p->out_lvar[k]];
+}
+
+/* The write of one value (or accumulator) for the output coordinates bound in S. */
+static void write_out(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
+{
+    const sc_lower_problem *p = L->p;
+    if (!p->out_sparse) {
+        if (L->mode == COUNT)
+            return;
+        const sc_ir_expr *addr = I(0);
+        for (int32_t d = 0; d < p->out_order; d++)
+            addr = BIN(ADD, addr, BIN(MUL, S->cv[p->out_var[d]], L->ostride[d]));
+        sc_ir_push(B, out, sc_ir_store(B, L->ovals, addr, true, val));
+        return;
+    }
+    const sc_ir_expr *coord[SC_MAX_ORDER];
+    out_coords(L, S, coord);
+    append_leaf(L, S, out, coord, val);
+}
+
+static void leaf(lb *L, const st *S, const sc_lower_node *n, sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    const sc_ir_expr *val = L->mode == FILL ? value(L, S, n) : NULL;
+    if (p->out_sparse && L->q >= 0) {
+        const sc_ir_expr *lin = I(0);
+        for (int32_t k = L->kw; k < L->m; k++)
+            lin = BIN(ADD, lin, BIN(MUL, S->cv[p->out_lvar[k]], L->wstride[k]));
+        sc_ir_var lv = newv(L, "w", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, lv, lin));
+        sc_ir_list t = {0};
+        sc_ir_push(B, &t, sc_ir_store(B, L->ws_mark, V(lv), false, I(1)));
+        sc_ir_push(B, &t, sc_ir_store(B, L->ws_list, V(L->ws_n), false, V(lv)));
+        sc_ir_push(B, &t, sc_ir_assign(B, L->ws_n, true, I(1)));
+        sc_ir_push(B, out, sc_ir_if(B, sc_ir_not(B, sc_ir_load(B, L->ws_mark, V(lv))),
+                                    sc_ir_list_block(B, &t), NULL));
+        if (L->mode == FILL)
+            sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
+        return;
+    }
+    if (S->acc >= 0) {
+        if (L->mode == FILL)
+            sc_ir_push(B, out, sc_ir_assign(B, S->acc, true, val));
+        return;
+    }
+    write_out(L, S, out, val);
+}
+
+/* Emit the drain of the workspace into the output (after the loop at depth ws_depth). */
+static void drain(lb *L, const st *S, sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    int32_t m = L->m;
+    if (L->mode == COUNT && !L->flat && L->kw == m - 1) {
+        sc_ir_push(B, out, sc_ir_assign(B, S->cnt[m - 1], true, V(L->ws_n)));
+        sc_ir_var t = newv(L, "t", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_for(B, t, I(0), V(L->ws_n), I(1), SC_IR_SEQ, 0,
+                                     sc_ir_store(B, L->ws_mark, sc_ir_load(B, L->ws_list, V(t)),
+                                                 false, I(0))));
+        sc_ir_push(B, out, sc_ir_assign(B, L->ws_n, false, I(0)));
+        return;
+    }
+    sc_ir_push(B, out, sc_ir_sort(B, L->ws_list, V(L->ws_n)));
+    sc_ir_var prev[SC_MAX_ORDER];
+    for (int32_t k = L->kw; k < m - 1; k++) {
+        prev[k] = newv(L, "prev", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, prev[k], I(-1)));
+    }
+    sc_ir_var t = newv(L, "t", SC_IR_I64);
+    sc_ir_list body = {0};
+    sc_ir_var lin = newv(L, "w", SC_IR_I64);
+    sc_ir_push(B, &body, sc_ir_decl(B, lin, sc_ir_load(B, L->ws_list, V(t))));
+    const sc_ir_expr *coord[SC_MAX_ORDER];
+    out_coords(L, S, coord);
+    for (int32_t k = L->kw; k < m; k++) {
+        sc_ir_var c = newv(L, vname(L, p->out_lvar[k]), SC_IR_I64);
+        const sc_ir_expr *e = BIN(DIV, V(lin), L->wstride[k]);
+        if (k > L->kw)
+            e = BIN(SUB, e, BIN(MUL, BIN(DIV, e, V(L->ext[p->out_lvar[k]])),
+                                V(L->ext[p->out_lvar[k]])));
+        sc_ir_push(B, &body, sc_ir_decl(B, c, e));
+        coord[k] = V(c);
+    }
+    if (!L->flat && L->kw < m - 1) {
+        sc_ir_var nf = newv(L, "fresh", SC_IR_BOOL);
+        sc_ir_push(B, &body, sc_ir_decl(B, nf, BIN(EQ, V(t), I(0))));
+        for (int32_t k = L->kw; k < m - 1; k++) {
+            sc_ir_push(B, &body, sc_ir_assign(B, nf, false, BIN(OR, V(nf), BIN(NE, coord[k], V(prev[k])))));
+            sc_ir_list e = {0};
+            if (L->mode == FILL)
+                sc_ir_push(B, &e, sc_ir_store(B, L->ocrd[k], V(S->cnt[k]), false, coord[k]));
+            sc_ir_push(B, &e, sc_ir_assign(B, S->cnt[k], true, I(1)));
+            sc_ir_push(B, &body, sc_ir_if(B, V(nf), sc_ir_list_block(B, &e), NULL));
+            sc_ir_push(B, &body, sc_ir_assign(B, prev[k], false, coord[k]));
+        }
+    }
+    append_leaf(L, S, &body, coord, L->mode == FILL ? sc_ir_load(B, L->ws_vals, V(lin)) : NULL);
+    if (L->mode == FILL && !L->flat)
+        for (int32_t k = L->kw; k < m - 1; k++)
+            sc_ir_push(B, &body, sc_ir_store(B, L->opos[k + 1], V(S->cnt[k]), false, V(S->cnt[k + 1])));
+    sc_ir_push(B, &body, sc_ir_store(B, L->ws_mark, V(lin), false, I(0)));
+    if (L->mode == FILL)
+        sc_ir_push(B, &body, sc_ir_store(B, L->ws_vals, V(lin), false, sc_ir_flt(B, 0.0, L->vt)));
+    sc_ir_push(B, out, sc_ir_for(B, t, I(0), V(L->ws_n), I(1), SC_IR_SEQ, 0,
+                                 sc_ir_list_block(B, &body)));
+    sc_ir_push(B, out, sc_ir_assign(B, L->ws_n, false, I(0)));
+}
+
+static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S);
+
+/* Row wrapper of a sparse output: counters for the row at S->opos around inner. */
+static void row_begin(lb *L, st *S, sc_ir_list *out)
+{
+    int32_t last = L->flat ? L->D : L->m - 1;
+    for (int32_t k = L->D; k <= last; k++) {
+        S->cnt[k] = newv(L, "n", SC_IR_I64);
+        const sc_ir_expr *init = L->mode == COUNT ? I(0) : sc_ir_load(B, L->cnt[k], S->opos);
+        sc_ir_push(B, out, sc_ir_decl(B, S->cnt[k], init));
+    }
+}
+
+static void row_end(lb *L, const st *S, sc_ir_list *out)
+{
+    if (L->mode != COUNT)
+        return;
+    int32_t last = L->flat ? L->D : L->m - 1;
+    for (int32_t k = L->D; k <= last; k++)
+        sc_ir_push(B, out, sc_ir_store(B, L->cnt[k], BIN(ADD, S->opos, I(1)), false, V(S->cnt[k])));
+}
+
+/* Everything below the binding of the variable at depth d (S already updated). */
+static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    sc_expr_var v = L->order[d];
+    int32_t ko = L->out_level_of[v];
+    bool row = false;
+    if (p->out_sparse && ko >= 0 && ko < L->D) {
+        S->opos = ko == 0 ? S->cv[v] : BIN(ADD, BIN(MUL, S->opos, V(L->ext[v])), S->cv[v]);
+        sc_ir_var r = newv(L, "r", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, r, S->opos));
+        S->opos = V(r);
+        if (ko == L->D - 1) {
+            row = true;
+            row_begin(L, S, out);
+        }
+    }
+    bool tree_entry = p->out_sparse && !L->flat && ko >= L->D && ko < L->kw && ko < L->m - 1;
+    sc_ir_var mark = -1;
+    if (tree_entry) {
+        mark = newv(L, "mark", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, mark, V(S->cnt[ko + 1])));
+    }
+    bool acc_mode = d == L->dlast && L->dlast < L->n - 1 && !(p->out_sparse && L->q >= 0);
+    if (acc_mode) {
+        if (L->mode == FILL) {
+            S->acc = newv(L, "acc", L->vt);
+            sc_ir_push(B, out, sc_ir_decl(B, S->acc, sc_ir_flt(B, 0.0, L->vt)));
+            sc_ir_push(B, out, lower_at(L, d + 1, n, S));
+            sc_ir_var a = S->acc;
+            S->acc = -1;
+            write_out(L, S, out, V(a));
+        } else {
+            write_out(L, S, out, NULL);
+        }
+    } else if (!(L->mode == COUNT && !p->out_sparse)) {
+        sc_ir_push(B, out, lower_at(L, d + 1, n, S));
+    }
+    if (p->out_sparse && L->q >= 0 && d == L->q - 1)
+        drain(L, S, out);
+    if (tree_entry) {
+        sc_ir_list e = {0};
+        if (L->mode == FILL)
+            sc_ir_push(B, &e, sc_ir_store(B, L->ocrd[ko], V(S->cnt[ko]), false, S->cv[v]));
+        sc_ir_push(B, &e, sc_ir_assign(B, S->cnt[ko], true, I(1)));
+        if (L->mode == FILL)
+            sc_ir_push(B, &e, sc_ir_store(B, L->opos[ko + 1], V(S->cnt[ko]), false, V(S->cnt[ko + 1])));
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(mark), V(S->cnt[ko + 1])), sc_ir_list_block(B, &e), NULL));
+    }
+    if (row)
+        row_end(L, S, out);
+}
+
+typedef struct iter {
+    int32_t access, level, operand;
+    bool unique;
+    sc_ir_var p, e, c, q;
+    const sc_ir_expr *lo;
+} iter;
+
+/* Body of one lattice case: bind iterators in mask and locators, then go deeper. */
+static const sc_ir_stmt *case_body(lb *L, int32_t d, const sc_lower_node *n, const st *S0,
+                                   const iter *it, int32_t nit, uint32_t mask,
+                                   const sc_ir_expr *cv, bool dyn)
+{
+    const sc_lower_problem *p = L->p;
+    sc_expr_var v = L->order[d];
+    uint64_t zero = 0;
+    for (int32_t i = 0; i < nit; i++)
+        if (!((mask >> i) & 1))
+            zero |= (uint64_t)1 << it[i].access;
+    const sc_lower_node *sn = sc_lower_specialize(L->arena, n, zero, L->err);
+    if (!sn)
+        return NULL;
+    st S = *S0;
+    sc_ir_list out = {0};
+    S.cv[v] = cv;
+    for (int32_t i = 0; i < nit; i++) {
+        if (!((mask >> i) & 1))
+            continue;
+        int32_t a = it[i].access;
+        S.nbound[a]++;
+        S.ppos[a] = V(it[i].p);
+        S.pend[a] = it[i].unique ? NULL : V(it[i].q);
+        if (dyn) {
+            sc_ir_var has = newv(L, "has", SC_IR_BOOL);
+            sc_ir_push(B, &out, sc_ir_decl(B, has, BIN(EQ, V(it[i].c), cv)));
+            S.pres[a] = S.pres[a] ? BIN(AND, S.pres[a], V(has)) : V(has);
+        }
+    }
+    uint64_t present = sc_lower_node_accesses(sn);
+    for (int32_t a = 0; a < p->naccess; a++) {
+        if (!((present >> a) & 1))
+            continue;
+        const sc_lower_access *ac = &p->acc[a];
+        const sc_lower_operand *op = &p->ops[ac->operand];
+        if (!op->sparse)
+            continue;
+        int32_t k = S.nbound[a];
+        if (k < ac->order && ac->lvar[k] == v && op->fmt.kind[k] == SC_LEVEL_DENSE) {
+            const sc_ir_expr *pe = k == 0 ? cv : BIN(ADD, BIN(MUL, S.ppos[a], V(L->ext[v])), cv);
+            sc_ir_var pl = newv(L, "p", SC_IR_I64);
+            sc_ir_push(B, &out, sc_ir_decl(B, pl, pe));
+            S.ppos[a] = V(pl);
+            S.pend[a] = NULL;
+            S.nbound[a]++;
+        }
+        if (S.nbound[a] == ac->order && S.val[a] < 0 && L->mode == FILL) {
+            sc_ir_var val = newv(L, "v", L->vt);
+            if (S.pend[a]) {
+                sc_ir_push(B, &out, sc_ir_decl(B, val, sc_ir_flt(B, 0.0, L->vt)));
+                sc_ir_var pp = newv(L, "pp", SC_IR_I64);
+                const sc_ir_stmt *sum = sc_ir_for(B, pp, S.ppos[a], S.pend[a], I(1), SC_IR_SEQ, 0,
+                                                  sc_ir_assign(B, val, true, sc_ir_load(B, L->vals[ac->operand], V(pp))));
+                sc_ir_push(B, &out, S.pres[a] ? sc_ir_if(B, S.pres[a], sum, NULL) : sum);
+            } else {
+                const sc_ir_expr *ld = sc_ir_load(B, L->vals[ac->operand], S.ppos[a]);
+                if (S.pres[a])
+                    ld = sc_ir_select(B, S.pres[a], ld, sc_ir_flt(B, 0.0, L->vt));
+                sc_ir_push(B, &out, sc_ir_decl(B, val, ld));
+            }
+            S.val[a] = val;
+        }
+    }
+    after_bind(L, d, sn, &S, &out);
+    return sc_ir_list_block(B, &out);
+}
+
+static const sc_ir_expr *all_equal(lb *L, const iter *it, int32_t nit, uint32_t mask,
+                                   const sc_ir_expr *cv)
+{
+    const sc_ir_expr *c = NULL;
+    for (int32_t i = 0; i < nit; i++)
+        if ((mask >> i) & 1) {
+            const sc_ir_expr *e = BIN(EQ, V(it[i].c), cv);
+            c = c ? BIN(AND, c, e) : e;
+        }
+    return c ? c : sc_ir_int(B, 1);
+}
+
+/* if/else chain over the lattice points contained in within. */
+static const sc_ir_stmt *cases(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                               const iter *it, int32_t nit, const sc_lower_lattice *lat,
+                               uint32_t within, const sc_ir_expr *cv)
+{
+    const sc_ir_stmt *chain = NULL;
+    for (int32_t q = lat->npoints; q-- > 0;) {
+        uint32_t m = lat->points[q];
+        if ((m & ~within) != 0)
+            continue;
+        const sc_ir_stmt *body = case_body(L, d, n, S, it, nit, m, cv, false);
+        if (!body)
+            continue;
+        if (m == 0 && !chain)
+            chain = body;
+        else
+            chain = sc_ir_if(B, all_equal(L, it, nit, m, cv), body, chain);
+    }
+    return chain;
+}
+
+static void advance(lb *L, const iter *it, int32_t nit, uint32_t within, const sc_ir_expr *cv,
+                    sc_ir_list *out)
+{
+    for (int32_t i = 0; i < nit; i++) {
+        if (!((within >> i) & 1))
+            continue;
+        const sc_ir_expr *next = it[i].unique ? BIN(ADD, V(it[i].p), I(1)) : V(it[i].q);
+        sc_ir_push(B, out, sc_ir_assign(B, it[i].p, false,
+                                        sc_ir_select(B, BIN(EQ, V(it[i].c), cv), next, V(it[i].p))));
+    }
+}
+
+static void run_end(lb *L, const iter *it, sc_ir_list *out)
+{
+    if (it->unique)
+        return;
+    sc_ir_push(B, out, sc_ir_decl(B, it->q, BIN(ADD, V(it->p), I(1))));
+    const sc_ir_expr *cond = BIN(AND, BIN(LT, V(it->q), V(it->e)),
+                                 BIN(EQ, sc_ir_load(B, L->crd[it->operand][it->level], V(it->q)), V(it->c)));
+    sc_ir_push(B, out, sc_ir_while(B, cond, sc_ir_assign(B, it->q, true, I(1))));
+}
+
+/*
+ * The innermost loop of a scalar reduction over a dense range (an SDDMM dot product):
+ * UNROLL independent accumulators so the sum vectorises without reassociation flags,
+ * then a remainder loop.  Only when no sparse level is located at v (all values at the
+ * leaf come from dense operands or are already bound).
+ */
+static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                               sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    sc_expr_var v = L->order[d];
+    if (d != L->n - 1 || S->acc < 0 || L->mode != FILL || !n)
+        return false;
+    uint64_t present = sc_lower_node_accesses(n);
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (((present >> a) & 1) && p->ops[p->acc[a].operand].sparse && S->nbound[a] < p->acc[a].order)
+            return false;
+    int32_t U = L->vt == SC_IR_F32 ? 8 : 4;
+    sc_ir_var part[8];
+    part[0] = S->acc;
+    for (int32_t u = 1; u < U; u++) {
+        part[u] = newv(L, "acc", L->vt);
+        sc_ir_push(B, out, sc_ir_decl(B, part[u], sc_ir_flt(B, 0.0, L->vt)));
+    }
+    sc_ir_var nmain = newv(L, "Nmain", SC_IR_I64);
+    const sc_ir_expr *N = V(L->ext[v]);
+    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(MUL, BIN(DIV, N, I(U)), I(U))));
+    sc_ir_var k = newv(L, vname(L, v), SC_IR_I64);
+    st T = *S;
+    sc_ir_list body = {0};
+    for (int32_t u = 0; u < U; u++) {
+        T.cv[v] = u ? BIN(ADD, V(k), I(u)) : V(k);
+        sc_ir_push(B, &body, sc_ir_assign(B, part[u], true, value(L, &T, n)));
+    }
+    sc_ir_push(B, out, sc_ir_for(B, k, I(0), V(nmain), I(U), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    const sc_ir_expr *sum = V(part[1]);
+    for (int32_t u = 2; u < U; u++)
+        sum = BIN(ADD, sum, V(part[u]));
+    sc_ir_push(B, out, sc_ir_assign(B, S->acc, true, sum));
+    sc_ir_var k2 = newv(L, vname(L, v), SC_IR_I64);
+    T.cv[v] = V(k2);
+    sc_ir_push(B, out, sc_ir_for(B, k2, V(nmain), N, I(1), SC_IR_SEQ, 0,
+                                 sc_ir_assign(B, S->acc, true, value(L, &T, n))));
+    return true;
+}
+
+static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
+{
+    if (L->b.st != SC_OK)
+        return NULL;
+    if (d == L->n) {
+        sc_ir_list out = {0};
+        leaf(L, S, n, &out);
+        return sc_ir_list_block(B, &out);
+    }
+    const sc_lower_problem *p = L->p;
+    sc_expr_var v = L->order[d];
+    sc_lower_lattice lat;
+    sc_status stt = sc_lower_lattice_at(p, n, v, S->nbound, &lat, L->err);
+    if (stt != SC_OK) {
+        L->b.st = stt;
+        return NULL;
+    }
+    iter it[SC_LOWER_MAX_ITERS];
+    memset(it, 0, sizeof it);
+    sc_ir_list out = {0};
+    int32_t nit = lat.niters;
+    for (int32_t i = 0; i < nit; i++) {
+        int32_t a = lat.iters[i];
+        const sc_lower_access *ac = &p->acc[a];
+        int32_t k = S->nbound[a], t = ac->operand;
+        const sc_format *f = &p->ops[t].fmt;
+        it[i] = (iter){a, k, t, f->unique[k] != 0, -1, -1, -1, -1, NULL};
+        const sc_ir_expr *lo, *hi;
+        if (f->kind[k] == SC_LEVEL_COMPRESSED) {
+            const sc_ir_expr *pp = k == 0 ? I(0) : S->ppos[a];
+            lo = sc_ir_load(B, L->pos[t][k], pp);
+            hi = sc_ir_load(B, L->pos[t][k], BIN(ADD, pp, I(1)));
+        } else {
+            lo = S->ppos[a];
+            hi = S->pend[a] ? S->pend[a] : BIN(ADD, S->ppos[a], I(1));
+        }
+        if (S->pres[a]) {
+            lo = sc_ir_select(B, S->pres[a], lo, I(0));
+            hi = sc_ir_select(B, S->pres[a], hi, I(0));
+        }
+        it[i].lo = lo;
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s%d_p", oname(L, t), (int)k);
+        it[i].p = newv(L, nm, SC_IR_I64);
+        snprintf(nm, sizeof nm, "%s%d_end", oname(L, t), (int)k);
+        it[i].e = newv(L, nm, SC_IR_I64);
+        it[i].c = newv(L, vname(L, v), SC_IR_I64);
+        if (!it[i].unique) {
+            snprintf(nm, sizeof nm, "%s%d_run", oname(L, t), (int)k);
+            it[i].q = newv(L, nm, SC_IR_I64);
+        }
+        if (!(nit == 1 && !lat.universe && it[i].unique))
+            sc_ir_push(B, &out, sc_ir_decl(B, it[i].p, lo));
+        sc_ir_push(B, &out, sc_ir_decl(B, it[i].e, hi));
+    }
+    sc_ir_par par = SC_IR_SEQ;
+    if (d == 0 && L->par)
+        par = p->out_sparse ? SC_IR_OMP_FOR : SC_IR_PAR_FOR;
+    int32_t chunk = par != SC_IR_SEQ ? 64 : 0;
+    if (nit == 0 && par == SC_IR_SEQ && unrolled_reduction(L, d, n, S, &out))
+        return sc_ir_list_block(B, &out);
+    if (nit == 0) {
+        sc_ir_var cvar = newv(L, vname(L, v), SC_IR_I64);
+        const sc_ir_stmt *body = case_body(L, d, n, S, it, 0, 0, V(cvar), false);
+        if (!body)
+            return sc_ir_block(B, NULL, 0);
+        if (par == SC_IR_OMP_FOR && L->ws_ok >= 0)
+            body = sc_ir_if(B, V(L->ws_ok), body, NULL);
+        sc_ir_push(B, &out, sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body));
+        return sc_ir_list_block(B, &out);
+    }
+    if (nit == 1 && !lat.universe && it[0].unique) {
+        sc_ir_list body = {0};
+        const iter *i0 = &it[0];
+        sc_ir_push(B, &body, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
+        const sc_ir_stmt *cb = case_body(L, d, n, S, it, 1, 1, V(i0->c), false);
+        if (!cb)
+            return sc_ir_block(B, NULL, 0);
+        sc_ir_push(B, &body, cb);
+        const sc_ir_stmt *bs = sc_ir_list_block(B, &body);
+        if (par == SC_IR_OMP_FOR && L->ws_ok >= 0)
+            bs = sc_ir_if(B, V(L->ws_ok), bs, NULL);
+        const sc_ir_expr *start = i0->lo;
+        sc_ir_push(B, &out, sc_ir_for(B, i0->p, start, V(i0->e), I(1), par, chunk, bs));
+        return sc_ir_list_block(B, &out);
+    }
+    if (par != SC_IR_SEQ) {
+        sc_ir_fail(B, SC_INTERNAL, "parallel loop over a co-iteration");
+        return NULL;
+    }
+    uint32_t all = (1u << nit) - 1;
+    /* A union of three or more iterators (every nonempty subset a lattice point): one
+     * loop and one body in which absent operands read as zero and have empty segments
+     * below, instead of a loop per point and a case per subset (exponential code). */
+    bool dyn = nit >= 3 && lat.npoints >= (int32_t)all;
+    if (dyn && !lat.universe) {
+        sc_ir_list body = {0};
+        const sc_ir_expr *cond = NULL, *mn = NULL;
+        for (int32_t i = 0; i < nit; i++) {
+            const sc_ir_expr *alive = BIN(LT, V(it[i].p), V(it[i].e));
+            cond = cond ? BIN(OR, cond, alive) : alive;
+            sc_ir_push(B, &body, sc_ir_decl(B, it[i].c, sc_ir_select(B, alive,
+                                            sc_ir_load(B, L->crd[it[i].operand][it[i].level], V(it[i].p)),
+                                            V(L->ext[v]))));
+            mn = mn ? BIN(MIN, mn, V(it[i].c)) : V(it[i].c);
+        }
+        sc_ir_var cvar = newv(L, vname(L, v), SC_IR_I64);
+        sc_ir_push(B, &body, sc_ir_decl(B, cvar, mn));
+        for (int32_t i = 0; i < nit; i++)
+            run_end(L, &it[i], &body);
+        const sc_ir_stmt *cb = case_body(L, d, n, S, it, nit, all, V(cvar), true);
+        if (cb)
+            sc_ir_push(B, &body, cb);
+        advance(L, it, nit, all, V(cvar), &body);
+        sc_ir_push(B, &out, sc_ir_while(B, cond, sc_ir_list_block(B, &body)));
+        return sc_ir_list_block(B, &out);
+    }
+    if (lat.universe) {
+        sc_ir_var cvar = newv(L, vname(L, v), SC_IR_I64);
+        sc_ir_list body = {0};
+        for (int32_t i = 0; i < nit; i++) {
+            const sc_ir_expr *c = sc_ir_select(B, BIN(LT, V(it[i].p), V(it[i].e)),
+                                               sc_ir_load(B, L->crd[it[i].operand][it[i].level], V(it[i].p)),
+                                               V(L->ext[v]));
+            sc_ir_push(B, &body, sc_ir_decl(B, it[i].c, c));
+            run_end(L, &it[i], &body);
+        }
+        const sc_ir_stmt *ch = dyn ? case_body(L, d, n, S, it, nit, all, V(cvar), true)
+                                   : cases(L, d, n, S, it, nit, &lat, all, V(cvar));
+        if (ch)
+            sc_ir_push(B, &body, ch);
+        advance(L, it, nit, all, V(cvar), &body);
+        sc_ir_push(B, &out, sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), SC_IR_SEQ, 0,
+                                      sc_ir_list_block(B, &body)));
+        return sc_ir_list_block(B, &out);
+    }
+    for (int32_t q = 0; q < lat.npoints; q++) {
+        uint32_t P = lat.points[q];
+        if (!P)
+            continue;
+        sc_ir_list body = {0};
+        const sc_ir_expr *cond = NULL, *mn = NULL;
+        for (int32_t i = 0; i < nit; i++) {
+            if (!((P >> i) & 1))
+                continue;
+            const sc_ir_expr *c = BIN(LT, V(it[i].p), V(it[i].e));
+            cond = cond ? BIN(AND, cond, c) : c;
+            sc_ir_push(B, &body, sc_ir_decl(B, it[i].c, sc_ir_load(B, L->crd[it[i].operand][it[i].level], V(it[i].p))));
+            mn = mn ? BIN(MIN, mn, V(it[i].c)) : V(it[i].c);
+        }
+        sc_ir_var cvar = newv(L, vname(L, v), SC_IR_I64);
+        sc_ir_push(B, &body, sc_ir_decl(B, cvar, mn));
+        for (int32_t i = 0; i < nit; i++)
+            if ((P >> i) & 1)
+                run_end(L, &it[i], &body);
+        const sc_ir_stmt *ch = cases(L, d, n, S, it, nit, &lat, P, V(cvar));
+        if (ch)
+            sc_ir_push(B, &body, ch);
+        advance(L, it, nit, P, V(cvar), &body);
+        sc_ir_push(B, &out, sc_ir_while(B, cond, sc_ir_list_block(B, &body)));
+    }
+    return sc_ir_list_block(B, &out);
+}
+
+/* ---- kernel prologue, phases, epilogue ---- */
+
+static void prologue(lb *L, sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    char nm[64];
+    for (int32_t t = 0; t < p->nops; t++) {
+        const sc_lower_operand *op = &p->ops[t];
+        sc_ir_type it = sc_ir_idx_type(op->itype);
+        for (int32_t k = 0; k < op->fmt.order; k++) {
+            L->pos[t][k] = L->crd[t][k] = -1;
+            if (!op->sparse)
+                continue;
+            if (sc_level_has_pos(op->fmt.kind[k])) {
+                snprintf(nm, sizeof nm, "%s%d_pos", oname(L, t), (int)k);
+                L->pos[t][k] = sc_ir_new_var(B, nm, it, true, true, false);
+                sc_ir_push(B, out, sc_ir_decl(B, L->pos[t][k], sc_ir_arg_ref(B, SC_IR_ARG_POS, t, k, it)));
+            }
+            if (sc_level_has_crd(op->fmt.kind[k])) {
+                snprintf(nm, sizeof nm, "%s%d_crd", oname(L, t), (int)k);
+                L->crd[t][k] = sc_ir_new_var(B, nm, it, true, true, false);
+                sc_ir_push(B, out, sc_ir_decl(B, L->crd[t][k], sc_ir_arg_ref(B, SC_IR_ARG_CRD, t, k, it)));
+            }
+        }
+        snprintf(nm, sizeof nm, "%s_vals", oname(L, t));
+        L->vals[t] = sc_ir_new_var(B, nm, L->vt, true, true, false);
+        sc_ir_push(B, out, sc_ir_decl(B, L->vals[t], sc_ir_arg_ref(B, SC_IR_ARG_VALS, t, 0, L->vt)));
+        if (!op->sparse) {
+            const sc_ir_expr *ls[SC_MAX_ORDER];
+            for (int32_t k = op->fmt.order; k-- > 0;) {
+                if (k == op->fmt.order - 1) {
+                    ls[k] = I(1);
+                } else {
+                    snprintf(nm, sizeof nm, "%s_s%d", oname(L, t), (int)k);
+                    sc_ir_var sv = newv(L, nm, SC_IR_I64);
+                    sc_ir_push(B, out, sc_ir_decl(B, sv, BIN(MUL, ls[k + 1],
+                                                          sc_ir_arg_ref(B, SC_IR_ARG_DIM, t, op->fmt.lvl2dim[k + 1], SC_IR_I64))));
+                    ls[k] = V(sv);
+                }
+            }
+            for (int32_t dd = 0; dd < op->fmt.order; dd++)
+                L->stride[t][dd] = (p->bcast[t] >> dd) & 1 ? I(0) : ls[lvl_of_dim(&op->fmt, dd)];
+        }
+    }
+    for (sc_expr_var v = 0; v < p->nvars; v++) {
+        const sc_ir_expr *src = NULL;
+        for (int32_t d = 0; d < p->out_order && !src; d++)
+            if (p->out_var[d] == v)
+                src = sc_ir_arg_ref(B, SC_IR_ARG_DIM, -1, d, SC_IR_I64);
+        for (int32_t a = 0; a < p->naccess && !src; a++)
+            for (int32_t d = 0; d < p->acc[a].order && !src; d++)
+                if (p->acc[a].var[d] == v && !((p->bcast[p->acc[a].operand] >> d) & 1))
+                    src = sc_ir_arg_ref(B, SC_IR_ARG_DIM, p->acc[a].operand, d, SC_IR_I64);
+        if (!src)
+            src = I(1);
+        snprintf(nm, sizeof nm, "N%s", vname(L, v));
+        L->ext[v] = newv(L, nm, SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, L->ext[v], src));
+    }
+}
+
+static const sc_ir_expr *ext_of_out_dim(lb *L, int32_t d)
+{
+    return V(L->ext[L->p->out_var[d]]);
+}
+
+static const sc_ir_stmt *nest(lb *L, const st *S0)
+{
+    const sc_lower_problem *p = L->p;
+    st S = *S0;
+    sc_ir_list out = {0};
+    if (p->out_sparse && L->D == 0) {
+        S.opos = I(0);
+        row_begin(L, &S, &out);
+    }
+    if (L->dlast < 0 && L->n > 0 && !p->out_sparse) {
+        if (L->mode == FILL) {
+            S.acc = newv(L, "acc", L->vt);
+            sc_ir_push(B, &out, sc_ir_decl(B, S.acc, sc_ir_flt(B, 0.0, L->vt)));
+            sc_ir_push(B, &out, lower_at(L, 0, p->rhs, &S));
+            sc_ir_push(B, &out, sc_ir_store(B, L->ovals, I(0), true, V(S.acc)));
+        }
+    } else {
+        sc_ir_push(B, &out, lower_at(L, 0, p->rhs, &S));
+    }
+    if (p->out_sparse && L->q == 0)
+        drain(L, &S, &out);
+    if (p->out_sparse && L->D == 0)
+        row_end(L, &S, &out);
+    return sc_ir_list_block(B, &out);
+}
+
+/* One phase of a sparse output (or the only pass of a dense one), with per-thread
+ * workspaces when parallel. */
+static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_expr *wsize)
+{
+    const sc_lower_problem *p = L->p;
+    if (!(p->out_sparse && L->par))
+        return nest(L, S0);
+    sc_ir_list region = {0};
+    sc_ir_var saved[5] = {L->ws_mark, L->ws_list, L->ws_vals, L->ws_n, L->ws_ok};
+    if (L->q >= 0) {
+        L->ws_mark = sc_ir_new_var(B, "ws_mark", SC_IR_U8, true, false, false);
+        L->ws_list = sc_ir_new_var(B, "ws_list", SC_IR_I64, true, false, false);
+        L->ws_vals = sc_ir_new_var(B, "ws_vals", L->vt, true, false, false);
+        L->ws_n = newv(L, "ws_n", SC_IR_I64);
+        L->ws_ok = newv(L, "ws_ok", SC_IR_BOOL);
+        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_mark, sc_ir_alloc(B, SC_IR_U8, wsize)));
+        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_list, sc_ir_alloc(B, SC_IR_I64, wsize)));
+        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_vals, sc_ir_alloc(B, L->vt, L->mode == FILL ? wsize : I(1))));
+        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_n, I(0)));
+        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_ok, BIN(AND, BIN(AND, sc_ir_nonnull(B, L->ws_mark), sc_ir_nonnull(B, L->ws_list)), sc_ir_nonnull(B, L->ws_vals))));
+        sc_ir_push(B, &region, sc_ir_if(B, sc_ir_not(B, V(L->ws_ok)), sc_ir_flag(B, fail), NULL));
+    }
+    sc_ir_push(B, &region, nest(L, S0));
+    if (L->q >= 0) {
+        sc_ir_push(B, &region, sc_ir_free(B, L->ws_mark));
+        sc_ir_push(B, &region, sc_ir_free(B, L->ws_list));
+        sc_ir_push(B, &region, sc_ir_free(B, L->ws_vals));
+    }
+    L->ws_mark = saved[0];
+    L->ws_list = saved[1];
+    L->ws_vals = saved[2];
+    L->ws_n = saved[3];
+    L->ws_ok = saved[4];
+    return sc_ir_parallel(B, BIN(LE, I(SC_IR_PAR_MIN), V(L->nrows)), sc_ir_list_block(B, &region));
+}
+
+static sc_ir_var owned_alloc(lb *L, sc_ir_list *top, const char *name, sc_ir_type t,
+                             const sc_ir_expr *count)
+{
+    sc_ir_var v = sc_ir_new_var(B, name, t, true, false, true);
+    sc_ir_push(B, top, sc_ir_assign(B, v, false, sc_ir_alloc(B, t, count)));
+    sc_ir_push(B, top, sc_ir_require(B, sc_ir_nonnull(B, v), SC_NOMEM, "out of memory"));
+    return v;
+}
+
+static void sparse_output(lb *L, sc_ir_list *top, const st *S)
+{
+    const sc_lower_problem *p = L->p;
+    sc_ir_type oit = sc_ir_idx_type(p->out_itype);
+    int32_t D = L->D, m = L->m, last = L->flat ? D : m - 1;
+    const sc_ir_expr *rows = I(1);
+    for (int32_t k = 0; k < D; k++)
+        rows = BIN(MUL, rows, V(L->ext[p->out_lvar[k]]));
+    L->nrows = newv(L, "nrows", SC_IR_I64);
+    sc_ir_push(B, top, sc_ir_decl(B, L->nrows, rows));
+    const sc_ir_expr *rows1 = BIN(ADD, V(L->nrows), I(1));
+    for (int32_t k = D; k <= last; k++)
+        L->cnt[k] = owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
+    const sc_ir_expr *wsize = I(1);
+    if (L->q >= 0) {
+        for (int32_t k = m; k-- > L->kw;) {
+            L->wstride[k] = wsize;
+            sc_ir_var sv = newv(L, "ws_s", SC_IR_I64);
+            sc_ir_push(B, top, sc_ir_decl(B, sv, BIN(MUL, wsize, V(L->ext[p->out_lvar[k]]))));
+            wsize = V(sv);
+        }
+        if (!L->par) {
+            L->ws_mark = owned_alloc(L, top, "ws_mark", SC_IR_U8, wsize);
+            L->ws_list = owned_alloc(L, top, "ws_list", SC_IR_I64, wsize);
+            L->ws_vals = owned_alloc(L, top, "ws_vals", L->vt, wsize);
+            L->ws_n = newv(L, "ws_n", SC_IR_I64);
+            sc_ir_push(B, top, sc_ir_decl(B, L->ws_n, I(0)));
+        }
+    }
+    sc_ir_var fail = newv(L, "ws_fail", SC_IR_BOOL);
+    sc_ir_push(B, top, sc_ir_decl(B, fail, I(0)));
+    sc_ir_push(B, top, sc_ir_comment(B, "phase 1: count the entries of each row"));
+    L->mode = COUNT;
+    sc_ir_push(B, top, phase(L, S, fail, wsize));
+    sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
+    sc_ir_push(B, top, sc_ir_comment(B, "prefix sums, then allocate the output"));
+    for (int32_t k = D; k <= last; k++) {
+        sc_ir_var r = newv(L, "r", SC_IR_I64);
+        sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
+                                     sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
+                                                 sc_ir_load(B, L->cnt[k], V(r)))));
+        L->tot[k] = newv(L, "nnz", SC_IR_I64);
+        sc_ir_push(B, top, sc_ir_decl(B, L->tot[k], sc_ir_load(B, L->cnt[k], V(L->nrows))));
+        if (p->out_itype == SC_INDEX_I32)
+            sc_ir_push(B, top, sc_ir_require(B, BIN(LE, V(L->tot[k]), I(INT32_MAX)), SC_RUNTIME,
+                                             "the output has more entries than int32 indices can address"));
+    }
+    for (int32_t k = D; k < m; k++) {
+        int32_t tk = L->flat ? D : k;
+        L->opos[k] = -1;
+        if (k == D)
+            L->opos[k] = owned_alloc(L, top, "out_pos", oit, rows1);
+        else if (!L->flat)
+            L->opos[k] = owned_alloc(L, top, "out_pos", oit, BIN(ADD, V(L->tot[k - 1]), I(1)));
+        L->ocrd[k] = owned_alloc(L, top, "out_crd", oit, V(L->tot[tk]));
+    }
+    L->ovals = owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]));
+    sc_ir_var r = newv(L, "r", SC_IR_I64);
+    sc_ir_push(B, top, sc_ir_for(B, r, I(0), rows1, I(1), SC_IR_SEQ, 0,
+                                 sc_ir_store(B, L->opos[D], V(r), false, sc_ir_load(B, L->cnt[D], V(r)))));
+    sc_ir_push(B, top, sc_ir_comment(B, "phase 2: fill"));
+    L->mode = FILL;
+    sc_ir_push(B, top, phase(L, S, fail, wsize));
+    sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
+    for (int32_t k = D; k <= last; k++)
+        sc_ir_push(B, top, sc_ir_free(B, L->cnt[k]));
+    if (L->q >= 0 && !L->par) {
+        sc_ir_push(B, top, sc_ir_free(B, L->ws_mark));
+        sc_ir_push(B, top, sc_ir_free(B, L->ws_list));
+        sc_ir_push(B, top, sc_ir_free(B, L->ws_vals));
+    }
+    for (int32_t k = D; k < m; k++) {
+        int32_t tk = L->flat ? D : k;
+        if (L->opos[k] >= 0) {
+            sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_POS, k, V(L->opos[k])));
+            sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_POS, k, k == D ? rows1 : BIN(ADD, V(L->tot[k - 1]), I(1))));
+        }
+        sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_CRD, k, V(L->ocrd[k])));
+        sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_CRD, k, V(L->tot[tk])));
+    }
+    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
+    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(L->tot[last])));
+}
+
+sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sched *s,
+                         const char *symbol, sc_ir_func *fn, sc_error *err)
+{
+    lb *L = sc_arena_alloc(arena, sizeof *L, err);
+    if (!L)
+        return SC_NOMEM;
+    sc_ir_builder_init(&L->b, arena, fn, symbol, p->dtype, err);
+    L->arena = arena;
+    L->p = p;
+    L->s = s;
+    L->err = err;
+    L->n = p->nvars;
+    L->order = s->order;
+    L->vt = sc_ir_val_type(p->dtype);
+    L->m = p->out_order;
+    L->q = p->out_sparse ? s->ws_depth : -1;
+    L->ws_ok = L->ws_n = L->ws_mark = L->ws_list = L->ws_vals = -1;
+    if (s->norder != p->nvars)
+        return sc_fail(err, SC_INTERNAL, "lower", "schedule without a complete loop order");
+    for (int32_t v = 0; v < SC_LOWER_MAX_VARS; v++)
+        L->out_level_of[v] = -1;
+    for (int32_t d = 0; d < L->n; d++)
+        L->depth_of[s->order[d]] = d;
+    L->dlast = -1;
+    for (int32_t k = 0; k < L->m; k++) {
+        L->out_level_of[p->out_lvar[k]] = k;
+        if (L->depth_of[p->out_lvar[k]] > L->dlast)
+            L->dlast = L->depth_of[p->out_lvar[k]];
+    }
+    L->D = 0;
+    while (L->D < L->m && p->out_fmt.kind[L->D] == SC_LEVEL_DENSE)
+        L->D++;
+    L->flat = p->out_sparse && !p->out_fmt.unique[L->D];
+    L->kw = L->m;
+    if (L->q >= 0) {
+        for (int32_t k = 0; k < L->m; k++)
+            if (L->depth_of[p->out_lvar[k]] > L->q && k < L->kw)
+                L->kw = k;
+        if (L->kw < L->D || L->kw == L->m)
+            return sc_fail(err, SC_INTERNAL, "lower", "workspace does not cover sparse output levels");
+    }
+    L->par = s->parallel >= 0 && L->n > 0 && s->order[0] == s->parallel;
+    if (p->out_sparse && L->D == 0)
+        L->par = false;
+
+    sc_ir_list top = {0};
+    prologue(L, &top);
+    st S;
+    memset(&S, 0, sizeof S);
+    for (int32_t a = 0; a < SC_LOWER_MAX_ACCESSES; a++)
+        S.val[a] = -1;
+    S.acc = -1;
+    for (int32_t k = 0; k < SC_MAX_ORDER; k++)
+        S.cnt[k] = -1;
+
+    if (!p->out_sparse) {
+        const sc_ir_expr *total = I(1);
+        for (int32_t k = L->m; k-- > 0;) {
+            int32_t dd = p->out_fmt.lvl2dim[k];
+            if (k == L->m - 1) {
+                L->ostride[dd] = I(1);
+            } else {
+                sc_ir_var sv = newv(L, "out_s", SC_IR_I64);
+                int32_t dn = p->out_fmt.lvl2dim[k + 1];
+                sc_ir_push(B, &top, sc_ir_decl(B, sv, BIN(MUL, L->ostride[dn], ext_of_out_dim(L, dn))));
+                L->ostride[dd] = V(sv);
+            }
+            total = BIN(MUL, total, ext_of_out_dim(L, dd));
+        }
+        sc_ir_var tv = newv(L, "out_size", SC_IR_I64);
+        sc_ir_push(B, &top, sc_ir_decl(B, tv, total));
+        L->ovals = owned_alloc(L, &top, "out_vals", L->vt, V(tv));
+        L->mode = FILL;
+        sc_ir_push(B, &top, phase(L, &S, -1, NULL));
+        sc_ir_push(B, &top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
+        sc_ir_push(B, &top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(tv)));
+    } else {
+        sparse_output(L, &top, &S);
+    }
+    return sc_ir_finish(&L->b, sc_ir_list_block(B, &top));
+}

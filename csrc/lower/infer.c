@@ -1,0 +1,159 @@
+/*
+ * infer.c — output-format inference, applied when the caller gives no output format.
+ *
+ * Rules, first match wins:
+ *  1. SDDMM-like: the right-hand side is a product (literals and negation allowed) with a
+ *     factor that is a sparse operand indexed by exactly the output's indices: keep that
+ *     operand's format (its level order mapped onto the output's dimensions).
+ *  2. Elementwise union: a sum/difference whose every term qualifies under rule 1: the
+ *     first such operand's format.
+ *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
+ *     SpMV, SpMM, TTV), or a dense operand indexed by an output index takes part: dense.
+ *  4. SpGEMM-like: every operand sparse, all in one 2-D format, a pure product with a
+ *     2-D output: that format (csr x csr -> csr, dcsr x dcsr -> dcsr, csc x csc -> csc).
+ *  5. Per output index: sparse when the expression vanishes wherever the sparse levels
+ *     indexed by it are empty (lattice without universe), else dense; no sparse index:
+ *     dense; otherwise dense indices first (in output order), then compressed ones.
+ */
+#include "sc_lower.h"
+
+#include <string.h>
+
+static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n)
+{
+    if (!n)
+        return -1;
+    switch (n->kind) {
+    case SC_LN_ACCESS: {
+        const sc_lower_access *ac = &p->acc[n->access];
+        if (!p->ops[ac->operand].sparse || ac->order != p->out_order)
+            return -1;
+        for (int32_t d = 0; d < ac->order; d++) {
+            bool found = false;
+            for (int32_t o = 0; o < p->out_order; o++)
+                found |= p->out_var[o] == ac->var[d];
+            for (int32_t d2 = d + 1; d2 < ac->order; d2++)
+                if (ac->var[d2] == ac->var[d])
+                    return -1;
+            if (!found)
+                return -1;
+        }
+        return n->access;
+    }
+    case SC_LN_NEG:
+        return rule1(p, n->a);
+    case SC_LN_MUL: {
+        int32_t a = rule1(p, n->a);
+        return a >= 0 ? a : rule1(p, n->b);
+    }
+    default:
+        return -1;
+    }
+}
+
+/* Rule 2: every term of a sum qualifies; returns the first term's access or -1. */
+static int32_t rule2(const sc_lower_problem *p, const sc_lower_node *n)
+{
+    if (n && (n->kind == SC_LN_ADD || n->kind == SC_LN_SUB)) {
+        int32_t a = rule2(p, n->a), b = rule2(p, n->b);
+        return a >= 0 && b >= 0 ? a : -1;
+    }
+    if (n && n->kind == SC_LN_NEG)
+        return rule2(p, n->a);
+    return rule1(p, n);
+}
+
+static bool pure_product(const sc_lower_node *n)
+{
+    if (!n)
+        return true;
+    if (n->kind == SC_LN_ADD || n->kind == SC_LN_SUB)
+        return false;
+    return pure_product(n->a) && pure_product(n->b);
+}
+
+static void from_access(const sc_lower_problem *p, int32_t a, sc_format *out)
+{
+    const sc_lower_access *ac = &p->acc[a];
+    const sc_format *f = &p->ops[ac->operand].fmt;
+    memset(out, 0, sizeof *out);
+    out->order = p->out_order;
+    for (int32_t k = 0; k < f->order; k++) {
+        out->kind[k] = f->kind[k];
+        out->unique[k] = f->unique[k];
+        sc_expr_var v = ac->var[f->lvl2dim[k]];
+        for (int32_t o = 0; o < p->out_order; o++)
+            if (p->out_var[o] == v)
+                out->lvl2dim[k] = o;
+    }
+}
+
+static void dense(const sc_lower_problem *p, sc_format *out)
+{
+    memset(out, 0, sizeof *out);
+    out->order = p->out_order;
+    for (int32_t k = 0; k < out->order; k++) {
+        out->kind[k] = SC_LEVEL_DENSE;
+        out->unique[k] = 1;
+        out->lvl2dim[k] = k;
+    }
+}
+
+void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
+{
+    int32_t a = rule2(p, p->rhs);
+    if (a >= 0) {
+        from_access(p, a, out);
+        return;
+    }
+    dense(p, out);
+    for (int32_t i = 0; i < p->naccess; i++) {
+        const sc_lower_access *ac = &p->acc[i];
+        if (p->ops[ac->operand].sparse)
+            continue;
+        if (pure_product(p->rhs))
+            return; /* rule 3 */
+        for (int32_t d = 0; d < ac->order; d++)
+            for (int32_t o = 0; o < p->out_order; o++)
+                if (ac->var[d] == p->out_var[o])
+                    return; /* rule 3 */
+    }
+    if (p->out_order == 2 && p->nops > 0 && pure_product(p->rhs)) {
+        bool same = true;
+        for (int32_t t = 0; t < p->nops; t++)
+            same &= p->ops[t].sparse && p->ops[t].fmt.order == 2 &&
+                    memcmp(&p->ops[t].fmt, &p->ops[0].fmt, sizeof p->ops[0].fmt) == 0;
+        if (same && p->ops[0].fmt.unique[0] && p->ops[0].fmt.unique[1] &&
+            p->ops[0].fmt.kind[1] == SC_LEVEL_COMPRESSED) {
+            *out = p->ops[0].fmt; /* rule 4 */
+            return;
+        }
+    }
+    bool sparse[SC_MAX_ORDER] = {false};
+    int32_t nsparse = 0;
+    for (int32_t o = 0; o < p->out_order; o++) {
+        sc_expr_var v = p->out_var[o];
+        uint64_t zero = 0;
+        for (int32_t i = 0; i < p->naccess; i++) {
+            const sc_lower_access *ac = &p->acc[i];
+            const sc_format *f = &p->ops[ac->operand].fmt;
+            for (int32_t k = 0; k < f->order; k++)
+                if (f->kind[k] != SC_LEVEL_DENSE && ac->lvar[k] == v)
+                    zero |= (uint64_t)1 << i;
+        }
+        if (zero && sc_lower_specialize(NULL, p->rhs, zero, NULL) == NULL) {
+            sparse[o] = true;
+            nsparse++;
+        }
+    }
+    if (!nsparse)
+        return;
+    int32_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t o = 0; o < p->out_order; o++)
+            if (sparse[o] == (pass == 1)) {
+                out->kind[k] = pass ? SC_LEVEL_COMPRESSED : SC_LEVEL_DENSE;
+                out->unique[k] = 1;
+                out->lvl2dim[k++] = o;
+            }
+}

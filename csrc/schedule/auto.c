@@ -1,0 +1,161 @@
+/*
+ * auto.c — the automatic schedule: every loop order of up to 7 indices is costed (a few
+ * microseconds for typical 3-4 index kernels), larger problems keep the order of first
+ * appearance; the cheapest legal order wins, ties going to the earlier order.
+ *
+ * Cost (in "loop iterations"): for each loop the estimated iteration count, the product
+ * of the fan-outs of the loops around it, where the fan-out of index v is what the
+ * merge lattice allows — min over a product's factors, the sum (capped at the extent)
+ * over a sum's terms, the extent for dense operands and literals, and for a sparse
+ * operand est(vars bound with v) / est(vars bound), est(S) = min(prod of S's extents,
+ * nnz) (uniformly spread entries).  Added: converting each discordant sparse operand
+ * (~10 nnz log nnz), a penalty for dense accesses with a non-unit stride in the innermost
+ * loop, and the scatter and sort traffic of a sparse output's workspace.  Sparse
+ * constrained indices end up outermost because that is what makes the counts small.
+ */
+#include "sched_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static double est(const sc_lower_problem *p, const sc_lower_access *ac, uint32_t bound)
+{
+    double prod = 1;
+    uint32_t seen = 0;
+    for (int32_t d = 0; d < ac->order; d++) {
+        sc_expr_var v = ac->var[d];
+        if (((bound >> v) & 1) && !((seen >> v) & 1)) {
+            prod *= (double)(p->extent[v] > 0 ? p->extent[v] : 1);
+            seen |= 1u << v;
+        }
+    }
+    double nnz = (double)(p->ops[ac->operand].nnz > 0 ? p->ops[ac->operand].nnz : 1);
+    return prod < nnz ? prod : nnz;
+}
+
+static double fanout(const sc_lower_problem *p, const sc_lower_node *n, sc_expr_var v,
+                     uint32_t bound)
+{
+    double ext = (double)(p->extent[v] > 0 ? p->extent[v] : 1);
+    if (!n)
+        return 0;
+    switch (n->kind) {
+    case SC_LN_ACCESS: {
+        const sc_lower_access *ac = &p->acc[n->access];
+        bool uses = false;
+        for (int32_t d = 0; d < ac->order; d++)
+            uses |= ac->var[d] == v;
+        if (!uses || !p->ops[ac->operand].sparse)
+            return ext;
+        return est(p, ac, bound | (1u << v)) / est(p, ac, bound);
+    }
+    case SC_LN_LIT:
+        return ext;
+    case SC_LN_NEG:
+        return fanout(p, n->a, v, bound);
+    case SC_LN_MUL: {
+        double a = fanout(p, n->a, v, bound), b = fanout(p, n->b, v, bound);
+        return a < b ? a : b;
+    }
+    default: {
+        double s = fanout(p, n->a, v, bound) + fanout(p, n->b, v, bound);
+        return s < ext ? s : ext;
+    }
+    }
+}
+
+double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
+{
+    sc_sched s;
+    memset(&s, 0, sizeof s);
+    if (sc_sched_analyse(p, order, &s, NULL) != SC_OK)
+        return INFINITY;
+    double cost = 0;
+    for (int32_t t = 0; t < p->nops && t < 32; t++)
+        if ((s.transpose >> t) & 1) {
+            double nnz = (double)(p->ops[t].nnz > 0 ? p->ops[t].nnz : 1);
+            cost += 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
+        }
+    double cnt = 1, cnt_at_ws = 0;
+    uint32_t bound = 0;
+    for (int32_t d = 0; d < p->nvars; d++) {
+        sc_expr_var v = order[d];
+        cnt *= fanout(p, p->rhs, v, bound);
+        cost += cnt;
+        bound |= 1u << v;
+        if (d == s.ws_depth - 1 || (s.ws_depth == 0 && d == 0))
+            cnt_at_ws = cnt;
+    }
+    if (p->nvars > 0) {
+        sc_expr_var in = order[p->nvars - 1];
+        for (int32_t a = 0; a < p->naccess; a++) {
+            const sc_lower_access *ac = &p->acc[a];
+            const sc_lower_operand *op = &p->ops[ac->operand];
+            if (op->sparse || ac->order == 0)
+                continue;
+            bool uses = false;
+            for (int32_t d = 0; d < ac->order; d++)
+                uses |= ac->var[d] == in;
+            if (uses && ac->var[op->fmt.lvl2dim[op->fmt.order - 1]] != in)
+                cost += 0.5 * cnt;
+        }
+        if (!p->out_sparse && p->out_order > 0) {
+            bool uses = false;
+            for (int32_t d = 0; d < p->out_order; d++)
+                uses |= p->out_var[d] == in;
+            if (uses && p->out_lvar[p->out_order - 1] != in)
+                cost += 0.5 * cnt;
+        }
+    }
+    if (s.ws_depth >= 0) {
+        double out = cnt < cnt_at_ws * 1e9 ? cnt : cnt_at_ws;
+        cost += cnt + 0.5 * out * (1.0 + log2(out + 1.0) / 4.0);
+    }
+    return cost;
+}
+
+typedef struct search {
+    const sc_lower_problem *p;
+    sc_expr_var cur[SC_LOWER_MAX_VARS], best[SC_LOWER_MAX_VARS];
+    double best_cost;
+    uint32_t used;
+} search;
+
+static void permute(search *S, int32_t d)
+{
+    const sc_lower_problem *p = S->p;
+    if (d == p->nvars) {
+        double c = sc_sched_cost(p, S->cur);
+        if (c < S->best_cost) {
+            S->best_cost = c;
+            memcpy(S->best, S->cur, sizeof S->best);
+        }
+        return;
+    }
+    for (sc_expr_var v = 0; v < p->nvars; v++) {
+        if ((S->used >> v) & 1)
+            continue;
+        S->used |= 1u << v;
+        S->cur[d] = v;
+        permute(S, d + 1);
+        S->used &= ~(1u << v);
+    }
+}
+
+sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->parallel = -1;
+    out->ws_depth = -1;
+    search S;
+    memset(&S, 0, sizeof S);
+    S.p = p;
+    S.best_cost = INFINITY;
+    for (sc_expr_var v = 0; v < p->nvars; v++)
+        S.best[v] = v;
+    if (p->nvars <= 7)
+        permute(&S, 0);
+    out->norder = p->nvars;
+    memcpy(out->order, S.best, sizeof out->order);
+    return sc_sched_check(p, out, err);
+}

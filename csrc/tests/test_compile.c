@@ -1,0 +1,528 @@
+/*
+ * test_compile.c — end to end: expression + formats → driver → lower → schedule → ir →
+ * codegen → jit → run, compared with a dense reference computed here in plain C (a direct
+ * interpreter of the parsed expression over every index assignment).  Seeded random
+ * operands with empty rows, f32 and f64, int32 and int64 indices.  One compiler (temp
+ * cache dir, cheap flags) is shared by the whole file.
+ */
+#define _GNU_SOURCE
+#include "check.h"
+#include "driver/sc_driver.h"
+#include "expr/sc_expr.h"
+#include "format/sc_format.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static sc_ctx ctx;
+static sc_compiler *comp;
+static char root[64];
+
+/* ---- dense reference ---- */
+
+static double eval_node(const sc_expr_node *n, double *const *data, int64_t *const *strides,
+                        const int64_t *val)
+{
+    switch (n->kind) {
+    case SC_EXPR_ACCESS: {
+        int64_t off = 0;
+        for (int32_t d = 0; d < n->order; d++)
+            off += val[n->idx[d]] * strides[n->operand][d];
+        return data[n->operand][off];
+    }
+    case SC_EXPR_LITERAL:
+        return n->value;
+    case SC_EXPR_NEG:
+        return -eval_node(n->a, data, strides, val);
+    case SC_EXPR_MUL:
+        return eval_node(n->a, data, strides, val) * eval_node(n->b, data, strides, val);
+    case SC_EXPR_ADD:
+        return eval_node(n->a, data, strides, val) + eval_node(n->b, data, strides, val);
+    default:
+        return eval_node(n->a, data, strides, val) - eval_node(n->b, data, strides, val);
+    }
+}
+
+/* An empty dimension in a case's dims (0 ends the list). */
+#define Z (-2)
+
+typedef struct tcase {
+    const char *expr;
+    int lang; /* 0 einsum, 1 index */
+    int nops;
+    const char *fmt[4];   /* format spec per operand ("dense", "csr", "dense_cm" = column-major) */
+    int64_t dims[4][4];
+    const char *out_fmt;  /* NULL: inferred */
+    const char *sched;    /* NULL: automatic */
+} tcase;
+
+static void parse_fmt(const char *spec, int32_t order, sc_format *f)
+{
+    if (!strcmp(spec, "dense_cm")) {
+        sc_fmt_parse("dense", order, f, NULL);
+        f->lvl2dim[0] = 1;
+        f->lvl2dim[1] = 0;
+        return;
+    }
+    sc_error err;
+    if (sc_fmt_parse(spec, order, f, &err) != SC_OK)
+        fprintf(stderr, "bad format %s: %s\n", spec, err.msg);
+}
+
+/* The dense result of the last successful run_case (malloc'd; owned here). */
+static double *last_result;
+static int64_t last_size;
+
+static uint64_t rng;
+static double urand(void)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* Run one case; returns 1 when it matched the reference.  Writes the kernel to *kout. */
+static int run_case(const tcase *tc, sc_dtype dt, sc_index_type it, uint64_t seed,
+                    const sc_kernel **kout)
+{
+    rng = seed * 0x9E3779B97F4A7C15ULL + 1;
+    int ok = 0;
+    sc_error err;
+    sc_arena arena;
+    sc_arena_init(&arena, &ctx);
+    sc_expr e;
+    int32_t orders[4];
+    int64_t dims[4][4];
+    for (int t = 0; t < tc->nops; t++) {
+        orders[t] = 0;
+        while (orders[t] < 4 && tc->dims[t][orders[t]] != 0) {
+            dims[t][orders[t]] = tc->dims[t][orders[t]] == Z ? 0 : tc->dims[t][orders[t]];
+            orders[t]++;
+        }
+    }
+    sc_status st = tc->lang == 0 ? sc_expr_parse_einsum(&arena, tc->expr, tc->nops, orders, &e, &err)
+                                 : sc_expr_parse_index(&arena, tc->expr, &e, &err);
+    if (st != SC_OK) {
+        fprintf(stderr, "%s: parse: %s\n", tc->expr, err.msg);
+        sc_arena_release(&arena);
+        return 0;
+    }
+    double *data[4] = {0};
+    int64_t strides[4][4], *sp[4];
+    sc_tensor ops[4];
+    memset(ops, 0, sizeof ops);
+    const int64_t *dimp[4];
+    for (int t = 0; t < tc->nops; t++) {
+        int64_t n = 1;
+        for (int d = orders[t]; d-- > 0;) {
+            strides[t][d] = n;
+            n *= dims[t][d];
+        }
+        sp[t] = strides[t];
+        dimp[t] = dims[t];
+        data[t] = calloc((size_t)(n ? n : 1), sizeof(double));
+        bool sparse = strcmp(tc->fmt[t], "dense") && strcmp(tc->fmt[t], "dense_cm");
+        for (int64_t i = 0; i < n; i++) {
+            int64_t row = orders[t] > 0 ? i / strides[t][0] : 0;
+            bool empty = sparse && row % 3 == 1;
+            double r = urand();
+            if (!empty && (!sparse || r < 0.35))
+                data[t][i] = (double)((int)(urand() * 16) - 8) / 4.0 + 0.25;
+        }
+        sc_format f;
+        parse_fmt(tc->fmt[t], orders[t], &f);
+        void *buf = malloc((size_t)(n ? n : 1) * 8);
+        for (int64_t i = 0; i < n; i++) {
+            if (dt == SC_DTYPE_F32)
+                ((float *)buf)[i] = (float)data[t][i];
+            else
+                ((double *)buf)[i] = data[t][i];
+        }
+        if (sc_fmt_from_dense(&ctx, orders[t], dims[t], buf, dt, &f, it, &ops[t], &err) != SC_OK)
+            fprintf(stderr, "from_dense: %s\n", err.msg);
+        free(buf);
+    }
+    int64_t ext[16];
+    if (sc_expr_bind_dims(&e, dimp, false, ext, NULL, &err) != SC_OK) {
+        fprintf(stderr, "bind: %s\n", err.msg);
+        goto out;
+    }
+    int64_t osize = 1, ostr[8];
+    for (int d = e.out.order; d-- > 0;) {
+        ostr[d] = osize;
+        osize *= ext[e.lhs->idx[d]];
+    }
+    double *ref = calloc((size_t)osize, sizeof(double));
+    int64_t val[16] = {0};
+    int64_t total = 1;
+    for (int v = 0; v < e.nvars; v++)
+        total *= ext[v];
+    for (int64_t c = 0; c < total; c++) {
+        int64_t r = c;
+        for (int v = e.nvars; v-- > 0;) {
+            val[v] = r % ext[v];
+            r /= ext[v];
+        }
+        int64_t off = 0;
+        for (int d = 0; d < e.out.order; d++)
+            off += val[e.lhs->idx[d]] * ostr[d];
+        ref[off] += eval_node(e.rhs, data, sp, val);
+    }
+    sc_format of, *ofp = NULL;
+    if (tc->out_fmt) {
+        parse_fmt(tc->out_fmt, e.out.order, &of);
+        ofp = &of;
+    }
+    const sc_kernel *k = NULL;
+    st = sc_compile(comp, tc->lang == 0 ? SC_EXPR_LANG_EINSUM : SC_EXPR_LANG_INDEX, tc->expr,
+                    tc->nops, ops, ofp, tc->sched, &k, &err);
+    if (st != SC_OK) {
+        fprintf(stderr, "%s: compile: %s: %s\n", tc->expr, sc_status_name(st), err.msg);
+        free(ref);
+        goto out;
+    }
+    if (kout)
+        *kout = k;
+    if (getenv("SC_SHOW") && dt == SC_DTYPE_F64 && it == SC_INDEX_I32)
+        fprintf(stderr, "%s\n", sc_kernel_explain(k));
+    const sc_tensor *opp[4] = {&ops[0], &ops[1], &ops[2], &ops[3]};
+    sc_tensor res;
+    st = sc_kernel_run(k, opp, 2, &res, &err);
+    if (st != SC_OK) {
+        fprintf(stderr, "%s: run: %s\n", tc->expr, err.msg);
+        free(ref);
+        goto out;
+    }
+    if (res.fmt.order > 0 && sc_fmt_validate(&ctx, &res, &err) != SC_OK) {
+        fprintf(stderr, "%s: invalid output: %s\n", tc->expr, err.msg);
+    } else {
+        void *got = malloc((size_t)osize * 8 + 8);
+        if (res.fmt.order == 0)
+            memcpy(got, res.vals, sc_dtype_size(dt));
+        if (res.fmt.order == 0 || sc_fmt_to_dense(&ctx, &res, got, &err) == SC_OK) {
+            ok = 1;
+            free(last_result);
+            last_result = malloc((size_t)osize * sizeof(double) + 8);
+            last_size = osize;
+            for (int64_t i = 0; i < osize; i++)
+                last_result[i] = dt == SC_DTYPE_F32 ? ((float *)got)[i] : ((double *)got)[i];
+            double tol = dt == SC_DTYPE_F32 ? 1e-3 : 1e-10;
+            for (int64_t i = 0; i < osize; i++) {
+                double g = dt == SC_DTYPE_F32 ? ((float *)got)[i] : ((double *)got)[i];
+                if (fabs(g - ref[i]) > tol * (1 + fabs(ref[i]))) {
+                    fprintf(stderr, "%s [%s %s sched %s]: out[%lld] = %g, expected %g\n", tc->expr,
+                            sc_dtype_name(dt), sc_index_name(it), sc_kernel_schedule(k),
+                            (long long)i, g, ref[i]);
+                    ok = 0;
+                    break;
+                }
+            }
+        } else {
+            fprintf(stderr, "to_dense: %s\n", err.msg);
+        }
+        free(got);
+    }
+    sc_tensor_release(&ctx, &res);
+    free(ref);
+out:
+    for (int t = 0; t < tc->nops; t++) {
+        sc_tensor_release(&ctx, &ops[t]);
+        free(data[t]);
+    }
+    sc_arena_release(&arena);
+    return ok;
+}
+
+static int run_all_types(const tcase *tc)
+{
+    int ok = 1;
+    static const sc_dtype dts[] = {SC_DTYPE_F32, SC_DTYPE_F64};
+    static const sc_index_type its[] = {SC_INDEX_I32, SC_INDEX_I64};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            ok &= run_case(tc, dts[a], its[b], (uint64_t)(a * 2 + b + 1), NULL);
+    return ok;
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *en;
+    char path[512];
+    while ((en = readdir(d))) {
+        if (!strcmp(en->d_name, ".") || !strcmp(en->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, en->d_name);
+        remove_dir(path);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+#define M 7
+#define N 9
+#define K 5
+#define L 4
+
+#define T3 3
+static const tcase CASES[] = {
+    /* SpMV, SpMM with A in every 2-D format, B row- and column-major */
+    {"ij,j->i", 0, 2, {"csr", "dense"}, {{M, N}, {N}}, NULL, NULL},
+    {"ij,j->i", 0, 2, {"csc", "dense"}, {{M, N}, {N}}, NULL, NULL},
+    {"ij,j->i", 0, 2, {"coo", "dense"}, {{M, N}, {N}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csc", "dense"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"coo", "dense"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"dcsr", "dense"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "dense_cm"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csc", "dense_cm"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"coo", "dense_cm"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"dcsr", "dense_cm"}, {{M, N}, {N, K}}, NULL, NULL},
+    /* dense x sparse */
+    {"ij,jk->ik", 0, 2, {"dense", "csr"}, {{M, N}, {N, K}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"dense", "csc"}, {{M, N}, {N, K}}, NULL, NULL},
+    /* SDDMM: output keeps A's pattern */
+    {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL},
+    {"ij,ik,jk->ij", 0, 3, {"coo", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL},
+    {"ij,ik,jk->ij", 0, 3, {"csc", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL},
+    /* A A^T */
+    {"ij,kj->ik", 0, 2, {"csr", "csr"}, {{M, N}, {M, N}}, NULL, NULL},
+    /* elementwise intersection and union across formats */
+    {"ij,ij->ij", 0, 2, {"csr", "csc"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"ij,ij->ij", 0, 2, {"coo", "csr"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"ij,ij->ij", 0, 2, {"dcsr", "dense"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"csr", "csr"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"csr", "csc"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"dcsr", "coo"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"coo", "csr"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) - B(i,j)", 1, 2, {"csr", "dcsr"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) - B(i,j)", 1, 2, {"csr", "dense"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = 2*A(i,j) + B(i,j)*D(i,j)", 1, 3, {"csr", "csr", "dcsr"}, {{M, N}, {M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = 2*A(i,j) + B(i,j)*D(i,j)", 1, 3, {"csr", "csc", "dense"}, {{M, N}, {M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = -A(i,j) + B(i,j)", 1, 2, {"csr", "csr"}, {{M, N}, {M, N}}, "dcsr", NULL},
+    /* sums */
+    {"ij->i", 0, 1, {"csr"}, {{M, N}}, NULL, NULL},
+    {"ij->j", 0, 1, {"csr"}, {{M, N}}, NULL, NULL},
+    {"ij->j", 0, 1, {"csr"}, {{M, N}}, "dense", NULL},
+    {"ij->", 0, 1, {"csr"}, {{M, N}}, NULL, NULL},
+    {"ij->", 0, 1, {"coo"}, {{M, N}}, NULL, NULL},
+    /* transpose to a sparse output */
+    {"ij->ji", 0, 1, {"csr"}, {{M, N}}, NULL, NULL},
+    {"ij->ji", 0, 1, {"csr"}, {{M, N}}, "csr", NULL},
+    {"ij->ji", 0, 1, {"coo"}, {{M, N}}, "dcsr", NULL},
+    /* outer and inner products */
+    {"i,j->ij", 0, 2, {"dense", "dense"}, {{M}, {N}}, NULL, NULL},
+    {"i,j->ij", 0, 2, {"csf", "dense"}, {{M}, {N}}, "csr", NULL},
+    {"ij,ij->", 0, 2, {"csr", "dense"}, {{M, N}, {M, N}}, NULL, NULL},
+    {"ij,ij->", 0, 2, {"csr", "csc"}, {{M, N}, {M, N}}, NULL, NULL},
+    /* 3-D CSF */
+    {"ijk,k->ij", 0, 2, {"csf", "dense"}, {{M, T3, N}, {N}}, NULL, NULL},
+    {"ijk,k->ij", 0, 2, {"csf", "dense"}, {{M, T3, N}, {N}}, "dense", NULL},
+    {"ijk,kl->ijl", 0, 2, {"csf", "dense"}, {{M, T3, N}, {N, L}}, NULL, NULL},
+    {"ijk,jr,kr->ir", 0, 3, {"csf", "dense", "dense"}, {{M, T3, N}, {T3, L}, {N, L}}, NULL, NULL},
+    {"ijk,ijk->ijk", 0, 2, {"csf", "csf"}, {{M, T3, N}, {M, T3, N}}, NULL, NULL},
+    {"C(i,j,k) = A(i,j,k) + B(i,j,k)", 1, 2, {"csf", "coo"}, {{M, T3, N}, {M, T3, N}}, NULL, NULL},
+    /* batched, chain */
+    {"bij,bjk->bik", 0, 2, {"csf", "dense"}, {{T3, M, N}, {T3, N, K}}, NULL, NULL},
+    {"bij,bjk->bik", 0, 2, {"dcc", "dense"}, {{T3, M, N}, {T3, N, K}}, NULL, NULL},
+    {"ij,jk,kl->il", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {N, K}, {K, L}}, NULL, NULL},
+    /* COO outputs, multi-level workspaces, several dense leading output levels */
+    {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, "coo", NULL},
+    {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"csr", "dcsr"}, {{M, N}, {M, N}}, "coo", NULL},
+    {"ij->j", 0, 1, {"csr"}, {{M, N}}, "coo", NULL},
+    {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "dcc", NULL},
+    {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "csf", NULL},
+    {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "coo", NULL},
+    {"ijk,ijk->ijk", 0, 2, {"csf", "dense"}, {{M, T3, N}, {M, T3, N}}, "ddc", NULL},
+    {"ijk,k->ij", 0, 2, {"coo", "dense"}, {{M, T3, N}, {N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) * B(j) + D(i,j)", 1, 3, {"csr", "dense", "csc"}, {{M, N}, {N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) + 1.5", 1, 1, {"csr"}, {{M, N}}, NULL, NULL},
+    /* four-way union and a mixed product/difference of dcsr operands (deep lattices) */
+    {"C(i,j) = A(i,j) + B(i,j) + D(i,j) + E(i,j)", 1, 4, {"dcsr", "dcsr", "dcsr", "dcsr"},
+     {{M, N}, {M, N}, {M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) * B(i,j) - D(i,j)", 1, 3, {"dcsr", "csr", "coo"}, {{M, N}, {M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j,k) = A(i,j,k) + B(i,j,k) + D(i,j,k)", 1, 3, {"csf", "csf", "coo"},
+     {{M, T3, N}, {M, T3, N}, {M, T3, N}}, NULL, NULL},
+    {"C(i,j,k) = A(i,j,k) + B(i,j,k) - D(i,j,k)", 1, 3, {"csf", "coo", "dcc"},
+     {{M, T3, N}, {M, T3, N}, {M, T3, N}}, "dense", NULL},
+    {"C(i,j) = A(i,j) + B(i,j) + D(i,j) + E(i,j)", 1, 4, {"dcsr", "dcsr", "dcsr", "dense"},
+     {{M, N}, {M, N}, {M, N}, {M, N}}, NULL, NULL},
+    {"C(i,j) = A(i,j) * (B(i,j) + D(i,j) + E(i,j))", 1, 4, {"dcsr", "dcsr", "coo", "dcsr"},
+     {{M, N}, {M, N}, {M, N}, {M, N}}, NULL, NULL},
+    /* enough rows (>= SC_IR_PAR_MIN) for the parallel paths to run on several threads */
+    {"ij,j->i", 0, 2, {"csr", "dense"}, {{300, 40}, {40}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{300, 40}, {40, 6}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{300, 40}, {40, 30}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "csc"}, {{300, 40}, {40, 30}}, "csr", "order(i,k,j)"},
+    {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{300, 40}, {300, 3}, {40, 3}}, NULL, NULL},
+    {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"csr", "csr"}, {{300, 40}, {300, 40}}, NULL, NULL},
+    {"ijk,ijk->ijk", 0, 2, {"csf", "dense"}, {{200, 2, 9}, {200, 2, 9}}, "ddc", NULL},
+    /* empty and 1x1 */
+    {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{1, 1}, {1, 1}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{Z, 3}, {3, 2}}, NULL, NULL},
+};
+
+static const char *const SPGEMM_FMT[] = {"csr", "csc", "dcsr"};
+static const char *const SPGEMM_OUT[] = {"csr", "dcsr", "dense"};
+
+
+/* Forced alternative schedules of one expression: each against the reference and all
+ * against the first one. */
+static void alternatives(const tcase *base, const char *const *scheds, int n)
+{
+    double *first = NULL;
+    int64_t fsize = 0;
+    for (int i = 0; i < n; i++) {
+        tcase tc = *base;
+        tc.sched = scheds[i];
+        const sc_kernel *k = NULL;
+        int ok = run_case(&tc, SC_DTYPE_F64, SC_INDEX_I32, 7, &k);
+        if (!ok)
+            fprintf(stderr, "FAILED: %s under schedule '%s'\n", tc.expr, scheds[i]);
+        CHECK(ok);
+        if (!ok)
+            continue;
+        /* the kernel ran the schedule it was asked for (auto fills parallel/workspace) */
+        CHECK(strncmp(sc_kernel_schedule(k), scheds[i], strlen("order(i,j,k)")) == 0 ||
+              strstr(scheds[i], "order") == NULL);
+        if (!first) {
+            first = last_result;
+            fsize = last_size;
+            last_result = NULL;
+            continue;
+        }
+        bool same = fsize == last_size;
+        for (int64_t j = 0; same && j < fsize; j++)
+            same = fabs(first[j] - last_result[j]) <= 1e-9 * (1 + fabs(first[j]));
+        if (!same)
+            fprintf(stderr, "%s: schedule '%s' disagrees with '%s'\n", tc.expr, scheds[i], scheds[0]);
+        CHECK(same);
+    }
+    free(first);
+}
+
+static void test_schedules(void)
+{
+    static const char *const spmm[] = {
+        "order(i,j,k) parallel(i)", "order(i,j,k) parallel(none)", "order(i,k,j)",
+        "order(k,i,j) parallel(k)", "order(j,i,k)", "order(j,k,i)", "order(k,j,i)"};
+    tcase a = {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL};
+    alternatives(&a, spmm, 7);
+    static const char *const spgemm[] = {
+        "order(i,j,k) workspace(k)", "order(i,j,k) parallel(none) workspace(k)", "order(i,k,j)",
+        "order(i,k,j) parallel(none)"};
+    tcase b = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, "csr", NULL};
+    alternatives(&b, spgemm, 4);
+    tcase b2 = {"ij,jk->ik", 0, 2, {"dcsr", "csc"}, {{M, N}, {N, K}}, "dcsr", NULL};
+    static const char *const spgemm2[] = {"order(i,j,k)", "order(i,k,j)"};
+    alternatives(&b2, spgemm2, 2);
+    static const char *const sddmm[] = {"order(i,j,k)", "order(i,k,j) workspace(j)",
+                                        "order(i,j,k) parallel(none)"};
+    tcase c = {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
+    alternatives(&c, sddmm, 3);
+    static const char *const add[] = {"order(i,j)", "order(j,i)"};
+    tcase d = {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"csr", "dcsr"}, {{M, N}, {M, N}}, "dense", NULL};
+    alternatives(&d, add, 2);
+    static const char *const ttm[] = {"order(i,j,k,l)", "order(i,j,l,k)", "order(l,i,j,k)"};
+    tcase e = {"ijk,kl->ijl", 0, 2, {"csf", "dense"}, {{M, 3, N}, {N, L}}, "dense", NULL};
+    alternatives(&e, ttm, 3);
+}
+
+/* Pattern goldens: key lines of the generated C, not whole files. */
+static void golden(const tcase *tc, const char *const *needles, int n)
+{
+    const sc_kernel *k = NULL;
+    CHECK(run_case(tc, SC_DTYPE_F32, SC_INDEX_I32, 3, &k));
+    if (!k)
+        return;
+    const char *src = strstr(sc_kernel_explain(k), "generated C");
+    CHECK(src != NULL);
+    for (int i = 0; src && i < n; i++) {
+        bool found = strstr(src, needles[i]) != NULL;
+        if (!found)
+            fprintf(stderr, "golden %s: missing '%s'\n", tc->expr, needles[i]);
+        CHECK(found);
+    }
+}
+
+static void test_goldens(void)
+{
+    tcase spmv = {"ij,j->i", 0, 2, {"csr", "dense"}, {{M, N}, {N}}, NULL, NULL};
+    static const char *const g1[] = {
+        "#pragma omp parallel for num_threads(nt_)",
+        "for (int64_t A1_p_",
+        "= A1_pos_0[p_",
+        "int64_t j_",
+        "= A1_crd_1[A1_p_",
+        "float acc_",
+        "acc_", "+= (v_"};
+    golden(&spmv, g1, 8);
+    tcase sddmm = {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
+    static const char *const g2[] = {
+        "/* phase 1: count the entries of each row */",
+        "for (int64_t k_",
+        "+= ((v_",
+        "B_vals_", "C_vals_",
+        "out_crd_", "out_vals_"};
+    golden(&sddmm, g2, 7);
+    tcase spgemm = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, NULL, NULL};
+    static const char *const g3[] = {
+        "#pragma omp parallel num_threads(nt_)",
+        "#pragma omp for schedule(dynamic, 64)",
+        "uint8_t *restrict ws_mark_",
+        "if ((!ws_mark_",
+        "sc_k_sort(ws_list_",
+        "ws_vals_", "] += (v_",
+        "#pragma omp atomic write"};
+    golden(&spgemm, g3, 8);
+    tcase add = {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"dcsr", "dcsr"}, {{M, N}, {M, N}}, NULL, NULL};
+    static const char *const g4[] = {
+        "while (((A0_p_", "sc_min(", "== i_", "while ((A0_p_", "while ((B0_p_",
+        "(v_", " + v_"};
+    golden(&add, g4, 7);
+}
+
+int main(void)
+{
+    sc_ctx_init(&ctx);
+    snprintf(root, sizeof root, "/tmp/sc_test_compile_XXXXXX");
+    if (!mkdtemp(root))
+        return 1;
+    sc_jit_config cfg = {NULL, "-O1 -fopenmp", root, "runtime"};
+    sc_error err;
+    comp = sc_compiler_new(&ctx, &cfg, &err);
+    if (!comp) {
+        fprintf(stderr, "sc_compiler_new: %s\n", err.msg);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        int ok = run_all_types(&CASES[i]);
+        if (!ok)
+            fprintf(stderr, "FAILED: %s %s,%s%s%s\n", CASES[i].expr, CASES[i].fmt[0],
+                    CASES[i].fmt[1] ? CASES[i].fmt[1] : "", CASES[i].out_fmt ? " -> " : "",
+                    CASES[i].out_fmt ? CASES[i].out_fmt : "");
+        CHECK(ok);
+    }
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int o = 0; o < 3; o++) {
+                tcase tc = {"ij,jk->ik", 0, 2, {SPGEMM_FMT[a], SPGEMM_FMT[b]}, {{M, N}, {N, K}},
+                            SPGEMM_OUT[o], NULL};
+                int ok = run_all_types(&tc);
+                if (!ok)
+                    fprintf(stderr, "FAILED: SpGEMM %s x %s -> %s\n", SPGEMM_FMT[a], SPGEMM_FMT[b],
+                            SPGEMM_OUT[o]);
+                CHECK(ok);
+            }
+    test_schedules();
+    test_goldens();
+    free(last_result);
+    sc_compiler_free(comp);
+    remove_dir(root);
+    return check_report("test_compile");
+}
