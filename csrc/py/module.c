@@ -1,6 +1,6 @@
 /*
- * module.c — scorch._C, the private extension: the only file that includes Python.h and
- * NumPy.  It turns Python arguments (NumPy arrays, tuples) into C structs, validates them
+ * module.c — scorch._C, the private extension (csrc/py is the only code that includes
+ * Python.h and NumPy): module init and state, and the format functions.  It turns Python arguments (NumPy arrays, tuples) into C structs, validates them
  * with the GIL held, runs the core with the GIL released, and turns sc_error into the
  * Python exception (USER → ValueError, INDEX → IndexError, UNSUPPORTED →
  * NotImplementedError, NOMEM → MemoryError, COMPILE → scorch.CompileError, others →
@@ -8,31 +8,25 @@
  *
  * A format crosses as (kinds, unique, lvl2dim): three tuples of ints, one entry per level.
  */
-/* CPython's module slots and NumPy's API table convert between void * and function
- * pointers, which ISO C does not define; both are fine on every platform Python runs on. */
-#pragma GCC diagnostic ignored "-Wpedantic"
+#define SC_PY_INIT_NUMPY
+#include "py_internal.h"
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>
-
-#include "../format/sc_format.h"
-
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    PyObject *compile_error;
-} module_state;
-
-static module_state *get_state(PyObject *module)
+static sc_py_state *get_state(PyObject *module)
 {
-    return (module_state *)PyModule_GetState(module);
+    return (sc_py_state *)PyModule_GetState(module);
+}
+
+sc_py_state *sc_py_state_of(PyObject *module)
+{
+    return get_state(module);
 }
 
 /* Set the Python exception for err; returns NULL for `return raise(...)`. */
-static PyObject *raise_error(PyObject *module, const sc_error *err)
+PyObject *sc_py_raise(PyObject *module, const sc_error *err)
 {
     PyObject *type;
     switch (err->kind) {
@@ -44,6 +38,26 @@ static PyObject *raise_error(PyObject *module, const sc_error *err)
     default: type = PyExc_RuntimeError; break;
     }
     PyErr_SetString(type, err->msg);
+    return NULL;
+}
+
+PyObject *sc_py_raise_at(PyObject *module, const sc_error *err, const char *source)
+{
+    size_t len = source ? strlen(source) : 0;
+    if (err->pos < 0 || !source || (size_t)err->pos > len)
+        return sc_py_raise(module, err);
+    sc_py_raise(module, err); /* sets the exception type */
+    PyObject *type = PyErr_Occurred();
+    char *caret = malloc((size_t)err->pos + 2);
+    if (!caret)
+        return NULL;
+    memset(caret, ' ', (size_t)err->pos);
+    caret[err->pos] = '^';
+    caret[err->pos + 1] = '\0';
+    PyErr_Clear();
+    PyErr_Format(type, "%s (at column %lld)\n    %s\n    %s", err->msg, (long long)err->pos,
+                 source, caret);
+    free(caret);
     return NULL;
 }
 
@@ -77,7 +91,7 @@ static PyObject *owning_array(void *p, int64_t n, int typenum)
     return arr;
 }
 
-static int npy_of_dtype(sc_dtype t) { return t == SC_DTYPE_F32 ? NPY_FLOAT32 : NPY_FLOAT64; }
+int sc_py_npy_of_dtype(sc_dtype t) { return t == SC_DTYPE_F32 ? NPY_FLOAT32 : NPY_FLOAT64; }
 static int npy_of_index(sc_index_type t) { return t == SC_INDEX_I32 ? NPY_INT32 : NPY_INT64; }
 
 static int dtype_of_npy(int typenum, sc_dtype *out)
@@ -91,7 +105,7 @@ static int dtype_of_npy(int typenum, sc_dtype *out)
     }
 }
 
-static int index_of_name(const char *name, sc_index_type *out)
+int sc_py_index_of_name(const char *name, sc_index_type *out)
 {
     if (!strcmp(name, "int32")) {
         *out = SC_INDEX_I32;
@@ -155,7 +169,7 @@ static int parse_dims(PyObject *seq, int32_t order_expected, int64_t *dims, int3
 }
 
 /* fmt = (kinds, unique, lvl2dim) */
-static int parse_fmt(PyObject *module, PyObject *fmt, sc_format *f)
+int sc_py_parse_fmt(PyObject *module, PyObject *fmt, sc_format *f)
 {
     PyObject *kinds, *uniq, *l2d;
     if (!PyArg_ParseTuple(fmt, "OOO", &kinds, &uniq, &l2d))
@@ -188,13 +202,13 @@ static int parse_fmt(PyObject *module, PyObject *fmt, sc_format *f)
     }
     sc_error err;
     if (sc_fmt_check(f, &err) != SC_OK) {
-        raise_error(module, &err);
+        sc_py_raise(module, &err);
         return -1;
     }
     return 0;
 }
 
-static PyObject *fmt_tuple(const sc_format *f)
+PyObject *sc_py_fmt_tuple(const sc_format *f)
 {
     PyObject *k = PyTuple_New(f->order), *u = PyTuple_New(f->order), *l = PyTuple_New(f->order);
     if (!k || !u || !l)
@@ -216,7 +230,7 @@ fail:
 
 /* (pos list, crd list, vals) from a tensor built by the core; takes ownership of t's
  * arrays (released on failure).  New reference. */
-static PyObject *tensor_result(sc_tensor *t)
+PyObject *sc_py_tensor_result(sc_tensor *t)
 {
     sc_ctx ctx;
     sc_ctx_init(&ctx);
@@ -246,7 +260,7 @@ static PyObject *tensor_result(sc_tensor *t)
         }
         PyList_SET_ITEM(crd, k, c);
     }
-    vals = owning_array(t->vals, t->nvals, npy_of_dtype(t->dtype));
+    vals = owning_array(t->vals, t->nvals, sc_py_npy_of_dtype(t->dtype));
     t->vals = NULL;
     if (!vals)
         goto fail;
@@ -262,16 +276,16 @@ fail:
 
 /* Fill t from Python (shape, fmt, pos list, crd list, vals, index dtype name).  The
  * arrays are borrowed from the caller's arguments. */
-static int parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
-                        PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t)
+int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
+                       PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t)
 {
     memset(t, 0, sizeof *t);
-    if (parse_fmt(module, fmt, &t->fmt) < 0)
+    if (sc_py_parse_fmt(module, fmt, &t->fmt) < 0)
         return -1;
     int32_t order;
     if (parse_dims(shape, t->fmt.order, t->dims, &order) < 0)
         return -1;
-    if (index_of_name(index_name, &t->index_type) < 0)
+    if (sc_py_index_of_name(index_name, &t->index_type) < 0)
         return -1;
     int it = npy_of_index(t->index_type);
     if (!PyList_Check(pos) || !PyList_Check(crd) || PyList_GET_SIZE(pos) != order ||
@@ -311,7 +325,7 @@ static int parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObje
     }
     if (dtype_of_npy(PyArray_TYPE((PyArrayObject *)vals), &t->dtype) < 0)
         return -1;
-    PyArrayObject *v = check_array(vals, npy_of_dtype(t->dtype), "values");
+    PyArrayObject *v = check_array(vals, sc_py_npy_of_dtype(t->dtype), "values");
     if (!v)
         return -1;
     t->vals = PyArray_DATA(v);
@@ -335,8 +349,8 @@ static PyObject *py_parse_format(PyObject *module, PyObject *args)
     sc_format f;
     sc_error err;
     if (sc_fmt_parse(spec, order, &f, &err) != SC_OK)
-        return raise_error(module, &err);
-    return fmt_tuple(&f);
+        return sc_py_raise(module, &err);
+    return sc_py_fmt_tuple(&f);
 }
 
 /* format_info(fmt) -> (levels text, name or None) */
@@ -346,7 +360,7 @@ static PyObject *py_format_info(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "O", &fmt))
         return NULL;
     sc_format f;
-    if (parse_fmt(module, fmt, &f) < 0)
+    if (sc_py_parse_fmt(module, fmt, &f) < 0)
         return NULL;
     char buf[256];
     sc_fmt_levels_text(&f, buf, sizeof buf);
@@ -369,8 +383,8 @@ static PyObject *py_from_coords(PyObject *module, PyObject *args)
     int32_t order;
     sc_index_type it;
     sc_dtype dt;
-    if (parse_fmt(module, fmt, &f) < 0 || parse_dims(shape, f.order, dims, &order) < 0 ||
-        index_of_name(index_name, &it) < 0)
+    if (sc_py_parse_fmt(module, fmt, &f) < 0 || parse_dims(shape, f.order, dims, &order) < 0 ||
+        sc_py_index_of_name(index_name, &it) < 0)
         return NULL;
     if (!PyArray_Check(coords_o) || PyArray_NDIM((PyArrayObject *)coords_o) != 2 ||
         PyArray_TYPE((PyArrayObject *)coords_o) != NPY_INT64 ||
@@ -384,7 +398,7 @@ static PyObject *py_from_coords(PyObject *module, PyObject *args)
     int64_t nnz = PyArray_DIM(coords, 1);
     if (!PyArray_Check(vals_o) || dtype_of_npy(PyArray_TYPE((PyArrayObject *)vals_o), &dt) < 0)
         return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "bad values"), NULL);
-    PyArrayObject *vals = check_array(vals_o, npy_of_dtype(dt), "values");
+    PyArrayObject *vals = check_array(vals_o, sc_py_npy_of_dtype(dt), "values");
     if (!vals)
         return NULL;
     if (PyArray_DIM(vals, 0) != nnz) {
@@ -403,8 +417,8 @@ static PyObject *py_from_coords(PyObject *module, PyObject *args)
                             flags & (SC_CONV_DROP_ZEROS | SC_CONV_SORTED), &out, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
-        return raise_error(module, &err);
-    return tensor_result(&out);
+        return sc_py_raise(module, &err);
+    return sc_py_tensor_result(&out);
 }
 
 /* from_dense(array, fmt, index, threads) */
@@ -423,8 +437,8 @@ static PyObject *py_from_dense(PyObject *module, PyObject *args)
         return NULL;
     }
     PyArrayObject *arr = (PyArrayObject *)arr_o;
-    if (dtype_of_npy(PyArray_TYPE(arr), &dt) < 0 || parse_fmt(module, fmt, &f) < 0 ||
-        index_of_name(index_name, &it) < 0)
+    if (dtype_of_npy(PyArray_TYPE(arr), &dt) < 0 || sc_py_parse_fmt(module, fmt, &f) < 0 ||
+        sc_py_index_of_name(index_name, &it) < 0)
         return NULL;
     int32_t order = PyArray_NDIM(arr);
     if (order != f.order) {
@@ -444,8 +458,8 @@ static PyObject *py_from_dense(PyObject *module, PyObject *args)
     st = sc_fmt_from_dense(&ctx, order, dims, PyArray_DATA(arr), dt, &f, it, &out, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
-        return raise_error(module, &err);
-    return tensor_result(&out);
+        return sc_py_raise(module, &err);
+    return sc_py_tensor_result(&out);
 }
 
 /* convert(shape, fmt, pos, crd, vals, index, dst_fmt, dst_index, drop_zeros, threads) */
@@ -460,8 +474,8 @@ static PyObject *py_convert(PyObject *module, PyObject *args)
     sc_tensor src;
     sc_format f;
     sc_index_type it;
-    if (parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0 ||
-        parse_fmt(module, dfmt, &f) < 0 || index_of_name(dindex_name, &it) < 0)
+    if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0 ||
+        sc_py_parse_fmt(module, dfmt, &f) < 0 || sc_py_index_of_name(dindex_name, &it) < 0)
         return NULL;
     sc_ctx ctx;
     ctx_for_call(&ctx, threads);
@@ -472,8 +486,8 @@ static PyObject *py_convert(PyObject *module, PyObject *args)
     st = sc_fmt_convert(&ctx, &src, &f, it, drop_zeros ? SC_CONV_DROP_ZEROS : 0, &out, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
-        return raise_error(module, &err);
-    return tensor_result(&out);
+        return sc_py_raise(module, &err);
+    return sc_py_tensor_result(&out);
 }
 
 /* to_dense(shape, fmt, pos, crd, vals, index, out) writes into out (C-contiguous). */
@@ -485,10 +499,10 @@ static PyObject *py_to_dense(PyObject *module, PyObject *args)
                           &out_o))
         return NULL;
     sc_tensor src;
-    if (parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0)
+    if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0)
         return NULL;
     if (!PyArray_Check(out_o) || !PyArray_ISCARRAY((PyArrayObject *)out_o) ||
-        PyArray_TYPE((PyArrayObject *)out_o) != npy_of_dtype(src.dtype)) {
+        PyArray_TYPE((PyArrayObject *)out_o) != sc_py_npy_of_dtype(src.dtype)) {
         PyErr_SetString(PyExc_TypeError, "out must be a writable C-contiguous array of the "
                                          "values' dtype");
         return NULL;
@@ -509,7 +523,7 @@ static PyObject *py_to_dense(PyObject *module, PyObject *args)
     st = sc_fmt_to_dense(&ctx, &src, PyArray_DATA(out), &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
-        return raise_error(module, &err);
+        return sc_py_raise(module, &err);
     Py_RETURN_NONE;
 }
 
@@ -521,7 +535,7 @@ static PyObject *py_validate(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOs", &shape, &fmt, &pos, &crd, &vals, &index_name))
         return NULL;
     sc_tensor t;
-    if (parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &t) < 0)
+    if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &t) < 0)
         return NULL;
     sc_ctx ctx;
     sc_ctx_init(&ctx);
@@ -531,7 +545,7 @@ static PyObject *py_validate(PyObject *module, PyObject *args)
     st = sc_fmt_validate(&ctx, &t, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
-        return raise_error(module, &err);
+        return sc_py_raise(module, &err);
     Py_RETURN_NONE;
 }
 
@@ -543,6 +557,7 @@ static PyMethodDef methods[] = {
     {"convert", py_convert, METH_VARARGS, "convert a tensor to another format"},
     {"to_dense", py_to_dense, METH_VARARGS, "write a tensor densely into an array"},
     {"validate", py_validate, METH_VARARGS, "check a tensor's arrays"},
+    SC_PY_KERNEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -550,7 +565,9 @@ static int module_exec(PyObject *module)
 {
     if (PyArray_ImportNumPyAPI() < 0)
         return -1;
-    module_state *st = get_state(module);
+    sc_py_state *st = get_state(module);
+    if (sc_py_kernels_init(st) < 0)
+        return -1;
     st->compile_error = PyErr_NewExceptionWithDoc(
         "scorch.CompileError", "The C compiler failed on a generated kernel.",
         PyExc_RuntimeError, NULL);
@@ -591,6 +608,7 @@ static int module_clear(PyObject *module)
 static void module_free(void *module)
 {
     module_clear((PyObject *)module);
+    sc_py_kernels_free(get_state((PyObject *)module));
 }
 
 static PyModuleDef_Slot slots[] = {
@@ -602,7 +620,7 @@ static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT,
     .m_name = "scorch._C",
     .m_doc = "scorch's C core (private).",
-    .m_size = sizeof(module_state),
+    .m_size = sizeof(sc_py_state),
     .m_methods = methods,
     .m_slots = slots,
     .m_traverse = module_traverse,

@@ -2,8 +2,10 @@
 
     A = scorch.to_sparse(x, "csr")      # a torch.Tensor subclass in any per-level format
     A.to_format("csc"); A.to_dense(); A.to_torch(); A.to_scipy()
+    Y = scorch.einsum("ij,jk->ik", A, X)   # any expression, any formats: a compiled kernel
 
-Formats, conversions and validation run in scorch's C core (scorch._C).
+Formats, conversions, validation and the sparse tensor-algebra compiler run in scorch's C
+core (scorch._C).
 """
 import torch as _torch
 
@@ -12,13 +14,19 @@ from ._C import CompileError
 from ._convert import from_components, from_edge_index, to_sparse
 from ._format import Format
 from ._tensor import SparseTensor, _rebuild
+from ._compiler import Kernel, Schedule, einsum, explain, kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompileError",
     "Format",
+    "Kernel",
+    "Schedule",
     "SparseTensor",
+    "einsum",
+    "explain",
+    "kernel",
     "from_components",
     "from_edge_index",
     "to_sparse",

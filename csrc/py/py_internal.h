@@ -1,0 +1,65 @@
+/*
+ * py_internal.h — shared by the files of the extension (csrc/py only): Python and NumPy
+ * includes, the module state, and the argument/result helpers module.c defines.
+ * A format crosses as (kinds, unique, lvl2dim); a tensor as (shape, fmt, pos list, crd
+ * list, values array, index dtype name).
+ */
+#ifndef SC_PY_INTERNAL_H
+#define SC_PY_INTERNAL_H
+
+/* CPython's module slots and NumPy's API table convert between void * and function
+ * pointers, which ISO C does not define; both are fine on every platform Python runs on. */
+#pragma GCC diagnostic ignored "-Wpedantic"
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL sc_py_ARRAY_API
+#ifndef SC_PY_INIT_NUMPY
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include "../driver/sc_driver.h"
+#include "../format/sc_format.h"
+
+typedef struct sc_py_state {
+    PyObject *compile_error;
+    sc_ctx ctx;              /* the compiler's context (malloc/free) */
+    sc_compiler *compiler;   /* created on first compile (under the GIL); lives as long as
+                                the module */
+    char *include_dir;       /* where scorch_rt.h is, set by the Python layer */
+} sc_py_state;
+
+sc_py_state *sc_py_state_of(PyObject *module);
+/* Set the Python exception for err; returns NULL. */
+PyObject *sc_py_raise(PyObject *module, const sc_error *err);
+/* The same, showing source with a caret under err->pos when it is set. */
+PyObject *sc_py_raise_at(PyObject *module, const sc_error *err, const char *source);
+int sc_py_parse_fmt(PyObject *module, PyObject *fmt, sc_format *f);
+PyObject *sc_py_fmt_tuple(const sc_format *f);
+int sc_py_index_of_name(const char *name, sc_index_type *out);
+int sc_py_npy_of_dtype(sc_dtype t);
+/* Borrowed arrays from the arguments into t. */
+int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
+                       PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t);
+/* (pos list, crd list, vals) owning t's arrays (malloc'd); t is emptied. */
+PyObject *sc_py_tensor_result(sc_tensor *t);
+
+/* kernels.c */
+#define SC_PY_MAX_OPERANDS 16
+
+int sc_py_kernels_init(sc_py_state *st);
+void sc_py_kernels_free(sc_py_state *st);
+PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args);
+PyObject *sc_py_compile(PyObject *module, PyObject *args);
+PyObject *sc_py_run(PyObject *module, PyObject *args);
+PyObject *sc_py_kernel_info(PyObject *module, PyObject *args);
+
+#define SC_PY_KERNEL_METHODS                                                              \
+    {"set_include_dir", sc_py_set_include_dir, METH_VARARGS, "where scorch_rt.h lives"},  \
+    {"compile", sc_py_compile, METH_VARARGS, "compile an expression -> kernel handle"},   \
+    {"run", sc_py_run, METH_VARARGS, "run a kernel on operands"},                          \
+    {"kernel_info", sc_py_kernel_info, METH_VARARGS, "(out shape, fmt, dtype, index, schedule, explain)"},
+
+#endif

@@ -1,0 +1,261 @@
+"""The compiler's Python API: scorch.einsum, scorch.kernel, scorch.explain, Schedule.
+
+Operands are SparseTensors (any format) or dense torch tensors (any strides: a dense
+tensor whose strides are a permutation of contiguous ones is passed as a dense format
+with that level order, without a copy; other strides are copied).  All the work — parsing,
+lowering, scheduling, code generation, compiling and running — happens in the C core.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import _C
+from ._format import Format
+from ._tensor import _INDEX_NAMES, VALUE_DTYPES, SparseTensor, _threads, _wrap
+
+_LANG_EINSUM, _LANG_INDEX = 0, 1
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _include_dir() -> str:
+    """Where scorch_rt.h is: installed with the package, or the source tree (editable)."""
+    for d in (os.path.join(_HERE, "include"),
+              os.path.join(_HERE, "..", "..", "csrc", "runtime")):
+        if os.path.isfile(os.path.join(d, "scorch_rt.h")):
+            return os.path.abspath(d)
+    raise RuntimeError("scorch_rt.h not found next to the package; reinstall scorch")
+
+
+_C.set_include_dir(_include_dir())
+
+
+class Schedule:
+    """A schedule in its text form, e.g. ``Schedule("order(i,k,j) parallel(i)")``.  The
+    compiler checks it when applied and refuses an illegal one with the reason."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise TypeError(f"a schedule is text, not {type(text).__name__}")
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return f"Schedule({self.text!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Schedule) and other.text == self.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+
+def _dense_operand(x: torch.Tensor, dtype):
+    """(shape, fmt, pos, crd, values array, index) for a dense tensor, and what keeps the
+    data alive."""
+    if x.device.type != "cpu":
+        raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
+    if x.dim() == 0:
+        raise ValueError("scalar (0-D) operands are not supported; use a 1-element tensor")
+    x = x.detach()
+    if x.dtype != dtype:
+        x = x.to(dtype)
+    # Level order = dimensions by decreasing stride (a permutation view, no copy).
+    perm = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))
+    xp = x.permute(perm)
+    if not xp.is_contiguous():
+        perm = list(range(x.dim()))
+        xp = x.contiguous()
+    fmt = Format.parse("dense", x.dim())
+    if perm != list(range(x.dim())):
+        fmt = Format("d" * x.dim(), order=perm)
+    data = xp.reshape(-1)
+    desc = (tuple(x.shape), fmt.as_tuple(), [None] * x.dim(), [None] * x.dim(),
+            data.numpy(), "int32")
+    return desc, data
+
+
+def _sparse_operand(a: SparseTensor, dtype):
+    vals = a._values.detach()
+    if vals.dtype != dtype:
+        vals = vals.to(dtype)
+    vals = vals.contiguous()
+    pos = [None if p is None else p.numpy() for p in a._pos]
+    crd = [None if c is None else c.numpy() for c in a._crd]
+    desc = (tuple(a.shape), a._format.as_tuple(), pos, crd, vals.numpy(),
+            _INDEX_NAMES[a.index_dtype])
+    return desc, vals
+
+
+def _operands(operands):
+    if not operands:
+        raise ValueError("einsum needs at least one operand")
+    for i, x in enumerate(operands):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
+                            f"{type(x).__name__}")
+        if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
+            raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
+                            "scorch.to_sparse first")
+    dtype = operands[0].dtype
+    for x in operands[1:]:
+        dtype = torch.promote_types(dtype, x.dtype)
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
+                        f"{dtype}")
+    descs, keep = [], []
+    for x in operands:
+        d, k = (_sparse_operand(x, dtype) if isinstance(x, SparseTensor)
+                else _dense_operand(x, dtype))
+        descs.append(d)
+        keep.append(k)
+    return descs, keep
+
+
+def _run(kernel, descs):
+    """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
+    shape, (pos, crd, vals) = _C.run(kernel, descs, _threads())
+    _, fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
+    from ._format import _format_from_tuple
+
+    if len(shape) == 0:
+        return torch.from_numpy(vals).reshape(())
+    fmt = _format_from_tuple(*fmt_t)
+    if all(k == 0 for k in fmt.kinds):
+        level_shape = [shape[d] for d in fmt.order]
+        out = torch.from_numpy(vals).reshape(level_shape)
+        inv = [0] * len(shape)
+        for k, d in enumerate(fmt.order):
+            inv[d] = k
+        return out.permute(inv) if fmt.order != tuple(range(len(shape))) else out
+    index_dtype = {v: k for k, v in _INDEX_NAMES.items()}[index_name]
+    return _wrap(shape, fmt, pos, crd, vals, index_dtype)
+
+
+def _output_order(lang, expr: str) -> int:
+    """Number of output dimensions the expression declares (malformed text is left to the
+    compiler's parser, which reports the column)."""
+    if lang == _LANG_EINSUM:
+        if "->" in expr:
+            return sum(ch.isalpha() for ch in expr.split("->", 1)[1])
+        letters = [ch for ch in expr if ch.isalpha()]
+        return sum(letters.count(ch) == 1 for ch in set(letters))
+    lhs = expr.split("=", 1)[0]
+    if "(" not in lhs:
+        return 0
+    inside = lhs[lhs.index("(") + 1:lhs.rindex(")") if ")" in lhs else len(lhs)]
+    return len([t for t in inside.split(",") if t.strip()])
+
+
+def _compile(lang, expr, operands, out_format, schedule):
+    if not isinstance(expr, str):
+        raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
+    descs, keep = _operands(operands)
+    sched = None if schedule is None else str(schedule)
+    fmt_t = None
+    if out_format is not None:
+        fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
+    kernel = _C.compile(lang, expr, descs, fmt_t, sched)
+    return kernel, descs, keep
+
+
+def einsum(expr: str, *operands, out_format=None, schedule=None):
+    """Evaluate an einsum expression over sparse and dense operands with a compiled kernel.
+
+    ``scorch.einsum("ij,jk->ik", A, X)`` with ``A`` a SparseTensor in any format.  The
+    output format is inferred (dense unless the result keeps sparsity, e.g. SDDMM keeps the
+    sampling operand's pattern, CSR @ CSR gives CSR) or set with ``out_format``; a dense
+    result is a plain torch.Tensor.  ``schedule`` (a Schedule or its text) forces a
+    schedule instead of the automatic one.
+    """
+    kernel, descs, keep = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+    result = _run(kernel, descs)
+    del keep
+    return result
+
+
+class Kernel:
+    """A compiled expression in index notation, reusable across calls:
+
+        k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", A="csr", B="dense")
+        C = k(A, X)
+
+    Operands are passed in the order their names first appear on the right-hand side.
+    Declared formats are checked on every call.
+    """
+
+    def __init__(self, notation: str, out_format=None, schedule=None, **formats):
+        if not isinstance(notation, str):
+            raise TypeError(f"the expression must be a str, not {type(notation).__name__}")
+        self.notation = notation
+        self.formats = dict(formats)
+        self.out_format = out_format
+        self.schedule = schedule
+        self._last = None  # (signature, kernel)
+
+    def _check(self, operands):
+        names = list(self.formats)
+        for name, x in zip(names, operands):
+            want = self.formats[name]
+            if want in ("dense", None):
+                if isinstance(x, SparseTensor):
+                    raise TypeError(f"operand {name} was declared dense but is a "
+                                    f"SparseTensor ({x.format})")
+                continue
+            if not isinstance(x, SparseTensor):
+                raise TypeError(f"operand {name} was declared {want} but is dense")
+            if x.format != Format.parse(want, x.dim()):
+                raise ValueError(f"operand {name} was declared {want} but is {x.format}")
+
+    def __call__(self, *operands):
+        self._check(operands)
+        kernel, descs, keep = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
+                                       self.schedule)
+        result = _run(kernel, descs)
+        del keep
+        return result
+
+    def explain(self, *operands) -> str:
+        kernel, _, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
+                                self.schedule)
+        return _C.kernel_info(kernel)[5]
+
+    def __repr__(self):
+        fm = ", ".join(f"{k}={v!r}" for k, v in self.formats.items())
+        return f"scorch.kernel({self.notation!r}{', ' if fm else ''}{fm})"
+
+
+def kernel(notation: str, out_format=None, schedule=None, **formats) -> Kernel:
+    """Compile-once, call-many: see ``Kernel``."""
+    return Kernel(notation, out_format=out_format, schedule=schedule, **formats)
+
+
+_TORCH_EXPR = {
+    "mm": "ij,jk->ik",
+    "mv": "ij,j->i",
+    "bmm": "bij,bjk->bik",
+}
+
+
+def explain(fn, *operands, out_format=None, schedule=None) -> str:
+    """What scorch compiles for ``fn(*operands)``: the expression, operand and output
+    formats, the loop order, the schedule and the generated C.  ``fn`` is an einsum string
+    or one of torch.mm / torch.mv / torch.bmm / torch.matmul."""
+    if isinstance(fn, str):
+        expr = fn
+    else:
+        name = getattr(fn, "__name__", "")
+        if name == "matmul" and len(operands) == 2:
+            name = {(2, 2): "mm", (2, 1): "mv", (3, 3): "bmm"}.get(
+                (operands[0].dim(), operands[1].dim()), name)
+        if name not in _TORCH_EXPR:
+            raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
+                                      "string")
+        expr = _TORCH_EXPR[name]
+    kernel, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+    return _C.kernel_info(kernel)[5]

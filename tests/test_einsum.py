@@ -1,0 +1,224 @@
+"""scorch.einsum against torch.einsum on the dense tensors: every case of the compiler
+issue, float32 and float64, int32 and int64 indices, seeded inputs with empty rows."""
+import threading
+
+import pytest
+import torch
+
+import scorch
+from conftest import make_dense, seed_of
+
+DT = [torch.float32, torch.float64]
+IT = [torch.int32, torch.int64]
+
+
+def tol(dtype):
+    return dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-12,
+                                                                           atol=1e-10)
+
+
+def dense_of(x):
+    return x.to_dense() if isinstance(x, scorch.SparseTensor) else x
+
+
+def check(expr, *ops, out_format=None, schedule=None, expect_sparse=None):
+    got = scorch.einsum(expr, *ops, out_format=out_format, schedule=schedule)
+    ref = torch.einsum(expr, *[dense_of(o) for o in ops])
+    if expect_sparse is not None:
+        assert isinstance(got, scorch.SparseTensor) == expect_sparse, type(got)
+    g = dense_of(got)
+    assert g.shape == ref.shape
+    torch.testing.assert_close(g, ref, **tol(ref.dtype))
+    return got
+
+
+def sp(shape, fmt, dtype, it, seed, kind="random"):
+    return scorch.to_sparse(make_dense(shape, dtype, seed, kind), fmt, index_dtype=it)
+
+
+def dn(shape, dtype, seed, colmajor=False):
+    x = make_dense(shape, dtype, seed, "full")
+    return x.t().contiguous().t() if colmajor else x
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+def test_spmv(fmt, it, dtype):
+    s = seed_of("spmv", fmt, it, dtype)
+    check("ij,j->i", sp((9, 7), fmt, dtype, it, s, "empty_rows"), dn((7,), dtype, s + 1))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+@pytest.mark.parametrize("colmajor", [False, True])
+def test_spmm(fmt, it, dtype, colmajor):
+    s = seed_of("spmm", fmt, it, dtype, colmajor)
+    A = sp((9, 7), fmt, dtype, it, s, "empty_rows")
+    check("ij,jk->ik", A, dn((7, 5), dtype, s + 1, colmajor), expect_sparse=False)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_dense_times_sparse(fmt, dtype):
+    s = seed_of("dxs", fmt, dtype)
+    check("ij,jk->ik", dn((4, 7), dtype, s), sp((7, 6), fmt, dtype, torch.int32, s + 1))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsr"])
+def test_sddmm_keeps_pattern(fmt, it, dtype):
+    s = seed_of("sddmm", fmt, it, dtype)
+    A = sp((8, 6), fmt, dtype, it, s, "empty_rows")
+    got = check("ij,ik,jk->ij", A, dn((8, 4), dtype, s + 1), dn((6, 4), dtype, s + 2),
+                expect_sparse=True)
+    assert got.format == A.format
+    assert torch.equal(got.indices(1)[1], A.indices(1)[1])
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fa", ["csr", "csc", "dcsr"])
+@pytest.mark.parametrize("fb", ["csr", "csc", "dcsr"])
+@pytest.mark.parametrize("fo", [None, "csr", "dcsr", "dense"])
+def test_spgemm(fa, fb, fo, dtype):
+    s = seed_of("spgemm", fa, fb, fo, dtype)
+    A = sp((8, 9), fa, dtype, torch.int32, s, "empty_rows")
+    B = sp((9, 7), fb, dtype, torch.int32, s + 1)
+    got = check("ij,jk->ik", A, B, out_format=fo)
+    if fo is None and fa == fb == "csr":
+        assert isinstance(got, scorch.SparseTensor) and got.format.name == "csr"
+    if fo in ("csr", "dcsr"):
+        assert got.format.name == fo
+
+
+def test_a_times_a_transposed():
+    A = sp((7, 9), "csr", torch.float64, torch.int32, seed_of("aat"))
+    check("ij,kj->ik", A, A)
+
+
+@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "coo"), ("csc", "dcsr"),
+                                   ("coo", "csr")])
+@pytest.mark.parametrize("dtype", DT)
+def test_elementwise(fa, fb, dtype):
+    s = seed_of("ew", fa, fb, dtype)
+    A = sp((6, 8), fa, dtype, torch.int32, s, "empty_rows")
+    B = sp((6, 8), fb, dtype, torch.int64, s + 1)
+    check("ij,ij->ij", A, B)
+    D = A.to_dense(), B.to_dense()
+    for text, ref in [("C(i,j) = A(i,j) + B(i,j)", D[0] + D[1]),
+                      ("C(i,j) = A(i,j) - B(i,j)", D[0] - D[1])]:
+        got = scorch.kernel(text)(A, B)
+        torch.testing.assert_close(dense_of(got), ref, **tol(dtype))
+
+
+def test_scaled_sum():
+    s = seed_of("scaled")
+    A = sp((5, 6), "csr", torch.float64, torch.int32, s)
+    B = sp((5, 6), "csc", torch.float64, torch.int32, s + 1)
+    C = sp((5, 6), "coo", torch.float64, torch.int32, s + 2)
+    got = scorch.kernel("D(i,j) = 2 * A(i,j) + B(i,j) * C(i,j)")(A, B, C)
+    ref = 2 * A.to_dense() + B.to_dense() * C.to_dense()
+    torch.testing.assert_close(dense_of(got), ref)
+
+
+@pytest.mark.parametrize("expr", ["ij->i", "ij->j", "ij->", "ij->ji"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+def test_reductions_and_transpose(expr, fmt):
+    A = sp((6, 5), fmt, torch.float64, torch.int32, seed_of(expr, fmt), "empty_rows")
+    check(expr, A)
+
+
+def test_outer_and_inner():
+    s = seed_of("outer")
+    x = scorch.to_sparse(make_dense((6,), torch.float64, s), "csf")
+    check("i,j->ij", x, dn((4,), torch.float64, s + 1))
+    A = sp((5, 6), "csr", torch.float64, torch.int32, s + 2)
+    check("ij,ij->", A, dn((5, 6), torch.float64, s + 3))
+
+
+@pytest.mark.parametrize("expr,shapes", [
+    ("ijk,k->ij", [(4, 5, 6), (6,)]),
+    ("ijk,kl->ijl", [(4, 5, 6), (6, 3)]),
+    ("ijk,jr,kr->ir", [(4, 5, 6), (5, 3), (6, 3)]),
+    ("ijk,ijk->ijk", [(4, 5, 6), (4, 5, 6)]),
+])
+@pytest.mark.parametrize("dtype", DT)
+def test_csf_3d(expr, shapes, dtype):
+    s = seed_of(expr, dtype)
+    A = sp(shapes[0], "csf", dtype, torch.int32, s)
+    rest = [dn(sh, dtype, s + i + 1) for i, sh in enumerate(shapes[1:])]
+    if expr == "ijk,ijk->ijk":
+        rest = [sp(shapes[1], "coo", dtype, torch.int32, s + 9)]
+    check(expr, A, *rest)
+
+
+def test_batched():
+    s = seed_of("bmm")
+    A = sp((3, 4, 5), "csf", torch.float64, torch.int32, s)
+    check("bij,bjk->bik", A, dn((3, 5, 2), torch.float64, s + 1))
+
+
+def test_chain_of_three():
+    s = seed_of("chain")
+    A = sp((5, 6), "csr", torch.float64, torch.int32, s)
+    check("ij,jk,kl->il", A, dn((6, 4), torch.float64, s + 1), dn((4, 3), torch.float64,
+                                                                   s + 2))
+
+
+def test_empty_and_tiny():
+    for shape in [(0, 4), (4, 0), (1, 1)]:
+        A = sp(shape, "csr", torch.float64, torch.int32, 1, "full")
+        check("ij,jk->ik", A, dn((shape[1], 3), torch.float64, 2))
+        check("ij,j->i", A, dn((shape[1],), torch.float64, 3))
+
+
+def test_kernel_reuse_and_explain():
+    k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", A="csr", B="dense")
+    A = sp((6, 5), "csr", torch.float32, torch.int32, 11)
+    X = dn((5, 3), torch.float32, 12)
+    torch.testing.assert_close(k(A, X), A.to_dense() @ X)
+    torch.testing.assert_close(k(A, 2 * X), A.to_dense() @ (2 * X))
+    with pytest.raises(ValueError, match="declared csr"):
+        k(A.to_format("csc"), X)
+    text = scorch.explain(torch.mm, A, X)
+    assert "csr" in text and "#include" in text
+
+
+def test_threads_share_the_cache():
+    errors = []
+
+    def work(seed):
+        try:
+            for fmt in ("csr", "coo"):
+                A = sp((7, 6), fmt, torch.float64, torch.int32, seed)
+                check("ij,jk->ik", A, dn((6, 3), torch.float64, seed + 1))
+                check("ij,ik,jk->ij", A, dn((7, 2), torch.float64, seed + 2),
+                      dn((6, 2), torch.float64, seed + 3))
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(100 + i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("expr,err,match", [
+    ("ij,jk>ik", ValueError, "column"),
+    ("ij,jk->iz", ValueError, "z"),
+    ("ijk,jk->ik", ValueError, "operand"),
+])
+def test_bad_expressions(expr, err, match):
+    A = sp((3, 4), "csr", torch.float64, torch.int32, 1)
+    with pytest.raises(err, match=match):
+        scorch.einsum(expr, A, dn((4, 2), torch.float64, 2))
+
+
+def test_shape_mismatch_names_the_index():
+    A = sp((3, 4), "csr", torch.float64, torch.int32, 1)
+    with pytest.raises(ValueError, match="j"):
+        scorch.einsum("ij,jk->ik", A, dn((5, 2), torch.float64, 2))
