@@ -222,3 +222,55 @@ def test_shape_mismatch_names_the_index():
     A = sp((3, 4), "csr", torch.float64, torch.int32, 1)
     with pytest.raises(ValueError, match="j"):
         scorch.einsum("ij,jk->ik", A, dn((5, 2), torch.float64, 2))
+
+
+@pytest.mark.parametrize("expr,fmts,schedules", [
+    ("ij,jk->ik", ["csr", None], ["order(i,j,k) parallel(i)", "order(i,k,j)",
+                                  "order(i,j,k) parallel(none)"]),
+    ("ij,jk->ik", ["csr", "csr"], ["order(i,j,k) parallel(i) workspace(k)",
+                                   "order(i,j,k) parallel(none) workspace(k)"]),
+    ("ij,ik,jk->ij", ["csr", None, None], ["order(i,j,k)", "order(i,j,k) parallel(none)"]),
+])
+def test_forced_schedules_agree(expr, fmts, schedules):
+    s = seed_of("sched", expr, tuple(fmts))
+    shapes = {"ij,jk->ik": [(300, 40), (40, 5)], "ij,ik,jk->ij": [(300, 40), (300, 6),
+                                                                 (40, 6)]}[expr]
+    ops = [sp(sh, f, torch.float64, torch.int32, s + i) if f else
+           dn(sh, torch.float64, s + i) for i, (sh, f) in enumerate(zip(shapes, fmts))]
+    results = [dense_of(scorch.einsum(expr, *ops, schedule=scorch.Schedule(t)))
+               for t in schedules]
+    ref = torch.einsum(expr, *[dense_of(o) for o in ops])
+    for t, r in zip(schedules, results):
+        torch.testing.assert_close(r, ref, msg=lambda m, t=t: f"{t}: {m}")
+        torch.testing.assert_close(r, results[0])
+
+
+@pytest.mark.parametrize("text,match", [
+    ("order(i,j)", "every index"),
+    ("order(i,j,k) parallel(j)", "parallel"),
+    ("bogus(i)", "unknown directive"),
+])
+def test_illegal_schedule_is_refused(text, match):
+    A = sp((6, 5), "csr", torch.float64, torch.int32, 1)
+    with pytest.raises(ValueError, match=match):
+        scorch.einsum("ij,jk->ik", A, dn((5, 3), torch.float64, 2), schedule=text)
+
+
+def test_second_process_reuses_the_disk_cache(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, scorch, scorch._C as C\n"
+        "A = scorch.to_sparse(torch.eye(5, dtype=torch.float64) * 3, 'csr')\n"
+        "y = scorch.einsum('ij,j->i', A, torch.arange(5.0, dtype=torch.float64))\n"
+        "assert torch.equal(y, torch.arange(5.0, dtype=torch.float64) * 3)\n"
+        "s = C.jit_stats(); print(s['compiles'], s['disk_hits'])\n")
+    env = dict(__import__("os").environ, SCORCH_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    first, second = (tuple(map(int, r.stdout.split())) for r in runs)
+    assert first[0] >= 1                      # the first process compiled
+    assert second == (0, first[0])            # the second only loaded from disk

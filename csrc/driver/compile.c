@@ -269,6 +269,8 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
         goto done;
     double t5 = now_us();
     k->fn = (sc_rt_kernel)jf;
+    k->front_us = t4 - t0;
+    k->jit_us = t5 - t4;
     if (c->debug)
         sc_cg_printf(&dump, "[debug] codegen %.1f us, jit %.1f us\n", t4 - t3, t5 - t4);
     sc_cg_printf(&dump, "generated C (%s):\n", sym);

@@ -124,3 +124,14 @@ const char *sc_kernel_schedule(const sc_kernel *k)
 {
     return k->schedule;
 }
+
+void sc_kernel_times(const sc_kernel *k, double *front_us, double *jit_us)
+{
+    *front_us = k->front_us;
+    *jit_us = k->jit_us;
+}
+
+void sc_compiler_jit_stats(sc_compiler *c, sc_jit_counts *out)
+{
+    sc_jit_stats(c->jit, out);
+}

@@ -36,6 +36,8 @@ struct sc_kernel {
     int64_t out_dims[SC_MAX_ORDER]; /* at compile time */
     char *schedule; /* owned */
     char *explain;  /* owned */
+    double front_us; /* parse + lower + schedule + IR + codegen, when it was compiled */
+    double jit_us;   /* sc_jit_get: the C compiler, or a disk-cache load */
 };
 
 struct sc_compiler {

@@ -56,4 +56,11 @@ const char *sc_kernel_explain(const sc_kernel *k);
 /* The schedule chosen (text form), owned by the kernel. */
 const char *sc_kernel_schedule(const sc_kernel *k);
 
+/* How long producing k took, in microseconds: the compiler's own stages (parse, lower,
+ * schedule, IR, codegen) and the JIT (the C compiler, or loading from the disk cache). */
+void sc_kernel_times(const sc_kernel *k, double *front_us, double *jit_us);
+
+/* The JIT's counters (memory hits, disk hits, compiles) for this compiler. */
+void sc_compiler_jit_stats(sc_compiler *c, sc_jit_counts *out);
+
 #endif /* SC_DRIVER_H */

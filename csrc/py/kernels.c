@@ -118,7 +118,8 @@ PyObject *sc_py_compile(PyObject *module, PyObject *args)
                     outp, schedule, &k, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
-        return sc_py_raise_at(module, &err, expr);
+        return sc_py_raise_at(module, &err, err.stage && !strcmp(err.stage, "schedule")
+                                                  ? schedule : expr);
     return PyCapsule_New((void *)k, KERNEL_CAPSULE, NULL);
 }
 
@@ -196,4 +197,34 @@ PyObject *sc_py_kernel_info(PyObject *module, PyObject *args)
     return Py_BuildValue("(NNssss)", shape, fmt, sc_dtype_name(d.dtype),
                          sc_index_name(d.index_type), sc_kernel_schedule(k),
                          sc_kernel_explain(k));
+}
+
+/* kernel_times(kernel) -> (front-end microseconds, jit microseconds) */
+PyObject *sc_py_kernel_times(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    const sc_kernel *k = kernel_of(cap);
+    if (!k)
+        return NULL;
+    double f, j;
+    sc_kernel_times(k, &f, &j);
+    return Py_BuildValue("(dd)", f, j);
+}
+
+/* jit_stats() -> {"mem_hits", "disk_hits", "compiles", "disk_refused"} */
+PyObject *sc_py_jit_stats(PyObject *module, PyObject *args)
+{
+    (void)args;
+    sc_compiler *c = get_compiler(module);
+    if (!c)
+        return NULL;
+    sc_jit_counts n;
+    sc_compiler_jit_stats(c, &n);
+    return Py_BuildValue("{sKsKsKsK}", "mem_hits", (unsigned long long)n.mem_hits,
+                         "disk_hits", (unsigned long long)n.disk_hits, "compiles",
+                         (unsigned long long)n.compiles, "disk_refused",
+                         (unsigned long long)n.disk_refused);
 }

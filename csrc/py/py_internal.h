@@ -55,11 +55,16 @@ PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args);
 PyObject *sc_py_compile(PyObject *module, PyObject *args);
 PyObject *sc_py_run(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args);
+PyObject *sc_py_kernel_times(PyObject *module, PyObject *args);
+PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
 
 #define SC_PY_KERNEL_METHODS                                                              \
     {"set_include_dir", sc_py_set_include_dir, METH_VARARGS, "where scorch_rt.h lives"},  \
     {"compile", sc_py_compile, METH_VARARGS, "compile an expression -> kernel handle"},   \
     {"run", sc_py_run, METH_VARARGS, "run a kernel on operands"},                          \
-    {"kernel_info", sc_py_kernel_info, METH_VARARGS, "(out shape, fmt, dtype, index, schedule, explain)"},
+    {"kernel_info", sc_py_kernel_info, METH_VARARGS,                                     \
+     "(out shape, fmt, dtype, index, schedule, explain)"},                                 \
+    {"kernel_times", sc_py_kernel_times, METH_VARARGS, "(front-end us, jit us)"},         \
+    {"jit_stats", sc_py_jit_stats, METH_NOARGS, "the JIT's counters"},
 
 #endif

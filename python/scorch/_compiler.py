@@ -7,6 +7,7 @@ lowering, scheduling, code generation, compiling and running — happens in the 
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -56,8 +57,8 @@ class Schedule:
 
 
 def _dense_operand(x: torch.Tensor, dtype):
-    """(shape, fmt, pos, crd, values array, index) for a dense tensor, and what keeps the
-    data alive."""
+    """(desc, signature, what keeps the data alive) for a dense tensor; desc is
+    (shape, fmt, pos, crd, values array, index)."""
     if x.device.type != "cpu":
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
     if x.dim() == 0:
@@ -65,19 +66,26 @@ def _dense_operand(x: torch.Tensor, dtype):
     x = x.detach()
     if x.dtype != dtype:
         x = x.to(dtype)
-    # Level order = dimensions by decreasing stride (a permutation view, no copy).
-    perm = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))
-    xp = x.permute(perm)
-    if not xp.is_contiguous():
-        perm = list(range(x.dim()))
-        xp = x.contiguous()
-    fmt = Format.parse("dense", x.dim())
-    if perm != list(range(x.dim())):
-        fmt = Format("d" * x.dim(), order=perm)
-    data = xp.reshape(-1)
-    desc = (tuple(x.shape), fmt.as_tuple(), [None] * x.dim(), [None] * x.dim(),
-            data.numpy(), "int32")
-    return desc, data
+    n = x.dim()
+    if x.is_contiguous():
+        perm, data = tuple(range(n)), x.reshape(-1)
+    else:
+        # Level order = dimensions by decreasing stride (a permutation view, no copy).
+        perm = tuple(sorted(range(n), key=lambda d: (-x.stride(d), d)))
+        xp = x.permute(perm)
+        if not xp.is_contiguous():
+            perm, xp = tuple(range(n)), x.contiguous()
+        data = xp.reshape(-1)
+    fmt = _dense_format(n, perm)
+    desc = (tuple(x.shape), fmt, [None] * n, [None] * n, data.numpy(), "int32")
+    return desc, ("d", perm), data
+
+
+@functools.lru_cache(maxsize=None)
+def _dense_format(ndim, perm):
+    if perm == tuple(range(ndim)):
+        return Format.parse("dense", ndim).as_tuple()
+    return Format("d" * ndim, order=perm).as_tuple()
 
 
 def _sparse_operand(a: SparseTensor, dtype):
@@ -87,9 +95,10 @@ def _sparse_operand(a: SparseTensor, dtype):
     vals = vals.contiguous()
     pos = [None if p is None else p.numpy() for p in a._pos]
     crd = [None if c is None else c.numpy() for c in a._crd]
-    desc = (tuple(a.shape), a._format.as_tuple(), pos, crd, vals.numpy(),
-            _INDEX_NAMES[a.index_dtype])
-    return desc, vals
+    fmt = a._format.as_tuple()
+    index = _INDEX_NAMES[a.index_dtype]
+    desc = (tuple(a.shape), fmt, pos, crd, vals.numpy(), index)
+    return desc, ("s", fmt, index), vals
 
 
 def _operands(operands):
@@ -108,32 +117,30 @@ def _operands(operands):
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
                         f"{dtype}")
-    descs, keep = [], []
+    descs, sigs, keep = [], [dtype], []
     for x in operands:
-        d, k = (_sparse_operand(x, dtype) if isinstance(x, SparseTensor)
-                else _dense_operand(x, dtype))
+        d, sig, k = (_sparse_operand(x, dtype) if isinstance(x, SparseTensor)
+                     else _dense_operand(x, dtype))
         descs.append(d)
+        sigs.append(sig)
         keep.append(k)
-    return descs, keep
+    return descs, tuple(sigs), keep
 
 
-def _run(kernel, descs):
+def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
+    kernel, fmt, index_dtype = entry
     shape, (pos, crd, vals) = _C.run(kernel, descs, _threads())
-    _, fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
-    from ._format import _format_from_tuple
-
     if len(shape) == 0:
         return torch.from_numpy(vals).reshape(())
-    fmt = _format_from_tuple(*fmt_t)
     if all(k == 0 for k in fmt.kinds):
-        level_shape = [shape[d] for d in fmt.order]
-        out = torch.from_numpy(vals).reshape(level_shape)
+        out = torch.from_numpy(vals).reshape([shape[d] for d in fmt.order])
+        if fmt.order == tuple(range(len(shape))):
+            return out
         inv = [0] * len(shape)
         for k, d in enumerate(fmt.order):
             inv[d] = k
-        return out.permute(inv) if fmt.order != tuple(range(len(shape))) else out
-    index_dtype = {v: k for k, v in _INDEX_NAMES.items()}[index_name]
+        return out.permute(inv)
     return _wrap(shape, fmt, pos, crd, vals, index_dtype)
 
 
@@ -152,16 +159,33 @@ def _output_order(lang, expr: str) -> int:
     return len([t for t in inside.split(",") if t.strip()])
 
 
+# (lang, expr, operand signatures, out format, schedule) -> (kernel, out Format, index
+# dtype): a warm call skips the C compiler's lookup and the description of the result.
+_KERNELS: dict = {}
+_INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
+
+
 def _compile(lang, expr, operands, out_format, schedule):
+    """(kernel entry, operand descriptions, what keeps their data alive)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
-    descs, keep = _operands(operands)
+    descs, sigs, keep = _operands(operands)
     sched = None if schedule is None else str(schedule)
-    fmt_t = None
-    if out_format is not None:
-        fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
-    kernel = _C.compile(lang, expr, descs, fmt_t, sched)
-    return kernel, descs, keep
+    key = (lang, expr, sigs, out_format if isinstance(out_format, (str, type(None)))
+           else out_format.as_tuple(), sched)
+    entry = _KERNELS.get(key)
+    if entry is None:
+        fmt_t = None
+        if out_format is not None:
+            fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
+        kernel = _C.compile(lang, expr, descs, fmt_t, sched)
+        from ._format import _format_from_tuple
+
+        _, out_fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
+        out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
+        entry = (kernel, out_fmt, _INDEX_OF_NAME[index_name])
+        _KERNELS[key] = entry
+    return entry, descs, keep
 
 
 def einsum(expr: str, *operands, out_format=None, schedule=None):
@@ -173,8 +197,8 @@ def einsum(expr: str, *operands, out_format=None, schedule=None):
     result is a plain torch.Tensor.  ``schedule`` (a Schedule or its text) forces a
     schedule instead of the automatic one.
     """
-    kernel, descs, keep = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
-    result = _run(kernel, descs)
+    entry, descs, keep = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+    result = _run(entry, descs)
     del keep
     return result
 
@@ -214,16 +238,16 @@ class Kernel:
 
     def __call__(self, *operands):
         self._check(operands)
-        kernel, descs, keep = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                                       self.schedule)
-        result = _run(kernel, descs)
+        entry, descs, keep = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
+                                      self.schedule)
+        result = _run(entry, descs)
         del keep
         return result
 
     def explain(self, *operands) -> str:
-        kernel, _, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                                self.schedule)
-        return _C.kernel_info(kernel)[5]
+        entry, _, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
+                               self.schedule)
+        return _C.kernel_info(entry[0])[5]
 
     def __repr__(self):
         fm = ", ".join(f"{k}={v!r}" for k, v in self.formats.items())
@@ -257,5 +281,5 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
             raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
                                       "string")
         expr = _TORCH_EXPR[name]
-    kernel, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
-    return _C.kernel_info(kernel)[5]
+    entry, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+    return _C.kernel_info(entry[0])[5]
