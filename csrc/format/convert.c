@@ -47,6 +47,15 @@ static int threads_for(const sc_ctx *ctx, int64_t work)
 #endif
 }
 
+static int thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 /* ---- values ------------------------------------------------------------------------- */
 
 static bool val_is_zero(const void *v, sc_dtype t, int64_t i)
@@ -112,11 +121,7 @@ static sc_status counting_pass(const sc_ctx *ctx, const int64_t *c, int64_t D,
         return SC_NOMEM;
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int t = omp_get_thread_num();
-#else
-        int t = 0;
-#endif
+        int t = thread_num();
         int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
         int64_t *h = hist + (int64_t)t * (D + 1);
         for (int64_t i = lo; i < hi; i++)
@@ -307,11 +312,7 @@ static sc_status pack_compressed(const sc_ctx *ctx, const entries *E, const int6
         nt = 64;
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int t = omp_get_thread_num();
-#else
-        int t = 0;
-#endif
+        int t = thread_num();
         int64_t lo = n * t / nt, hi = n * (t + 1) / nt, c = 0, last = -1;
         for (int64_t u = lo; u < hi; u++) {
             if (eff[u] <= k) {
@@ -345,11 +346,7 @@ static sc_status pack_compressed(const sc_ctx *ctx, const entries *E, const int6
     void *pos = out->pos[k], *crd = out->crd[k];
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int t = omp_get_thread_num();
-#else
-        int t = 0;
-#endif
+        int t = thread_num();
         int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
         int64_t p = start[t] - 1, y = before[t];
         for (int64_t u = lo; u < hi; u++) {

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "tmpdir.h"
 #include "driver/sc_driver.h"
 #include "expr/sc_expr.h"
 #include "format/sc_format.h"
@@ -246,23 +247,6 @@ static int run_all_types(const tcase *tc)
     return ok;
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *en;
-    char path[512];
-    while ((en = readdir(d))) {
-        if (!strcmp(en->d_name, ".") || !strcmp(en->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, en->d_name);
-        remove_dir(path);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 #define M 7
 #define N 9
@@ -523,6 +507,6 @@ int main(void)
     test_goldens();
     free(last_result);
     sc_compiler_free(comp);
-    remove_dir(root);
+    tmpdir_remove(root);
     return check_report("test_compile");
 }

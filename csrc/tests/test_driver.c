@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "tmpdir.h"
 #include "driver/sc_driver.h"
 #include "format/sc_format.h"
 
@@ -21,23 +22,6 @@
 static sc_ctx ctx;
 static char root[64];
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *en;
-    char path[512];
-    while ((en = readdir(d))) {
-        if (!strcmp(en->d_name, ".") || !strcmp(en->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, en->d_name);
-        remove_dir(path);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* A csr (or other format) matrix with a deterministic pattern and empty rows. */
 static void make_matrix(const sc_ctx *c, int64_t m, int64_t n, const char *fmt, sc_dtype dt,
@@ -407,6 +391,6 @@ int main(void)
     sc_compiler_free(comp);
     test_threads();
     test_alloc_failures();
-    remove_dir(root);
+    tmpdir_remove(root);
     return check_report("test_driver");
 }

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "tmpdir.h"
 #include "jit/sc_jit.h"
 
 #include <dirent.h>
@@ -68,26 +69,6 @@ static void find_file(const char *dir, const char *suffix, char *out, size_t cap
     closedir(d);
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_dir(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static void test_hash(void)
 {
@@ -397,6 +378,6 @@ int main(void)
     test_missing_compiler();
     test_nomem();
     test_threads();
-    remove_dir(root);
+    tmpdir_remove(root);
     return check_report("test_jit");
 }
