@@ -15,6 +15,9 @@ from ._convert import from_components, from_edge_index, to_sparse
 from ._format import Format
 from ._tensor import SparseTensor, _rebuild
 from ._compiler import Kernel, Schedule, einsum, explain, kernel
+from . import _torch_ops  # noqa: F401  (the torch-op routing SparseTensor uses)
+from . import nn
+from ._dispatch import disable, enable, enabled, is_enabled
 
 __version__ = "0.1.0"
 
@@ -27,6 +30,11 @@ __all__ = [
     "einsum",
     "explain",
     "kernel",
+    "enable",
+    "disable",
+    "enabled",
+    "is_enabled",
+    "nn",
     "from_components",
     "from_edge_index",
     "to_sparse",

@@ -72,7 +72,14 @@ def _from_dense(x: torch.Tensor, format, index_dtype) -> SparseTensor:
     it = _resolve_index_dtype(index_dtype, x.shape, bound)
     data = x.detach().contiguous().numpy()
     p, c, v = _C.from_dense(data, fmt.as_tuple(), _INDEX_NAMES[it], _threads())
-    return _wrap(x.shape, fmt, p, c, v, it)
+    out = _wrap(x.shape, fmt, p, c, v, it)
+    if x.requires_grad and torch.is_grad_enabled():
+        # Differentiable w.r.t. x: the values gathered from x at the stored coordinates.
+        from ._torch_ops import dim_coords
+
+        vals = x[tuple(dim_coords(out))]
+        out = out._rewrap(vals, requires_grad=True)
+    return out
 
 
 def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:

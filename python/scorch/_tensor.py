@@ -55,9 +55,16 @@ class SparseTensor(torch.Tensor):
         self._index_dtype = index_dtype
         return self
 
-    # The high-level torch API is routed in a later stage; until then every op reaches
-    # __torch_dispatch__, which handles the few that need no kernel and refuses the rest.
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """Routes the high-level torch API (scorch/_torch_ops.py) before torch decomposes
+        it; metadata queries and everything else go on to __torch_dispatch__."""
+        handler = _HANDLERS.get(func)
+        with torch._C.DisableTorchFunctionSubclass():
+            # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
+            if handler is not None:
+                return handler(*args, **(kwargs or {}))
+            return func(*args, **(kwargs or {}))
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -87,6 +94,19 @@ class SparseTensor(torch.Tensor):
             if a is not None:
                 return a.dtype
         return self._index_dtype or torch.int32
+
+    @property
+    def grad(self):
+        """The gradient of the stored values, as a SparseTensor with this pattern (None
+        before a backward pass)."""
+        g = self._values.grad
+        return None if g is None else self._rewrap(g)
+
+    @grad.setter
+    def grad(self, value):
+        if isinstance(value, SparseTensor):
+            value = value._values
+        self._values.grad = value
 
     def values(self) -> torch.Tensor:
         """The 1-D tensor of stored values, in storage order (the tensor itself, no copy)."""
@@ -124,7 +144,11 @@ class SparseTensor(torch.Tensor):
         return ([_np(p) for p in self._pos], [_np(c) for c in self._crd], vals.numpy())
 
     def to_dense(self, dtype=None, *, masked_grad=None) -> torch.Tensor:
-        """A dense torch.Tensor with the same values (duplicates summed)."""
+        """A dense torch.Tensor with the same values (duplicates summed); differentiable
+        w.r.t. the values."""
+        if self._values.requires_grad and torch.is_grad_enabled():
+            out = _ops().to_dense(self)
+            return out if dtype is None else out.to(dtype)
         out = torch.empty(tuple(self.shape), dtype=self.dtype)
         pos, crd, vals = self._arrays()
         _C.to_dense(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
@@ -220,6 +244,15 @@ class SparseTensor(torch.Tensor):
                 f"       values={vs})")
 
     __str__ = __repr__
+
+
+_HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
+
+
+def _ops():
+    from . import _torch_ops
+
+    return _torch_ops
 
 
 def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int32"):

@@ -1,0 +1,834 @@
+"""Everything that knows about torch's dispatch: the ops SparseTensor.__torch_function__
+routes, and autograd through compiled kernels.
+
+``HANDLERS`` maps a torch callable (``torch.mm``, ``torch.Tensor.__add__``, ``F.linear``,
+...) to a function of the same arguments.  Products and contractions become one
+``scorch.einsum`` (a generated kernel); zero-preserving elementwise maps act on the stored
+values only; sparse ± sparse is a union kernel; softmax is a segment reduction over the
+values.  Anything else raises NotImplementedError naming the op and the formats.
+
+Autograd runs on the *values*: a SparseTensor is a pattern around a values tensor, and
+every differentiable op here is a function of those values (and of the dense operands),
+so ``A.with_values(v)`` gives ``v.grad`` and ``A.requires_grad_()`` gives ``A.grad``.  The
+gradient of an einsum w.r.t. an operand is another einsum; for a sparse operand it is
+sampled at that operand's pattern (an SDDMM-like kernel), never densified.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from ._compiler import _LANG_INDEX, _compile, _run
+from ._compiler import einsum as _raw_einsum
+from ._format import _format_from_tuple
+from ._tensor import _HANDLERS, VALUE_DTYPES, SparseTensor
+
+HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
+_LETTERS = "abcdefghlmnopqrstuvwxyz"   # batch / generic dims (no i, j, k clash below)
+
+
+def _register(*funcs):
+    def deco(fn):
+        for f in funcs:
+            HANDLERS[f] = fn
+        return fn
+    return deco
+
+
+def _formats(*objs):
+    out = set()
+    for o in objs:
+        if isinstance(o, SparseTensor):
+            out.add(str(o.format))
+        elif isinstance(o, (list, tuple)):
+            out |= _formats(*o)
+    return sorted(out)
+
+
+def refuse(name, *objs, why=""):
+    """The NotImplementedError every refusal raises (one line, op and formats named)."""
+    why = f": {why}" if why else ""
+    raise NotImplementedError(
+        f"scorch: {name} is not supported on SparseTensor (formats: "
+        f"{', '.join(_formats(*objs))}){why}; use .to_dense() to compute it densely")
+
+
+def _is_sparse(x):
+    return isinstance(x, SparseTensor)
+
+
+def _is_scalar(x):
+    """A Python number (not a bool) or a 0-D dense tensor."""
+    if isinstance(x, numbers.Number):
+        return not isinstance(x, bool)
+    return isinstance(x, torch.Tensor) and not _is_sparse(x) and x.dim() == 0
+
+
+def _needs_grad(x):
+    if _is_sparse(x):
+        return x._values.requires_grad
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+def _pattern(a: SparseTensor) -> SparseTensor:
+    """``a``'s pattern around its detached values (no autograd history)."""
+    return a._rewrap(a._values.detach())
+
+
+# ---- coordinates of stored entries ------------------------------------------------------
+
+def level_coords(a: SparseTensor):
+    """Per level, the int64 coordinate of every stored entry (storage order)."""
+    fmt, shape = a._format, a.shape
+    cols, count = [], 1
+    for k, kind in enumerate(fmt.kinds):
+        size = shape[fmt.order[k]]
+        if kind == 0:                               # dense
+            cols = [c.repeat_interleave(size) for c in cols]
+            cols.append(torch.arange(size, dtype=torch.int64).repeat(count))
+            count *= size
+        elif kind == 1:                             # compressed
+            pos = a._pos[k].to(torch.int64)
+            cols = [c.repeat_interleave(pos[1:] - pos[:-1]) for c in cols]
+            lo, hi = int(pos[0]), int(pos[-1])
+            cols.append(a._crd[k][lo:hi].to(torch.int64))
+            count = hi - lo
+        else:                                       # singleton
+            cols.append(a._crd[k][:count].to(torch.int64))
+    return cols
+
+
+def dim_coords(a: SparseTensor):
+    """Per dimension, the coordinate of every stored entry (storage order)."""
+    cols = level_coords(a)
+    out = [None] * a.dim()
+    for k, d in enumerate(a._format.order):
+        out[d] = cols[k]
+    return out
+
+
+def _linear_key(cols, sizes):
+    key = torch.zeros(cols[0].shape[0] if cols else 1, dtype=torch.int64)
+    for c, s in zip(cols, sizes):
+        key = key * s + c
+    return key
+
+
+def _same_arrays(x: SparseTensor, y: SparseTensor) -> bool:
+    if x._format != y._format or x.nnz != y.nnz:
+        return False
+    for a, b in zip(x._pos + x._crd, y._pos + y._crd):
+        if (a is None) != (b is None):
+            return False
+        if a is not None and not torch.equal(a.to(torch.int64), b.to(torch.int64)):
+            return False
+    return True
+
+
+def align_values(r: SparseTensor, pattern: SparseTensor) -> torch.Tensor:
+    """``r``'s values placed on ``pattern``'s stored entries (entries of ``r`` outside the
+    pattern are dropped, entries of the pattern missing from ``r`` are zero).  A dense
+    ``r`` (a result in an all-dense format comes back as a plain tensor) is gathered."""
+    if not _is_sparse(r):
+        return r[tuple(dim_coords(pattern))]
+    if _same_arrays(r, pattern):
+        return r._values
+    order = pattern._format.order
+    sizes = [pattern.shape[d] for d in order]
+    kp = _linear_key(level_coords(pattern), sizes)
+    rc = dim_coords(r)
+    kr = _linear_key([rc[d] for d in order], sizes)
+    out = torch.zeros(pattern.nnz, dtype=r.dtype)
+    if kp.numel() == 0 or kr.numel() == 0:
+        return out
+    idx = torch.searchsorted(kp, kr).clamp_(max=kp.numel() - 1)
+    hit = kp[idx] == kr
+    return out.index_add_(0, idx[hit], r._values.detach()[hit])
+
+
+class _ToDenseFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, box, v):
+        ctx.pattern = box[0]
+        return box[0]._rewrap(v).to_dense()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        return None, g[tuple(dim_coords(ctx.pattern))]
+
+
+def to_dense(a: SparseTensor) -> torch.Tensor:
+    """a.to_dense() with autograd through the values: the gradient gathers the output's
+    gradient at the stored coordinates."""
+    return _ToDenseFn.apply((_pattern(a),), a._values)
+
+
+# ---- einsum with autograd ---------------------------------------------------------------
+
+def _parse(expr: str):
+    expr = expr.replace(" ", "")
+    if "." in expr:
+        raise NotImplementedError("scorch.einsum does not support '...' (ellipsis); spell "
+                                  "the indices out")
+    if "->" in expr:
+        lhs, out = expr.split("->", 1)
+    else:
+        lhs = expr
+        letters = [c for c in lhs if c.isalpha()]
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return lhs.split(","), out
+
+
+class _Spec:
+    """What the autograd Function needs besides tensors (kept out of apply's tensor args)."""
+
+    __slots__ = ("ins", "out", "patterns", "out_format", "out_pattern")
+
+    def __init__(self, ins, out, patterns, out_format):
+        self.ins, self.out, self.patterns = ins, out, patterns
+        self.out_format, self.out_pattern = out_format, None
+
+
+def _operand(spec, i, v):
+    p = spec.patterns[i]
+    return v if p is None else p._rewrap(v)
+
+
+class _EinsumFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, spec, *vals):
+        ops = [_operand(spec, i, v) for i, v in enumerate(vals)]
+        res = _raw_einsum(",".join(spec.ins) + "->" + spec.out, *ops,
+                          out_format=spec.out_format)
+        ctx.spec = spec
+        ctx.save_for_backward(*vals)
+        if _is_sparse(res):
+            spec.out_pattern = _pattern(res)
+            return res._values
+        return res
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        spec = ctx.spec
+        vals = ctx.saved_tensors
+        ops = [_operand(spec, i, v) for i, v in enumerate(vals)]
+        G = spec.out_pattern._rewrap(g.contiguous()) if spec.out_pattern is not None else g
+        grads = [None]
+        for i, need in enumerate(ctx.needs_input_grad[1:]):
+            grads.append(_einsum_grad(spec, i, ops, G, vals[i]) if need else None)
+        return tuple(grads)
+
+
+def _einsum_grad(spec, i, ops, G, v):
+    """d(sum(G * einsum(ops)))/d ops[i]: another einsum; sampled at the pattern of a
+    sparse operand."""
+    mine = spec.ins[i]
+    if len(set(mine)) != len(mine):
+        raise NotImplementedError(f"scorch: no gradient for an operand with a repeated index "
+                                  f"({mine!r})")
+    terms, operands = [], []
+    if spec.out:
+        terms.append(spec.out)
+        operands.append(G)
+    for j, (t, o) in enumerate(zip(spec.ins, ops)):
+        if j != i:
+            terms.append(t)
+            operands.append(o)
+    if spec.patterns[i] is not None:
+        pat = spec.patterns[i]
+        ones = pat._rewrap(torch.ones(pat.nnz, dtype=G.dtype if spec.out else v.dtype))
+        r = _raw_einsum(",".join([mine] + terms) + "->" + mine, ones, *operands,
+                        out_format=pat.format)
+        grad = align_values(r, pat)
+        if not spec.out:
+            grad = grad * G
+        return grad.to(v.dtype)
+    avail = set(spec.out).union(*[set(t) for t in terms])
+    keep = "".join(c for c in mine if c in avail)
+    r = _raw_einsum(",".join(terms) + "->" + keep, *operands,
+                    out_format="dense" if keep else None)
+    if _is_sparse(r):
+        r = r.to_dense()
+    if not spec.out:
+        r = r * G
+    if keep != mine:
+        shape = [v.shape[d] if c in avail else 1 for d, c in enumerate(mine)]
+        r = r.reshape(shape).expand(v.shape)
+    return r.to(v.dtype)
+
+
+def einsum(expr: str, *ops, out_format=None):
+    """scorch.einsum with autograd (through the values of sparse operands)."""
+    ins, out = _parse(expr)
+    if not (torch.is_grad_enabled() and any(_needs_grad(o) for o in ops)):
+        return _raw_einsum(",".join(ins) + "->" + out, *ops, out_format=out_format)
+    if len(ins) != len(ops):
+        raise ValueError(f"the expression has {len(ins)} operands, {len(ops)} were given")
+    spec = _Spec(ins, out, [_pattern(o) if _is_sparse(o) else None for o in ops], out_format)
+    vals = [o._values if _is_sparse(o) else o for o in ops]
+    res = _EinsumFn.apply(spec, *vals)
+    if spec.out_pattern is not None:
+        return spec.out_pattern._rewrap(res, requires_grad=res.requires_grad)
+    return res
+
+
+# ---- sparse ± sparse / dense (a union kernel) -------------------------------------------
+
+def _index_vars(n):
+    return ",".join("ijklmnpq"[:n])
+
+
+class _AddFn(torch.autograd.Function):
+    """a + sign * b over same-shape operands (at least one sparse)."""
+
+    @staticmethod
+    def forward(ctx, spec, sign, va, vb):
+        pa, pb, out_pattern_box = spec
+        a = va if pa is None else pa._rewrap(va)
+        b = vb if pb is None else pb._rewrap(vb)
+        res = _add_kernel(a, b, sign)
+        ctx.spec, ctx.sign = spec, sign
+        if _is_sparse(res):
+            out_pattern_box.append(_pattern(res))
+            return res._values
+        return res
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        pa, pb, box = ctx.spec
+        G = box[0]._rewrap(g.contiguous()) if box else g
+        grads = []
+        for p, need, sign in ((pa, ctx.needs_input_grad[2], 1),
+                              (pb, ctx.needs_input_grad[3], ctx.sign)):
+            if not need:
+                grads.append(None)
+                continue
+            if p is None:
+                grads.append(G * sign)
+                continue
+            n = p.dim()
+            ix = "ijklmnpq"[:n]
+            ones = p._rewrap(torch.ones(p.nnz, dtype=G.dtype))
+            r = _raw_einsum(f"{ix},{ix}->{ix}", ones, G, out_format=p.format)
+            grads.append((align_values(r, p) * sign).to(p.dtype))
+        return None, None, grads[0], grads[1]
+
+
+def _add_kernel(a, b, sign):
+    n = a.dim()
+    ix = _index_vars(n)
+    op = "+" if sign > 0 else "-"
+    return _compile_index(f"C({ix}) = A({ix}) {op} B({ix})", a, b)
+
+
+def _compile_index(text, *ops):
+    entry, descs, keep = _compile(_LANG_INDEX, text, ops, None, None)
+    res = _run(entry, descs)
+    del keep
+    return res
+
+
+def _add(name, a, b, sign=1):
+    """a + sign * b where a or b is sparse."""
+    if _is_scalar(a) or _is_scalar(b):
+        sc, other = (b, a) if _is_scalar(b) else (a, b)
+        if isinstance(sc, numbers.Number) and sc == 0 and _is_sparse(other):
+            if other is a:
+                return a._rewrap(a._values, requires_grad=a._values.requires_grad)
+            return _map_values(b, torch.neg) if sign < 0 else b
+        refuse(name, a, b, why="adding a nonzero scalar is not zero-preserving")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return NotImplemented
+    if a.shape != b.shape:
+        refuse(name, a, b, why=f"shapes {tuple(a.shape)} and {tuple(b.shape)} differ "
+                                "(broadcasting is not supported for sparse addition)")
+    if not _is_sparse(a) and not _is_sparse(b):
+        return a + sign * b
+    for x in (a, b):
+        if not _is_sparse(x) and x.layout is not torch.strided:
+            refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
+                                   "scorch.to_sparse")
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
+                        f"{dtype}")
+    pa = _pattern(a) if _is_sparse(a) else None
+    pb = _pattern(b) if _is_sparse(b) else None
+    va = a._values if pa is not None else a
+    vb = b._values if pb is not None else b
+    if not (torch.is_grad_enabled() and (va.requires_grad or vb.requires_grad)):
+        return _add_kernel(a, b, sign)
+    box = []
+    res = _AddFn.apply((pa, pb, box), sign, va, vb)
+    if box:
+        return box[0]._rewrap(res, requires_grad=res.requires_grad)
+    return res
+
+
+# ---- value maps -------------------------------------------------------------------------
+
+def _map_values(a: SparseTensor, fn):
+    v = fn(a._values)
+    if v.dtype not in VALUE_DTYPES:
+        raise TypeError(f"scorch stores float32 or float64 values; this op gives {v.dtype}")
+    return a._rewrap(v, requires_grad=v.requires_grad)
+
+
+_UNARY = {
+    "neg": torch.neg, "negative": torch.neg, "abs": torch.abs, "absolute": torch.abs,
+    "relu": torch.relu, "sqrt": torch.sqrt, "square": torch.square, "sin": torch.sin,
+    "tan": torch.tan, "tanh": torch.tanh, "sinh": torch.sinh, "asin": torch.asin,
+    "asinh": torch.asinh, "atan": torch.atan, "atanh": torch.atanh, "expm1": torch.expm1,
+    "log1p": torch.log1p, "erf": torch.erf, "sign": torch.sign, "sgn": torch.sgn,
+    "trunc": torch.trunc, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
+    "frac": torch.frac, "deg2rad": torch.deg2rad, "rad2deg": torch.rad2deg,
+}
+
+
+def _unary_handler(fn):
+    def handler(a, *args, **kwargs):
+        return _map_values(a, lambda v: fn(v, *args, **kwargs))
+    return handler
+
+
+for _name, _fn in _UNARY.items():
+    _funcs = [getattr(torch, _name, None), getattr(torch.Tensor, _name, None)]
+    _register(*[f for f in _funcs if f is not None])(_unary_handler(_fn))
+_register(torch.Tensor.__neg__)(_unary_handler(torch.neg))
+_register(torch.Tensor.__abs__)(_unary_handler(torch.abs))
+
+
+@_register(F.relu)
+def _f_relu(a, inplace=False):
+    if inplace:
+        refuse("F.relu(inplace=True)", a, why="scorch never writes to its inputs")
+    return _map_values(a, torch.relu)
+
+
+@_register(F.dropout, torch.dropout)
+def _dropout(a, p=0.5, training=True, inplace=False):
+    """Dropout on the stored values (zeros stay zeros), as sparse dropout in Kipf's GCN."""
+    if inplace:
+        refuse("F.dropout(inplace=True)", a, why="scorch never writes to its inputs")
+    return _map_values(a, lambda v: F.dropout(v, p, training))
+
+
+for _fname in ("leaky_relu", "gelu", "silu", "hardtanh", "softsign", "tanhshrink",
+               "hardshrink", "softshrink", "relu6", "elu", "selu", "celu", "mish"):
+    _f = getattr(F, _fname)
+
+    def _make(f, fname):
+        def handler(a, *args, **kwargs):
+            if kwargs.get("inplace"):
+                refuse(f"F.{fname}(inplace=True)", a,
+                       why="scorch never writes to its inputs")
+            # Zero-preserving for the default arguments, not for all (hardtanh(min_val=1)).
+            if bool(f(torch.zeros(1, dtype=a.dtype), *args, **kwargs)[0] != 0):
+                refuse(f"F.{fname}", a, why="with these arguments f(0) != 0, so it is not "
+                                            "zero-preserving")
+            return _map_values(a, lambda v: f(v, *args, **kwargs))
+        return handler
+    _register(_f)(_make(_f, _fname))
+
+# Not zero-preserving: refused with the reason.
+for _name in ("exp", "exp2", "cos", "cosh", "sigmoid", "log", "log2", "log10",
+              "reciprocal", "rsqrt", "acos", "erfc", "logit"):
+    def _make_refusal(name):
+        def handler(a, *args, **kwargs):
+            refuse(f"torch.{name}", a, why=f"{name}(0) != 0, so it is not zero-preserving")
+        return handler
+    _h = _make_refusal(_name)
+    _register(*[f for f in (getattr(torch, _name, None), getattr(torch.Tensor, _name, None),
+                            getattr(torch.special, _name, None)) if f is not None])(_h)
+for _fname in ("sigmoid", "softplus", "logsigmoid"):
+    def _make_f_refusal(name):
+        def handler(a, *args, **kwargs):
+            refuse(f"F.{name}", a, why=f"{name}(0) != 0, so it is not zero-preserving")
+        return handler
+    _register(getattr(F, _fname))(_make_f_refusal(_fname))
+
+
+@_register(torch.pow, torch.Tensor.pow, torch.Tensor.__pow__)
+def _pow(a, p):
+    if not _is_sparse(a):
+        refuse("torch.pow", a, p, why="a scalar base with a sparse exponent is not "
+                                      "zero-preserving")
+    if isinstance(p, numbers.Number) and not isinstance(p, bool) and p > 0:
+        return _map_values(a, lambda v: torch.pow(v, p))
+    refuse("torch.pow", a, why="only a positive scalar exponent keeps zeros "
+                               f"(got {p!r})")
+
+
+# ---- elementwise binary -----------------------------------------------------------------
+
+@_register(torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
+def _add_handler(a, b, *, alpha=1, out=None):
+    if out is not None:
+        refuse("torch.add(out=)", a, b, why="scorch never writes to its inputs")
+    if alpha != 1:
+        b = _mul(b, alpha)
+    return _add("torch.add", a, b, 1)
+
+
+@_register(torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__)
+def _sub_handler(a, b, *, alpha=1, out=None):
+    if out is not None:
+        refuse("torch.sub(out=)", a, b, why="scorch never writes to its inputs")
+    if alpha != 1:
+        b = _mul(b, alpha)
+    return _add("torch.sub", a, b, -1)
+
+
+@_register(torch.Tensor.__rsub__, torch.rsub)
+def _rsub_handler(a, b, *, alpha=1):
+    if alpha != 1:
+        a = _mul(a, alpha)
+    return _add("torch.sub", b, a, -1)
+
+
+def _dense_for(a: SparseTensor, d: torch.Tensor, name):
+    """(letters of a, d squeezed to a's broadcast dims, its letters) or a refusal."""
+    n = a.dim()
+    la = "ijklmnpq"[:n]
+    if d.dim() > n:
+        refuse(name, a, d, why=f"a {d.dim()}-D operand would broadcast the {n}-D sparse "
+                               "operand")
+    ld, keep = "", []
+    off = n - d.dim()
+    for k in range(d.dim()):
+        if d.shape[k] == a.shape[off + k]:
+            ld += la[off + k]
+            keep.append(k)
+        elif d.shape[k] != 1:
+            refuse(name, a, d, why=f"shapes {tuple(a.shape)} and {tuple(d.shape)} do not "
+                                   "broadcast")
+    dd = d.reshape([d.shape[k] for k in keep])
+    return la, dd, ld
+
+
+def _mul(a, b, name="torch.mul"):
+    if _is_scalar(b) and _is_sparse(a):
+        return _map_values(a, lambda v: v * b)
+    if _is_scalar(a) and _is_sparse(b):
+        return _map_values(b, lambda v: a * v)
+    if _is_scalar(a) or _is_scalar(b):        # scalar * dense (from addmm's alpha/beta)
+        return a * b
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return NotImplemented
+    if _is_sparse(a) and _is_sparse(b):
+        if a.shape != b.shape:
+            refuse(name, a, b, why=f"shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+        ix = "ijklmnpq"[:a.dim()]
+        return einsum(f"{ix},{ix}->{ix}", a, b)
+    s, d = (a, b) if _is_sparse(a) else (b, a)
+    if d.layout is not torch.strided:
+        refuse(name, a, b, why=f"a torch {d.layout} operand; convert it with "
+                               "scorch.to_sparse")
+    la, dd, ld = _dense_for(s, d, name)
+    if not ld:
+        return _map_values(s, lambda v: v * dd.reshape(()))
+    return einsum(f"{la},{ld}->{la}", s, dd)
+
+
+@_register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__,
+           torch.Tensor.__rmul__)
+def _mul_handler(a, b, *, out=None):
+    if out is not None:
+        refuse("torch.mul(out=)", a, b, why="scorch never writes to its inputs")
+    return _mul(a, b)
+
+
+@_register(torch.div, torch.divide, torch.true_divide, torch.Tensor.div,
+           torch.Tensor.__truediv__, torch.Tensor.true_divide)
+def _div_handler(a, b, *, rounding_mode=None, out=None):
+    if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
+        if float(b) == 0:
+            refuse("torch.div", a, why="dividing by zero turns the implicit zeros into nan")
+        return _map_values(a, lambda v: v / b)
+    refuse("torch.div", a, b, why="only a sparse tensor divided by a scalar keeps its "
+                                  "zeros")
+
+
+@_register(torch.Tensor.__rtruediv__)
+def _rdiv_handler(a, b):
+    refuse("torch.div", b, a, why="dividing by a sparse tensor divides by its zeros")
+
+
+# ---- products ---------------------------------------------------------------------------
+
+@_register(torch.einsum)
+def _einsum_handler(expr, *ops):
+    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+        ops = tuple(ops[0])
+    return einsum(expr, *ops)
+
+
+_MATMUL = {(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (1, 1): "i,i->",
+           (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik", (2, 3): "ij,bjk->bik"}
+
+
+def _product(name, expr, dims, a, b):
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return NotImplemented
+    if (a.dim(), b.dim()) not in dims:
+        refuse(name, a, b, why=f"operands of {a.dim()} and {b.dim()} dimensions")
+    for x in (a, b):
+        if not _is_sparse(x) and x.layout is not torch.strided:
+            refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
+                                   "scorch.to_sparse")
+    return einsum(expr or _MATMUL[(a.dim(), b.dim())], a, b)
+
+
+@_register(torch.mm, torch.Tensor.mm, torch.sparse.mm)
+def _mm(a, b, *args, out=None):
+    if out is not None or args:
+        refuse("torch.mm", a, b, why="out= / reduce= are not supported")
+    return _product("torch.mm", "ij,jk->ik", {(2, 2)}, a, b)
+
+
+@_register(torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+def _matmul(a, b, *, out=None):
+    if out is not None:
+        refuse("torch.matmul(out=)", a, b, why="scorch never writes to its inputs")
+    return _product("torch.matmul", None, set(_MATMUL), a, b)
+
+
+@_register(torch.Tensor.__rmatmul__)
+def _rmatmul(a, b):
+    return _matmul(b, a)
+
+
+@_register(torch.mv, torch.Tensor.mv)
+def _mv(a, x, *, out=None):
+    return _product("torch.mv", "ij,j->i", {(2, 1)}, a, x)
+
+
+@_register(torch.bmm, torch.Tensor.bmm)
+def _bmm(a, b, *, out=None):
+    return _product("torch.bmm", "bij,bjk->bik", {(3, 3)}, a, b)
+
+
+@_register(torch.addmm, torch.Tensor.addmm)
+def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
+    if out is not None:
+        refuse("torch.addmm(out=)", inp, mat1, mat2, why="scorch never writes to its inputs")
+    p = _mm(mat1, mat2)
+    if alpha != 1:
+        p = _mul(p, alpha)
+    if beta == 0:
+        return p
+    i = inp if beta == 1 else _mul(inp, beta)
+    if not _is_sparse(i) and not _is_sparse(p):
+        return i + p              # dense input broadcast onto a dense product, as torch
+    return _add("torch.addmm", i, p, 1)
+
+
+@_register(F.linear)
+def _linear(inp, weight, bias=None):
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or inp.dim() < 1:
+        refuse("F.linear", inp, weight, why="weight must be 2-D and input at least 1-D")
+    batch = _LETTERS[:inp.dim() - 1]
+    y = einsum(f"{batch}j,kj->{batch}k", inp, weight)
+    if bias is None:
+        return y
+    if _is_sparse(bias):
+        refuse("F.linear", inp, weight, bias, why="a sparse bias")
+    if _is_sparse(y):
+        return _add("F.linear", y, bias.expand(y.shape) if bias.shape != y.shape else bias)
+    return y + bias
+
+
+# ---- reductions ---------------------------------------------------------------------------
+
+def _norm_dims(dim, n):
+    if dim is None:
+        return list(range(n))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims:
+        return list(range(n))
+    out = []
+    for d in dims:
+        if not -n <= d < n:
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-n}, {n - 1}], but got {d})")
+        out.append(d % n)
+    return sorted(set(out))
+
+
+def _sum(a, dim=None, keepdim=False, *, dtype=None):
+    n = a.dim()
+    dims = _norm_dims(dim, n)
+    src = a if dtype is None else _map_values(a, lambda v: v.to(dtype))
+    if len(dims) == n:
+        r = src._values.sum()
+        return r.reshape([1] * n) if keepdim else r
+    ix = "ijklmnpq"[:n]
+    kept = "".join(c for d, c in enumerate(ix) if d not in dims)
+    r = einsum(f"{ix}->{kept}", src, out_format="dense")
+    if _is_sparse(r):
+        r = r.to_dense()
+    if keepdim:
+        r = r.reshape([1 if d in dims else a.shape[d] for d in range(n)])
+    return r
+
+
+@_register(torch.sum, torch.Tensor.sum)
+def _sum_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
+    if out is not None:
+        refuse("torch.sum(out=)", a, why="scorch never writes to its inputs")
+    return _sum(a, dim, keepdim, dtype=dtype)
+
+
+@_register(torch.mean, torch.Tensor.mean)
+def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
+    if out is not None:
+        refuse("torch.mean(out=)", a, why="scorch never writes to its inputs")
+    dims = _norm_dims(dim, a.dim())
+    count = math.prod(a.shape[d] for d in dims)
+    return _sum(a, dim, keepdim, dtype=dtype) / count
+
+
+# ---- softmax over stored entries ---------------------------------------------------------
+
+def _softmax(name, a, dim, dtype, log):
+    if not _is_sparse(a):
+        refuse(name, a, why="the input must be the SparseTensor")
+    n = a.dim()
+    if dim is None or not -n <= dim < n:
+        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
+    dim %= n
+    v = a._values if dtype is None else a._values.to(dtype)
+    coords = dim_coords(a)
+    others = [d for d in range(n) if d != dim]
+    m = math.prod(a.shape[d] for d in others)
+    key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others])
+    if v.numel() == 0:
+        return a._rewrap(v, requires_grad=v.requires_grad)
+    if not all(a._format.unique) and a.nnz > 1:
+        full = _linear_key(level_coords(a), [a.shape[d] for d in a._format.order])
+        if bool((full[1:] == full[:-1]).any()):
+            refuse(name, a, why="the tensor has duplicate entries; coalesce it with "
+                                ".to_format(...) first")
+    vmax = torch.full((m,), -math.inf, dtype=v.dtype).scatter_reduce(
+        0, key, v.detach(), "amax", include_self=True)
+    shifted = v - vmax[key]
+    e = shifted.exp()
+    s = torch.zeros(m, dtype=v.dtype).index_add(0, key, e)
+    out = shifted - s.log()[key] if log else e / s[key]
+    return a._rewrap(out, requires_grad=out.requires_grad)
+
+
+@_register(torch.softmax, torch.Tensor.softmax, F.softmax, torch.sparse.softmax)
+def _softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
+    return _softmax("torch.softmax", a, dim, dtype, log=False)
+
+
+@_register(torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax,
+           torch.sparse.log_softmax)
+def _log_softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
+    return _softmax("torch.log_softmax", a, dim, dtype, log=True)
+
+
+# ---- structure: transpose, dtype, autograd flags ------------------------------------------
+
+def _permuted(a: SparseTensor, perm):
+    """The same arrays under a new dimension order (no copy)."""
+    n = a.dim()
+    perm = [p % n for p in perm]
+    if sorted(perm) != list(range(n)):
+        raise ValueError(f"permute: {tuple(perm)} is not a permutation of {n} dimensions")
+    inv = [0] * n
+    for new, old in enumerate(perm):
+        inv[old] = new
+    f = a._format
+    fmt = _format_from_tuple(f.kinds, f.unique, tuple(inv[d] for d in f.order))
+    return SparseTensor([a.shape[p] for p in perm], fmt, a._pos, a._crd, a._values,
+                        requires_grad=a._values.requires_grad, index_dtype=a.index_dtype)
+
+
+@_register(torch.permute, torch.Tensor.permute)
+def _permute(a, *dims):
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple, torch.Size)):
+        dims = tuple(dims[0])
+    return _permuted(a, dims)
+
+
+@_register(torch.transpose, torch.Tensor.transpose, torch.swapaxes, torch.Tensor.swapaxes,
+           torch.swapdims, torch.Tensor.swapdims)
+def _transpose(a, d0, d1):
+    n = a.dim()
+    perm = list(range(n))
+    perm[d0 % n], perm[d1 % n] = perm[d1 % n], perm[d0 % n]
+    return _permuted(a, perm)
+
+
+@_register(torch.t, torch.Tensor.t)
+def _t(a):
+    if a.dim() > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{a.dim()}D")
+    return _permuted(a, list(range(a.dim()))[::-1])
+
+
+@_register(torch.Tensor.T.__get__)
+def _T(a):
+    return _permuted(a, list(range(a.dim()))[::-1])
+
+
+@_register(torch.Tensor.mT.__get__)
+def _mT(a):
+    return _transpose(a, -2, -1)
+
+
+@_register(torch.Tensor.to)
+def _to(a, *args, **kwargs):
+    device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    if device is not None and torch.device(device).type != "cpu":
+        refuse(f"Tensor.to({device})", a, why="scorch tensors live on the CPU")
+    if dtype is None or dtype == a.dtype:
+        return a
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"scorch stores float32 or float64 values, not {dtype}")
+    return _map_values(a, lambda v: v.to(dtype))
+
+
+@_register(torch.Tensor.double)
+def _double(a, memory_format=None):
+    return _to(a, torch.float64)
+
+
+@_register(torch.Tensor.float)
+def _float(a, memory_format=None):
+    return _to(a, torch.float32)
+
+
+@_register(torch.Tensor.detach, torch.detach)
+def _detach(a):
+    return a._rewrap(a._values.detach())
+
+
+@_register(torch.clone, torch.Tensor.clone)
+def _clone(a, *, memory_format=None):
+    return a.clone()
+
+
+@_register(torch.Tensor.requires_grad_)
+def _requires_grad_(a, requires_grad=True):
+    v = a._values
+    if v.grad_fn is not None and not requires_grad:
+        raise RuntimeError("you can only change requires_grad flags of leaf variables; "
+                           "use .detach()")
+    if v.grad_fn is None:
+        v.requires_grad_(requires_grad)
+    with torch._C.DisableTorchFunctionSubclass():
+        torch.Tensor.requires_grad_(a, requires_grad)
+    return a
+
+

@@ -1,0 +1,103 @@
+"""Neural-network layers with sparse weights.
+
+``SparseLinear`` keeps a fixed sparsity pattern (index buffers) and trains only the stored
+values (one ``nn.Parameter``), so any torch optimizer updates it without ever touching the
+pattern.  The forward pass is ``F.linear`` with the weight as a SparseTensor: a generated
+kernel, with gradients computed by generated kernels too.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._convert import _from_coords
+from ._format import Format
+from ._tensor import SparseTensor
+
+__all__ = ["SparseLinear"]
+
+
+class SparseLinear(nn.Module):
+    """``y = x @ W.T + b`` with ``W`` (out_features x in_features) sparse in CSR.
+
+    ``density`` is the fraction of stored weights (a random pattern drawn from ``generator``
+    or torch's global generator); values are initialised like ``nn.Linear``'s, scaled for
+    the number of stored inputs per output.  ``layer.weight`` is the SparseTensor,
+    ``layer.values`` the trainable values.
+    """
+
+    def __init__(self, in_features: int, out_features: int, density: float = 0.1,
+                 bias: bool = True, *, dtype=None, generator=None):
+        super().__init__()
+        if not 0.0 < density <= 1.0:
+            raise ValueError(f"density must be in (0, 1], got {density}")
+        if in_features < 1 or out_features < 1:
+            raise ValueError(f"in_features and out_features must be positive, got "
+                             f"{in_features} and {out_features}")
+        dtype = dtype or torch.get_default_dtype()
+        self.in_features, self.out_features = in_features, out_features
+        total = in_features * out_features
+        k = max(1, min(total, round(density * total)))
+        flat = torch.randperm(total, generator=generator)[:k].sort().values
+        coords = torch.stack([flat // in_features, flat % in_features])
+        bound = 1.0 / math.sqrt(max(1.0, in_features * density))
+        vals = (torch.rand(k, generator=generator, dtype=dtype) * 2 - 1) * bound
+        b = None
+        if bias:
+            b = (torch.rand(out_features, generator=generator, dtype=dtype) * 2 - 1) * bound
+        self._init_from(coords, vals, b)
+
+    def _init_from(self, coords, vals, bias):
+        W = _from_coords((self.out_features, self.in_features), coords, vals, "csr", None,
+                         is_sorted=True)
+        self.register_buffer("row_ptr", W._pos[1])
+        self.register_buffer("col_idx", W._crd[1])
+        self.values = nn.Parameter(W._values.clone())
+        self.bias = None if bias is None else nn.Parameter(bias.clone())
+
+    @classmethod
+    def from_dense(cls, linear: nn.Linear, density: float = 0.1) -> "SparseLinear":
+        """A SparseLinear keeping the ``density`` fraction of ``linear``'s weights with the
+        largest magnitude (magnitude pruning); ``linear`` is not modified."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_dense expects an nn.Linear, not {type(linear).__name__}")
+        if not 0.0 < density <= 1.0:
+            raise ValueError(f"density must be in (0, 1], got {density}")
+        w = linear.weight.detach()
+        out_f, in_f = w.shape
+        total = w.numel()
+        k = max(1, min(total, round(density * total)))
+        keep = w.abs().reshape(-1).topk(k).indices.sort().values
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.in_features, layer.out_features = in_f, out_f
+        coords = torch.stack([keep // in_f, keep % in_f])
+        bias = None if linear.bias is None else linear.bias.detach()
+        layer._init_from(coords, w.reshape(-1)[keep].clone(), bias)
+        return layer
+
+    @property
+    def weight(self) -> SparseTensor:
+        """The weight as a SparseTensor (CSR) whose values are ``self.values``."""
+        it = self.col_idx.dtype
+        return SparseTensor((self.out_features, self.in_features), _CSR, [None, self.row_ptr],
+                            [None, self.col_idx], self.values,
+                            requires_grad=self.values.requires_grad, index_dtype=it)
+
+    @property
+    def density(self) -> float:
+        return self.values.numel() / (self.in_features * self.out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"density={self.density:.3g}, nnz={self.values.numel()}, "
+                f"bias={self.bias is not None}")
+
+
+_CSR = Format.parse("csr", 2)

@@ -1,0 +1,223 @@
+"""Autograd through generated kernels: torch.autograd.gradcheck (float64) through the values
+of sparse operands and through dense operands, gradients of sparse operands as
+SparseTensors with the operand's pattern, and gradients against the dense computation."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scorch
+from conftest import make_dense, seed_of
+
+FMTS = ["csr", "coo", "csc"]
+
+
+def sp(shape, fmt, seed, kind="empty_rows", dtype=torch.float64):
+    return scorch.to_sparse(make_dense(shape, dtype, seed, kind), fmt)
+
+
+def rnd(shape, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g, dtype=dtype).requires_grad_()
+
+
+def dense_of(x):
+    return x.to_dense() if isinstance(x, scorch.SparseTensor) else x
+
+
+def gradcheck(fn, *inputs):
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def vals(A, seed):
+    """Fresh random values for A's pattern (so that gradcheck moves off integers)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(A.nnz, generator=g, dtype=torch.float64).requires_grad_()
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_gradcheck_spmm(fmt):
+    A = sp((6, 5), fmt, seed_of("spmm", fmt))
+    v, X = vals(A, 1), rnd((5, 3), 2)
+    gradcheck(lambda v, X: dense_of(A.with_values(v) @ X), v, X)
+    gradcheck(lambda v, x: torch.mv(A.with_values(v), x), v, rnd((5,), 3))
+    gradcheck(lambda v, Y: Y @ A.with_values(v), v, rnd((2, 6), 4))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_gradcheck_sddmm(fmt):
+    A = sp((6, 5), fmt, seed_of("sddmm", fmt))
+    gradcheck(lambda v, X, Y: torch.einsum("ij,ik,jk->ij", A.with_values(v), X, Y).values(),
+              vals(A, 1), rnd((6, 3), 2), rnd((5, 3), 3))
+
+
+@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "csc")])
+def test_gradcheck_spgemm(fa, fb):
+    A = sp((5, 6), fa, seed_of("spgemm", fa))
+    B = sp((6, 4), fb, seed_of("spgemm", fb, 2), "random")
+    gradcheck(lambda va, vb: dense_of(A.with_values(va) @ B.with_values(vb)),
+              vals(A, 1), vals(B, 2))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_gradcheck_softmax(fmt):
+    A = sp((6, 5), fmt, seed_of("softmax", fmt))
+    for dim in (0, 1):
+        gradcheck(lambda v: torch.softmax(A.with_values(v), dim).values(), vals(A, dim))
+        gradcheck(lambda v: torch.log_softmax(A.with_values(v), dim).values(), vals(A, 7))
+
+
+def test_gradcheck_linear():
+    W = sp((4, 6), "csr", seed_of("linear"), "random")
+    gradcheck(lambda v, x, b: F.linear(x, W.with_values(v), b), vals(W, 1), rnd((3, 6), 2),
+              rnd((4,), 3))
+    gradcheck(lambda v, x: F.linear(x, W.with_values(v)), vals(W, 4), rnd((2, 3, 6), 5))
+
+
+def test_gradcheck_mttkrp():
+    T = sp((4, 5, 3), "csf", seed_of("mttkrp"), "random")
+    gradcheck(lambda v, B, C: torch.einsum("ijk,jr,kr->ir", T.with_values(v), B, C),
+              vals(T, 1), rnd((5, 2), 2), rnd((3, 2), 3))
+
+
+def test_gradcheck_sparse_attention():
+    """softmax(SDDMM(mask, Q, K)) @ V: every step a generated kernel or a segment op."""
+    M = sp((7, 7), "csr", seed_of("attn"))
+    ones = torch.ones(M.nnz, dtype=torch.float64)
+
+    def attn(Q, K, V):
+        S = torch.einsum("ij,ik,jk->ij", M.with_values(ones), Q, K)
+        return torch.softmax(S, dim=1) @ V
+
+    gradcheck(attn, rnd((7, 3), 1), rnd((7, 3), 2), rnd((7, 2), 3))
+
+
+def test_gradcheck_elementwise_and_maps():
+    A = sp((5, 6), "csr", seed_of("ew"))
+    B = sp((5, 6), "coo", seed_of("ew", 2), "random")
+    gradcheck(lambda va, vb: (A.with_values(va) + B.with_values(vb)).values(),
+              vals(A, 1), vals(B, 2))
+    gradcheck(lambda va, vb: (A.with_values(va) - 2 * B.with_values(vb)).values(),
+              vals(A, 3), vals(B, 4))
+    gradcheck(lambda va, vb: (A.with_values(va) * B.with_values(vb)).values(),
+              vals(A, 5), vals(B, 6))
+    gradcheck(lambda va, D: dense_of(A.with_values(va) + D), vals(A, 7), rnd((5, 6), 8))
+    gradcheck(lambda va, D: (A.with_values(va) * D).values(), vals(A, 9), rnd((5, 6), 10))
+    gradcheck(lambda va, d: (A.with_values(va) * d).values(), vals(A, 11), rnd((6,), 12))
+    gradcheck(lambda va: (A.with_values(va).tanh() * 3).values(), vals(A, 13))
+    gradcheck(lambda va: A.with_values(va).sum(1), vals(A, 14))
+    gradcheck(lambda va: A.with_values(va).mean(0, keepdim=True), vals(A, 15))
+    gradcheck(lambda va: A.with_values(va).sum(), vals(A, 16))
+    gradcheck(lambda va, X: A.with_values(va).t() @ X, vals(A, 17), rnd((5, 2), 18))
+    gradcheck(lambda va, X, Y: torch.addmm(Y, A.with_values(va), X, beta=0.5, alpha=2.0),
+              vals(A, 19), rnd((6, 2), 20), rnd((5, 2), 21))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_requires_grad_gives_sparse_grad(fmt, dtype):
+    x = make_dense((7, 5), dtype, seed_of("grad", fmt, dtype), "empty_rows")
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    X = make_dense((5, 3), dtype, 3, "full").requires_grad_()
+    loss = ((A @ X) ** 2).sum()
+    loss.backward()
+    G = A.grad
+    assert isinstance(G, scorch.SparseTensor) and G.format == A.format
+    assert G.nnz == A.nnz and G.dtype == dtype
+    assert all(torch.equal(g, a) for g, a in zip(G._crd, A._crd) if a is not None)
+    xd = x.clone().requires_grad_()
+    Xd = X.detach().clone().requires_grad_()
+    ((xd @ Xd) ** 2).sum().backward()
+    mask = (x != 0).to(dtype)
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else {}
+    torch.testing.assert_close(G.to_dense(), xd.grad * mask, **tol)
+    torch.testing.assert_close(X.grad, Xd.grad, **tol)
+    A.grad = None
+    assert A.grad is None
+
+
+def test_with_values_grad_reaches_v():
+    A = sp((6, 6), "csr", seed_of("wv"))
+    v = vals(A, 1)
+    (A.with_values(v) @ torch.ones(6, 2, dtype=torch.float64)).sum().backward()
+    # d/dv_e of sum over rows/cols of A @ ones = 2 for every stored entry
+    torch.testing.assert_close(v.grad, torch.full_like(v, 2.0))
+
+
+def test_no_grad_takes_the_plain_path():
+    A = sp((4, 4), "csr", seed_of("nograd")).requires_grad_()
+    with torch.no_grad():
+        y = A @ torch.ones(4, 2, dtype=torch.float64)
+    assert not y.requires_grad and y.grad_fn is None
+    y = A.detach() @ torch.ones(4, 2, dtype=torch.float64)
+    assert not y.requires_grad
+    z = A @ torch.ones(4, 2, dtype=torch.float64)
+    assert z.requires_grad
+
+
+def test_sparse_output_carries_grad():
+    A = sp((5, 5), "csr", seed_of("sout")).requires_grad_()
+    B = sp((5, 5), "csr", seed_of("sout", 2), "random").requires_grad_()
+    C = A @ B
+    assert isinstance(C, scorch.SparseTensor) and C.requires_grad
+    C.values().sum().backward()
+    ref = torch.ones(5, 5, dtype=torch.float64) @ B.to_dense().t()
+    torch.testing.assert_close(A.grad.to_dense(), ref * (A.to_dense() != 0))
+    ref_b = A.to_dense().t() @ torch.ones(5, 5, dtype=torch.float64)
+    torch.testing.assert_close(B.grad.to_dense(), ref_b * (B.to_dense() != 0))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsc"])
+def test_gradcheck_to_dense(fmt):
+    A = sp((5, 4), fmt, seed_of("to_dense", fmt))
+    gradcheck(lambda v: A.with_values(v).to_dense(), vals(A, 1))
+
+
+def test_gradcheck_batched_and_int64_indices():
+    T = scorch.to_sparse(make_dense((2, 4, 5), torch.float64, seed_of("bmm")), "csf",
+                         index_dtype=torch.int64)
+    gradcheck(lambda v, B: torch.bmm(T.with_values(v), B), vals(T, 1), rnd((2, 5, 3), 2))
+    A = scorch.to_sparse(make_dense((5, 4), torch.float64, seed_of("i64")), "coo",
+                         index_dtype=torch.int64)
+    gradcheck(lambda v, X: dense_of(X @ A.with_values(v).t()), vals(A, 3), rnd((2, 4), 4))
+
+
+def test_mixed_dtypes_give_grads_in_each_operands_dtype():
+    A = sp((4, 5), "csr", seed_of("mixed"), dtype=torch.float32).requires_grad_()
+    X = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    y = A @ X
+    assert y.dtype == torch.float64
+    y.sum().backward()
+    assert A.grad.dtype == torch.float32 and X.grad.dtype == torch.float64
+
+
+def test_requires_grad_on_a_non_leaf_is_refused():
+    A = sp((3, 3), "csr", seed_of("nonleaf"))
+    B = A.with_values(vals(A, 1) * 2)
+    assert B.requires_grad
+    with pytest.raises(RuntimeError, match="leaf"):
+        B.requires_grad_(False)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
+def test_to_sparse_of_a_dense_tensor_is_differentiable(fmt):
+    x = make_dense((5, 4), torch.float64, seed_of("to_sparse", fmt)).requires_grad_()
+    A = scorch.to_sparse(x, fmt)
+    assert A.requires_grad and A.format == scorch.Format.parse(fmt, 2)
+    torch.testing.assert_close(A.detach().to_dense(), x.detach())
+    W = torch.randn(5, 4, dtype=torch.float64)
+    (A * W).sum().backward()
+    # Only stored entries carry gradient (the pattern is data, not a function of x).
+    stored = torch.ones_like(W) if fmt == "dense" else (x.detach() != 0).double()
+    torch.testing.assert_close(x.grad, W * stored)
+
+
+def test_grad_of_a_dense_format_sparse_tensor():
+    """A dense-format SparseTensor stores every entry; its gradient kernels come back as
+    plain tensors and are gathered onto the stored entries."""
+    x = make_dense((4, 5), torch.float64, seed_of("dense_fmt"))
+    A = scorch.to_sparse(x, "dense").requires_grad_()
+    X = torch.randn(5, 3, dtype=torch.float64)
+    (A @ X).sum().backward()
+    assert isinstance(A.grad, scorch.SparseTensor) and A.grad.format == A.format
+    torch.testing.assert_close(A.grad.to_dense(), torch.ones(4, 3, dtype=torch.float64) @ X.t())
+    gradcheck(lambda v, Y: A.with_values(v) @ Y, vals(A, 1), rnd((5, 2), 2))

@@ -1,0 +1,108 @@
+"""scorch.nn.SparseLinear: shapes, pattern, density, forward against the dense layer,
+magnitude pruning from an nn.Linear, training with SGD and Adam (the loss decreases and
+the pattern never changes), state_dict round trip, bad arguments."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import scorch
+from scorch.nn import SparseLinear
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_shape_pattern_and_forward():
+    layer = SparseLinear(20, 12, density=0.25, generator=gen(1))
+    W = layer.weight
+    assert isinstance(W, scorch.SparseTensor) and W.format.name == "csr"
+    assert W.shape == (12, 20) and W.nnz == 60 and layer.density == pytest.approx(0.25)
+    assert W.values() is layer.values
+    x = torch.randn(5, 20, generator=gen(2))
+    y = layer(x)
+    assert type(y) is torch.Tensor and y.shape == (5, 12)
+    torch.testing.assert_close(y, F.linear(x, W.to_dense(), layer.bias))
+    x3 = torch.randn(2, 3, 20, generator=gen(3))
+    torch.testing.assert_close(layer(x3), F.linear(x3, W.detach().to_dense(), layer.bias))
+    assert "density=0.25" in repr(layer)
+    assert SparseLinear(4, 3, bias=False).bias is None
+
+
+def test_parameters_are_values_and_bias():
+    layer = SparseLinear(8, 6, density=0.5)
+    names = {n for n, _ in layer.named_parameters()}
+    assert names == {"values", "bias"}
+    assert {n for n, _ in layer.named_buffers()} == {"row_ptr", "col_idx"}
+
+
+def test_from_dense_keeps_largest_magnitudes():
+    torch.manual_seed(0)
+    lin = nn.Linear(10, 7)
+    before = lin.weight.detach().clone()
+    layer = SparseLinear.from_dense(lin, density=0.3)
+    assert torch.equal(lin.weight.detach(), before)            # not modified
+    W = layer.weight.detach().to_dense()
+    k = layer.values.numel()
+    assert k == 21
+    kept = W != 0
+    thresh = before.abs().reshape(-1).topk(k).values.min()
+    assert (before.abs()[kept] >= thresh).all()
+    torch.testing.assert_close(W[kept], before[kept])
+    torch.testing.assert_close(layer.bias, lin.bias)
+    full = SparseLinear.from_dense(lin, density=1.0)
+    x = torch.randn(4, 10)
+    torch.testing.assert_close(full(x), lin(x))
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_trains_and_keeps_its_pattern(opt):
+    torch.manual_seed(0)
+    layer = SparseLinear(16, 4, density=0.3, generator=gen(5))
+    pos0, crd0 = layer.row_ptr.clone(), layer.col_idx.clone()
+    x = torch.randn(64, 16)
+    target = torch.randn(64, 4)
+    o = (torch.optim.SGD(layer.parameters(), lr=0.1) if opt == "sgd"
+         else torch.optim.Adam(layer.parameters(), lr=0.05))
+    losses = []
+    for _ in range(30):
+        o.zero_grad()
+        loss = F.mse_loss(layer(x), target)
+        loss.backward()
+        assert layer.values.grad is not None and layer.values.grad.shape == (layer.values.numel(),)
+        o.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0]
+    assert torch.equal(layer.row_ptr, pos0) and torch.equal(layer.col_idx, crd0)
+    assert layer.weight.nnz == pos0[-1]
+
+
+def test_in_a_model_with_double_dtype_and_state_dict():
+    torch.manual_seed(1)
+    model = nn.Sequential(SparseLinear(12, 8, density=0.4), nn.ReLU(),
+                          SparseLinear(8, 3, density=0.5)).double()
+    x = torch.randn(5, 12, dtype=torch.float64)
+    y = model(x)
+    assert y.dtype == torch.float64
+    y.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    clone = nn.Sequential(SparseLinear(12, 8, density=0.4), nn.ReLU(),
+                          SparseLinear(8, 3, density=0.5)).double()
+    clone.load_state_dict(model.state_dict())
+    torch.testing.assert_close(clone(x), y.detach())
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    (dict(in_features=4, out_features=3, density=0.0), ValueError, "density"),
+    (dict(in_features=4, out_features=3, density=1.5), ValueError, "density"),
+    (dict(in_features=0, out_features=3), ValueError, "positive"),
+])
+def test_bad_arguments(kwargs, err, match):
+    with pytest.raises(err, match=match):
+        SparseLinear(**kwargs)
+
+
+def test_from_dense_needs_a_linear():
+    with pytest.raises(TypeError, match="nn.Linear"):
+        SparseLinear.from_dense(nn.Conv1d(2, 2, 1))

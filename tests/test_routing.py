@@ -1,0 +1,434 @@
+"""torch calls on SparseTensors routed through __torch_function__: every routed op against
+the same op on the dense tensors, float32 and float64, csr / coo / csc operands; the
+refusals (class and message); and that dense-only calls never reach scorch."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scorch
+from conftest import make_dense, seed_of
+
+DT = [torch.float32, torch.float64]
+FMTS = ["csr", "coo", "csc"]
+
+
+def tol(dtype):
+    return dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-12,
+                                                                           atol=1e-10)
+
+
+def dense_of(x):
+    return x.to_dense() if isinstance(x, scorch.SparseTensor) else x
+
+
+def close(got, ref, sparse=None):
+    if sparse is not None:
+        assert isinstance(got, scorch.SparseTensor) == sparse, type(got)
+    if not isinstance(got, scorch.SparseTensor):
+        assert type(got) is torch.Tensor
+    g = dense_of(got)
+    assert g.shape == ref.shape and g.dtype == ref.dtype
+    torch.testing.assert_close(g, ref, **tol(ref.dtype))
+
+
+def sp(shape, fmt, dtype, seed, kind="empty_rows"):
+    x = make_dense(shape, dtype, seed, kind)
+    return scorch.to_sparse(x, fmt), x
+
+
+def dn(shape, dtype, seed):
+    return make_dense(shape, dtype, seed, "full")
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", FMTS)
+def test_matmul_family(fmt, dtype):
+    s = seed_of("mm", fmt, dtype)
+    A, a = sp((9, 7), fmt, dtype, s)
+    X, x = dn((7, 4), dtype, s + 1), dn((7,), dtype, s + 2)
+    close(torch.mm(A, X), a @ X, sparse=False)
+    close(A.mm(X), a @ X)
+    close(A @ X, a @ X)
+    close(torch.matmul(A, X), a @ X)
+    close(A @ x, a @ x)
+    close(torch.mv(A, x), a @ x)
+    Y = dn((3, 9), dtype, s + 3)
+    close(Y @ A, Y @ a, sparse=False)          # dense @ sparse
+    close(dn((9,), dtype, s + 4) @ A, dn((9,), dtype, s + 4) @ a)
+    inp = dn((9, 4), dtype, s + 5)
+    close(torch.addmm(inp, A, X), torch.addmm(inp, a, X))
+    close(torch.addmm(inp, A, X, beta=0.5, alpha=-2.0),
+          torch.addmm(inp, a, X, beta=0.5, alpha=-2.0))
+    bias = dn((4,), dtype, s + 6)
+    close(torch.addmm(bias, A, X), torch.addmm(bias, a, X))
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_batched_matmul(dtype):
+    s = seed_of("bmm", dtype)
+    A, a = sp((3, 5, 6), "csf", dtype, s, "random")
+    B = dn((3, 6, 2), dtype, s + 1)
+    close(torch.bmm(A, B), torch.bmm(a, B))
+    close(A @ B, a @ B)
+    W = dn((6, 4), dtype, s + 2)
+    close(A @ W, a @ W)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "csc"), ("coo", "csr")])
+def test_sparse_times_sparse(fa, fb, dtype):
+    s = seed_of("spgemm", fa, fb, dtype)
+    A, a = sp((8, 9), fa, dtype, s)
+    B, b = sp((9, 6), fb, dtype, s + 1, "random")
+    C = A @ B
+    close(C, a @ b)
+    if fa == fb == "csr":
+        assert isinstance(C, scorch.SparseTensor) and C.format.name == "csr"
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", FMTS)
+def test_einsum_and_linear(fmt, dtype):
+    s = seed_of("einsum", fmt, dtype)
+    A, a = sp((8, 6), fmt, dtype, s)
+    X, Y = dn((8, 3), dtype, s + 1), dn((6, 3), dtype, s + 2)
+    S = torch.einsum("ij,ik,jk->ij", A, X, Y)
+    close(S, torch.einsum("ij,ik,jk->ij", a, X, Y), sparse=True)
+    assert S.format == A.format
+    close(torch.einsum("ij,jk", A, Y), a @ Y)           # implicit output
+    close(torch.einsum("ij,jk->ik", [A, Y]), a @ Y)     # list form
+    inp = dn((5, 6), dtype, s + 3)
+    b = dn((8,), dtype, s + 4)
+    close(F.linear(inp, A, b), F.linear(inp, a, b), sparse=False)
+    close(F.linear(inp, A), F.linear(inp, a))
+    close(F.linear(dn((2, 5, 6), dtype, s + 5), A), F.linear(dn((2, 5, 6), dtype, s + 5), a))
+    close(F.linear(dn((6,), dtype, s + 6), A, b), F.linear(dn((6,), dtype, s + 6), a, b))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", FMTS)
+def test_reductions(fmt, dtype):
+    A, a = sp((7, 5), fmt, dtype, seed_of("sum", fmt, dtype))
+    close(A.sum(), a.sum())
+    close(torch.sum(A), a.sum())
+    for d in (0, 1, -1):
+        close(A.sum(d), a.sum(d), sparse=False)
+        close(torch.sum(A, d, keepdim=True), a.sum(d, keepdim=True))
+        close(A.mean(d), a.mean(d))
+        close(torch.mean(A, dim=d, keepdim=True), a.mean(d, keepdim=True))
+    close(A.sum((0, 1)), a.sum((0, 1)))
+    close(A.mean(), a.mean())
+    close(A.sum(dtype=torch.float64), a.sum(dtype=torch.float64))
+
+
+def test_reductions_3d():
+    A, a = sp((3, 4, 5), "csf", torch.float64, seed_of("sum3"), "random")
+    for d in (0, 1, 2, (0, 2), (1, 2)):
+        close(A.sum(d), a.sum(d))
+        close(A.mean(d, keepdim=True), a.mean(d, keepdim=True))
+
+
+def dense_softmax(a, dim, log=False):
+    """torch.sparse.softmax semantics on a dense tensor whose zeros are not stored."""
+    ref = torch.sparse.softmax(a.to_sparse(), dim) if not log else \
+        torch.sparse.log_softmax(a.to_sparse(), dim)
+    return ref.to_dense()
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax(fmt, dtype, dim):
+    A, a = sp((7, 6), fmt, dtype, seed_of("softmax", fmt, dtype, dim))
+    for fn in (lambda t: torch.softmax(t, dim), lambda t: t.softmax(dim),
+               lambda t: F.softmax(t, dim=dim), lambda t: torch.sparse.softmax(t, dim)):
+        S = fn(A)
+        assert isinstance(S, scorch.SparseTensor) and S.format == A.format
+        assert S.nnz == A.nnz
+        close(S, dense_softmax(a, dim))
+    L = torch.log_softmax(A, dim)
+    assert L.format == A.format
+    close(L, dense_softmax(a, dim, log=True))
+    close(F.log_softmax(A, dim=dim), dense_softmax(a, dim, log=True))
+    # empty rows stay empty, rows with entries sum to 1
+    if dim in (1, -1):
+        rows = S.to_dense().sum(1)
+        has = (a != 0).any(1)
+        torch.testing.assert_close(rows[has], torch.ones_like(rows[has]))
+        assert (rows[~has] == 0).all()
+
+
+def test_softmax_3d_and_dtype():
+    A, a = sp((3, 4, 5), "csf", torch.float64, seed_of("softmax3"), "random")
+    for d in (0, 1, 2):
+        close(torch.softmax(A, d), dense_softmax(a, d))
+    B, b = sp((5, 4), "csr", torch.float32, seed_of("softmax_dt"))
+    close(torch.softmax(B, 1, dtype=torch.float64), dense_softmax(b.double(), 1))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "coo"), ("csc", "csr"),
+                                   ("coo", "coo")])
+def test_elementwise_sparse_sparse(fa, fb, dtype):
+    s = seed_of("ew", fa, fb, dtype)
+    A, a = sp((6, 8), fa, dtype, s)
+    B, b = sp((6, 8), fb, dtype, s + 1, "random")
+    for got, ref in [(A + B, a + b), (A - B, a - b), (A * B, a * b),
+                     (torch.add(A, B, alpha=2.0), torch.add(a, b, alpha=2.0)),
+                     (torch.sub(A, B), a - b), (torch.mul(A, B), a * b)]:
+        close(got, ref, sparse=True)
+    assert (A + B).format == A.format and (A * B).format == A.format
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", FMTS)
+def test_elementwise_sparse_dense(fmt, dtype):
+    s = seed_of("ewd", fmt, dtype)
+    A, a = sp((6, 8), fmt, dtype, s)
+    D = dn((6, 8), dtype, s + 1)
+    for got, ref in [(A * D, a * D), (D * A, D * a), (torch.mul(A, D), a * D),
+                     (A * D[0], a * D[0]), (A * D[:, :1], a * D[:, :1]),
+                     (A * D[0, :1], a * D[0, :1])]:
+        close(got, ref, sparse=True)
+        assert got.nnz == A.nnz
+    close(A + D, a + D, sparse=False)
+    close(D - A, D - a, sparse=False)
+    close(A - D, a - D, sparse=False)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", FMTS)
+def test_value_maps(fmt, dtype):
+    A, a = sp((6, 7), fmt, dtype, seed_of("maps", fmt, dtype))
+    P = A.abs()
+    p = a.abs()
+    cases = [(A * 2, a * 2), (2.5 * A, 2.5 * a), (A / 4, a / 4), (-A, -a), (abs(A), a.abs()),
+             (A.relu(), a.relu()), (torch.relu(A), a.relu()), (F.relu(A), a.relu()),
+             (P.sqrt(), p.sqrt()), (torch.sqrt(P), p.sqrt()), (P ** 1.5, p ** 1.5),
+             (A ** 2, a ** 2), (torch.pow(A, 3), a ** 3), (A.tanh(), a.tanh()),
+             (torch.sin(A), a.sin()), (F.leaky_relu(A, 0.1), F.leaky_relu(a, 0.1)),
+             (A * torch.tensor(3.0, dtype=dtype), a * 3), (A + 0, a), (A.square(), a * a)]
+    for got, ref in cases:
+        close(got, ref, sparse=True)
+        assert got.format == A.format and got.nnz == A.nnz
+
+
+@pytest.mark.parametrize("fmt", FMTS + ["dcsr"])
+def test_transpose_is_a_view(fmt):
+    A, a = sp((5, 8), fmt, torch.float64, seed_of("t", fmt))
+    for T in (A.t(), torch.t(A), A.T, A.mT, A.transpose(0, 1), A.permute(1, 0),
+              torch.permute(A, (1, 0))):
+        assert isinstance(T, scorch.SparseTensor) and T.shape == (8, 5)
+        assert T.values() is A.values()                  # no copy
+        assert all(x is y for x, y in zip(T._crd, A._crd))
+        close(T, a.t())
+    assert A.t().t().format == A.format
+    X = dn((5, 3), torch.float64, 2)
+    close(A.t() @ X, a.t() @ X)
+
+
+def test_permute_3d():
+    A, a = sp((3, 4, 5), "csf", torch.float64, seed_of("perm3"), "random")
+    for perm in [(2, 0, 1), (1, 2, 0), (0, 2, 1)]:
+        close(A.permute(*perm), a.permute(*perm))
+    close(A.transpose(0, 2), a.transpose(0, 2))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_dtype_detach_clone_grad_flags(fmt):
+    A, a = sp((5, 6), fmt, torch.float32, seed_of("to", fmt))
+    B = A.to(torch.float64)
+    assert isinstance(B, scorch.SparseTensor) and B.dtype == torch.float64
+    close(B, a.double())
+    assert A.to(torch.float32) is A
+    close(A.double(), a.double())
+    close(B.float(), a)
+    C = A.clone()
+    assert torch.clone(A).values().data_ptr() != A.values().data_ptr()
+    C.requires_grad_()
+    assert C.requires_grad and C.values().requires_grad and not A.values().requires_grad
+    D = C.detach()
+    assert isinstance(D, scorch.SparseTensor) and not D.requires_grad
+    assert not D.values().requires_grad
+    close(D, a)
+
+
+def test_zero_size_and_empty():
+    A, a = sp((0, 4), "csr", torch.float64, 1, "random")
+    close(A @ dn((4, 3), torch.float64, 2), a @ dn((4, 3), torch.float64, 2))
+    close(A.sum(1), a.sum(1))
+    Z = scorch.to_sparse(torch.zeros(4, 5, dtype=torch.float64), "csr")
+    close(torch.softmax(Z, 1), torch.zeros(4, 5, dtype=torch.float64))
+    close(Z + Z, torch.zeros(4, 5, dtype=torch.float64))
+
+
+def test_inputs_not_mutated():
+    A, a = sp((6, 6), "csr", torch.float64, seed_of("mut"))
+    before = [t.clone() for t in A._pos + A._crd if t is not None] + [A.values().clone()]
+    X = dn((6, 6), torch.float64, 3)
+    x0 = X.clone()
+    for op in (lambda: A @ X, lambda: A * X, lambda: A + A, lambda: torch.softmax(A, 1),
+               lambda: A.relu(), lambda: A.t(), lambda: torch.addmm(X, A, X)):
+        op()
+    after = [t for t in A._pos + A._crd if t is not None] + [A.values()]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
+    assert torch.equal(X, x0)
+
+
+# ---- refusals ---------------------------------------------------------------------------
+
+def refusal(fmt):
+    return rf"not supported on SparseTensor \(formats: {fmt}\).*\.to_dense\(\)"
+
+
+@pytest.mark.parametrize("op,what", [
+    (lambda A: torch.exp(A), "torch.exp"),
+    (lambda A: A.exp(), "torch.exp"),
+    (lambda A: torch.cos(A), "torch.cos"),
+    (lambda A: torch.sigmoid(A), "torch.sigmoid"),
+    (lambda A: A + 1, "torch.add"),
+    (lambda A: 1 + A, "torch.add"),
+    (lambda A: A - 2.5, "torch.sub"),
+    (lambda A: A ** -1, "torch.pow"),
+    (lambda A: A ** 0, "torch.pow"),
+    (lambda A: A / torch.ones(5, 6), "torch.div"),
+    (lambda A: 1 / A, "torch.div"),
+    (lambda A: A / 0, "torch.div"),
+    (lambda A: torch.div(A, 2, rounding_mode="floor"), "torch.div"),
+    (lambda A: A + torch.ones(6), "torch.add"),
+    (lambda A: A * torch.ones(3, 5, 6), "torch.mul"),
+    (lambda A: A * torch.ones(4), "torch.mul"),
+    (lambda A: torch.relu_(A), "relu_"),
+    (lambda A: F.relu(A, inplace=True), "F.relu"),
+    (lambda A: A @ torch.ones(2, 2, 6, 3), "torch.matmul"),
+    (lambda A: torch.mm(A, torch.ones(6, 3).to_sparse()), "torch.mm"),
+    (lambda A: A.to("meta"), "Tensor.to"),
+    (lambda A: F.hardtanh(A, min_val=0.5, max_val=2.0), "F.hardtanh"),
+    (lambda A: F.softplus(A), "F.softplus"),
+])
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_refusals(fmt, op, what):
+    x = make_dense((5, 6), torch.float32, seed_of("refuse"))
+    A = scorch.to_sparse(x, fmt)
+    with pytest.raises(NotImplementedError, match=refusal(fmt)) as info:
+        op(A)
+    assert what in str(info.value)
+    assert torch.equal(A.to_dense(), x)
+
+
+def test_refusal_names_both_formats():
+    A = scorch.to_sparse(make_dense((4, 4), torch.float32, 1), "csr")
+    B = scorch.to_sparse(make_dense((4, 5), torch.float32, 2), "coo")
+    with pytest.raises(NotImplementedError, match=refusal("coo, csr")):
+        A + B
+
+
+def test_errors_from_the_compiler_and_torch_checks():
+    A = scorch.to_sparse(make_dense((4, 5), torch.float64, 1), "csr")
+    with pytest.raises(ValueError, match="j"):
+        A @ torch.ones(4, 3, dtype=torch.float64)
+    with pytest.raises(IndexError, match="out of range"):
+        A.sum(2)
+    with pytest.raises(IndexError, match="out of range"):
+        torch.softmax(A, 2)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        A.to(torch.int64)
+    with pytest.raises(RuntimeError, match="t\\(\\) expects"):
+        scorch.to_sparse(make_dense((2, 3, 4), torch.float64, 1), "csf").t()
+
+
+def test_duplicates_refused_by_softmax():
+    A = scorch.from_components((2, 2), "coo", pos=[torch.tensor([0, 3]), None],
+                               crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 0])],
+                               values=torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(NotImplementedError, match="duplicate entries"):
+        torch.softmax(A, 1)
+    torch.testing.assert_close((A @ torch.eye(2)), A.to_dense())
+
+
+def test_dense_only_calls_never_enter_scorch(monkeypatch):
+    from scorch import _torch_ops
+
+    calls = []
+    for key, fn in list(_torch_ops.HANDLERS.items()):
+        monkeypatch.setitem(_torch_ops.HANDLERS, key,
+                            lambda *a, _fn=fn, **k: calls.append(1) or _fn(*a, **k))
+    x = torch.randn(4, 4)
+    _ = (x @ x, torch.mm(x, x), x + 1, torch.softmax(x, 1), x.sum(), F.linear(x, x),
+         torch.einsum("ij,jk->ik", x, x), x.t(), x * 2)
+    assert calls == []
+    A = scorch.to_sparse(x, "csr")
+    _ = A @ x
+    assert calls
+
+
+def test_dropout_acts_on_values():
+    A, a = sp((20, 30), "csr", torch.float64, seed_of("dropout"), "full")
+    torch.manual_seed(0)
+    D = F.dropout(A, 0.5, training=True)
+    assert isinstance(D, scorch.SparseTensor) and D.nnz == A.nnz
+    kept = D.values() != 0
+    torch.testing.assert_close(D.values()[kept], 2 * A.values()[kept])
+    assert 0.3 < kept.double().mean() < 0.7
+    assert F.dropout(A, 0.5, training=False).values() is A.values()
+
+
+# ---- scorch.enable(): kernels behind torch's own sparse tensors ---------------------------
+
+def _dispatch_cases(dtype):
+    x = make_dense((6, 5), dtype, seed_of("dispatch", dtype))
+    X = dn((5, 3), dtype, 1)
+    return x, X, [
+        (lambda A: torch.mm(A, X), x @ X),
+        (lambda A: A @ X, x @ X),
+        (lambda A: torch.mv(A, X[:, 0]), x @ X[:, 0]),
+        (lambda A: torch.addmm(dn((6, 3), dtype, 2), A, X, beta=0.5, alpha=2.0),
+         torch.addmm(dn((6, 3), dtype, 2), x, X, beta=0.5, alpha=2.0)),
+        (lambda A: torch.sparse.mm(A, X), x @ X),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+def test_enable_routes_torch_sparse(layout, dtype):
+    from scorch import _dispatch
+
+    x, X, cases = _dispatch_cases(dtype)
+    conv = {"csr": x.to_sparse_csr, "csc": x.to_sparse_csc, "coo": x.to_sparse}[layout]
+    A = conv()
+    assert not scorch.is_enabled()
+    before = _dispatch.calls
+    for op, ref in cases:                                   # off by default: torch's kernels
+        torch.testing.assert_close(op(A), ref, **tol(dtype))
+    assert _dispatch.calls == before
+    with scorch.enabled():
+        assert scorch.is_enabled()
+        for op, ref in cases:
+            n = _dispatch.calls
+            torch.testing.assert_close(op(A), ref, **tol(dtype))
+            assert _dispatch.calls > n
+        Xg = X.clone().requires_grad_()
+        (A @ Xg).sum().backward()                            # torch's formula, our kernels
+        torch.testing.assert_close(Xg.grad, x.t() @ torch.ones(6, 3, dtype=dtype),
+                                   **tol(dtype))
+    assert not scorch.is_enabled()
+    n = _dispatch.calls
+    torch.testing.assert_close(torch.mm(A, X), x @ X, **tol(dtype))
+    assert _dispatch.calls == n
+
+
+def test_enable_sparse_result_and_refusals():
+    x = make_dense((5, 5), torch.float32, seed_of("dispatch_sp"))
+    A = x.to_sparse_csr()
+    scorch.enable()
+    try:
+        scorch.enable()                                      # idempotent
+        C = torch.mm(A, A)
+        assert C.layout is torch.sparse_csr
+        torch.testing.assert_close(C.to_dense(), x @ x)
+        with pytest.raises(NotImplementedError, match="scorch.disable"):
+            torch.mm(x.to(torch.float16).to_sparse_csr(), torch.ones(5, 2, dtype=torch.float16))
+    finally:
+        scorch.disable()
+    scorch.disable()                                         # idempotent
+    assert not scorch.is_enabled()
