@@ -89,16 +89,26 @@ def _dense_format(ndim, perm):
 
 
 def _sparse_operand(a: SparseTensor, dtype):
-    vals = a._values.detach()
-    if vals.dtype != dtype:
-        vals = vals.to(dtype)
-    vals = vals.contiguous()
+    """(desc, signature, what keeps the data alive).  The description of a SparseTensor's
+    own arrays is computed once per tensor (its arrays never change identity)."""
+    vals = a._values
+    if vals.dtype != dtype or not vals.is_contiguous():
+        v = vals.detach().to(dtype).contiguous()
+        desc, sig = _sparse_desc(a, v)
+        return desc, sig, v
+    cached = a._desc
+    if cached is None:
+        cached = a._desc = _sparse_desc(a, vals)
+    return cached[0], cached[1], vals
+
+
+def _sparse_desc(a: SparseTensor, vals):
     pos = [None if p is None else p.numpy() for p in a._pos]
     crd = [None if c is None else c.numpy() for c in a._crd]
     fmt = a._format.as_tuple()
     index = _INDEX_NAMES[a.index_dtype]
-    desc = (tuple(a.shape), fmt, pos, crd, vals.numpy(), index)
-    return desc, ("s", fmt, index), vals
+    desc = (a._shape, fmt, pos, crd, vals.detach().numpy(), index)
+    return desc, ("s", fmt, index)
 
 
 def _operands(operands):
@@ -111,9 +121,11 @@ def _operands(operands):
         if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
             raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
                             "scorch.to_sparse first")
-    dtype = operands[0].dtype
-    for x in operands[1:]:
-        dtype = torch.promote_types(dtype, x.dtype)
+    dtypes = [x._values.dtype if isinstance(x, SparseTensor) else x.dtype for x in operands]
+    dtype = dtypes[0]
+    for d in dtypes[1:]:
+        if d != dtype:
+            dtype = torch.promote_types(dtype, d)
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
                         f"{dtype}")

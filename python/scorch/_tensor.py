@@ -53,6 +53,10 @@ class SparseTensor(torch.Tensor):
         self._values = values
         # Kept for formats with no index arrays (dense), so the dtype asked for survives.
         self._index_dtype = index_dtype
+        # Plain-Python copies for the hot path: reading .shape or .dtype on a subclass
+        # goes through __torch_function__ (about 2 us each).
+        self._shape = tuple(shape)
+        self._desc = None  # (dtype, operand description, signature) once computed
         return self
 
     @classmethod
