@@ -41,7 +41,24 @@ static const char PRELUDE[] =
     "    for (int64_t i = 1; i < n; i++) {\n"
     "        int64_t v = a[i], k = i - 1;\n"
     "        while (k >= 0 && a[k] > v) { a[k + 1] = a[k]; k--; }\n"
-    "        a[k + 1] = v;\n    }\n}\n\n";
+    "        a[k + 1] = v;\n    }\n}\n"
+    /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
+     * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
+     * grows and consecutive threads' ranges tile [lo, hi) exactly). */
+    "static inline int64_t sc_k_split32(const int32_t *pos, int64_t lo, int64_t hi, int64_t t, int64_t nt)\n{\n"
+    "    int64_t b = pos[lo], tot = (int64_t)pos[hi] - b + (hi - lo);\n"
+    "    int64_t want = tot / nt * t + tot % nt * t / nt, a = lo;\n"
+    "    while (a < hi) {\n"
+    "        int64_t m = a + (hi - a) / 2;\n"
+    "        if ((int64_t)pos[m] - b + (m - lo) < want) a = m + 1; else hi = m;\n"
+    "    }\n    return a;\n}\n"
+    "static inline int64_t sc_k_split64(const int64_t *pos, int64_t lo, int64_t hi, int64_t t, int64_t nt)\n{\n"
+    "    int64_t b = pos[lo], tot = pos[hi] - b + (hi - lo);\n"
+    "    int64_t want = tot / nt * t + tot % nt * t / nt, a = lo;\n"
+    "    while (a < hi) {\n"
+    "        int64_t m = a + (hi - a) / 2;\n"
+    "        if (pos[m] - b + (m - lo) < want) a = m + 1; else hi = m;\n"
+    "    }\n    return a;\n}\n\n";
 
 typedef struct em {
     sc_cg_buf *out;
@@ -206,6 +223,48 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         pr(m, ";\n");
         break;
     case SC_IR_S_FOR:
+        if (s->balanced && s->par != SC_IR_SEQ) {
+            const char *vn = v->name;
+            const char *split = m->fn->vars[s->bal].type == SC_IR_I64 ? "sc_k_split64" : "sc_k_split32";
+            if (s->par == SC_IR_PAR_FOR) {
+                pr(m, "#pragma omp parallel num_threads(nt_) if((");
+                expr(m, s->b);
+                pr(m, ") - (");
+                expr(m, s->a);
+                sc_cg_printf(m->out, ") >= %d)\n", SC_IR_PAR_MIN);
+                indent(m, ind);
+            }
+            pr(m, "{\n");
+            indent(m, ind + 1);
+            sc_cg_printf(m->out, "int64_t %s_lo = ", vn);
+            expr(m, s->a);
+            sc_cg_printf(m->out, ", %s_hi = ", vn);
+            expr(m, s->b);
+            sc_cg_printf(m->out, ";\n#ifdef _OPENMP\n");
+            indent(m, ind + 1);
+            sc_cg_printf(m->out, "int64_t %s_t = omp_get_thread_num(), %s_nt = omp_get_num_threads();\n#else\n", vn, vn);
+            indent(m, ind + 1);
+            sc_cg_printf(m->out, "int64_t %s_t = 0, %s_nt = 1;\n#endif\n", vn, vn);
+            indent(m, ind + 1);
+            sc_cg_printf(m->out, "int64_t %s_b = %s(%s, %s_lo, %s_hi, %s_t, %s_nt);\n", vn, split,
+                         m->fn->vars[s->bal].name, vn, vn, vn, vn);
+            indent(m, ind + 1);
+            sc_cg_printf(m->out, "int64_t %s_e = %s(%s, %s_lo, %s_hi, %s_t + 1, %s_nt);\n", vn, split,
+                         m->fn->vars[s->bal].name, vn, vn, vn, vn);
+            indent(m, ind + 1);
+            sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e; %s++) {\n", ctype(v->type), vn, vn,
+                         vn, vn, vn);
+            stmt(m, s->body, ind + 2);
+            indent(m, ind + 1);
+            pr(m, "}\n");
+            if (s->par == SC_IR_OMP_FOR) {
+                indent(m, ind + 1);
+                pr(m, "#pragma omp barrier\n");
+            }
+            indent(m, ind);
+            pr(m, "}\n");
+            break;
+        }
         if (s->par != SC_IR_SEQ) {
             pr(m, s->par == SC_IR_PAR_FOR ? "#pragma omp parallel for num_threads(nt_)"
                                           : "#pragma omp for");

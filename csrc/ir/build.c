@@ -492,6 +492,24 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
     return s;
 }
 
+const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
+                                     const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
+                                     const sc_ir_stmt *body)
+{
+    if (b->st != SC_OK || !var_ok(b, pos))
+        return NULL;
+    if (par == SC_IR_SEQ || !b->fn->vars[pos].buffer || !sc_ir_is_int(b->fn->vars[pos].type)) {
+        sc_ir_fail(b, SC_INTERNAL, "balanced loop needs a parallel loop and an integer pos buffer");
+        return NULL;
+    }
+    sc_ir_stmt *s = (sc_ir_stmt *)sc_ir_for(b, v, lo, hi, sc_ir_int(b, 1), par, 0, body);
+    if (!s)
+        return NULL;
+    s->balanced = true;
+    s->bal = pos;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body)
 {
     if (!scalar_int(b, cond, "while") || !need(b, body, "while body"))

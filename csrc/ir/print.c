@@ -138,6 +138,8 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
             put(s, " step ");
             expr(s, fn, st->c);
         }
+        if (st->balanced)
+            put(s, " balanced by %s", fn->vars[st->bal].name);
         put(s, ":\n");
         stmt(s, fn, st->body, ind + 1);
         break;

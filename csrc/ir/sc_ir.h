@@ -157,6 +157,9 @@ struct sc_ir_stmt {
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
     sc_ir_arg field;       /* OUT_SET */
     int32_t level;         /* OUT_SET; FOR: dynamic chunk (0 = static) */
+    bool balanced;         /* FOR (PAR_FOR/OMP_FOR, step 1): contiguous per-thread ranges of
+                              about equal weight pos[v+1] - pos[lo] + (v + 1 - lo) */
+    sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL body; IF else */
     int32_t n;             /* BLOCK */
@@ -232,6 +235,14 @@ const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr 
 const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                             const sc_ir_expr *hi, const sc_ir_expr *step, sc_ir_par par,
                             int32_t chunk, const sc_ir_stmt *body);
+/* The same PAR_FOR/OMP_FOR with unit step, but split statically into one contiguous
+ * range per thread of about equal weight, the weight of iteration v being
+ * pos[v + 1] - pos[v] + 1 (nonzeros of a compressed row plus one): each thread finds its
+ * bounds by binary search on pos[lo..hi], which must be nondecreasing.  Power-law rows
+ * then leave no thread idle.  An OMP_FOR ends with a barrier as "omp for" does. */
+const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
+                                     const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
+                                     const sc_ir_stmt *body);
 const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body);
 const sc_ir_stmt *sc_ir_if(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *then,
                            const sc_ir_stmt *orelse);

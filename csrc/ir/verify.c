@@ -116,6 +116,13 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
         if ((st = expr(v, s->a)) != SC_OK || (st = expr(v, s->b)) != SC_OK ||
             (st = expr(v, s->c)) != SC_OK)
             return st;
+        if (s->balanced) {
+            if ((st = use(v, s->bal)) != SC_OK)
+                return st;
+            if (!v->fn->vars[s->bal].buffer || !sc_ir_is_int(v->fn->vars[s->bal].type) ||
+                s->par == SC_IR_SEQ)
+                return bad(v, "balanced loop without a parallel loop over an integer pos buffer", s->bal);
+        }
         if (s->par == SC_IR_OMP_FOR && v->par_depth == 0)
             return bad(v, "omp for outside a parallel region", s->var);
         if (s->par == SC_IR_PAR_FOR && v->par_depth > 0)

@@ -8,6 +8,9 @@
  * of three or more iterators use one loop in which absent operands read as zero.  Dense
  * levels are located.  Innermost reductions accumulate into a scalar (a dense one into
  * several independent accumulators, so it vectorises).
+ * The parallel outermost loop over the rows of a csr-like operand gives each thread one
+ * contiguous range of about equal nonzeros (bounds by binary search on its pos array);
+ * other parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
  * parallel when the outermost loop is a dense output level; output indices nested inside
  * a reduction go through a per-thread dense workspace with a sorted list of touched
@@ -500,6 +503,25 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
     return true;
 }
 
+/* The pos array that weighs the rows of a parallel dense loop over v: that of the first
+ * sparse operand whose first level is dense over v (not broadcast) and whose second is
+ * compressed, so pos[v]..pos[v + 1] is row v's segment (csr-like); -1 if none. */
+static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
+{
+    const sc_lower_problem *p = L->p;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        int32_t t = ac->operand;
+        const sc_format *f = &p->ops[t].fmt;
+        if (!p->ops[t].sparse || f->order < 2 || ac->lvar[0] != v ||
+            f->kind[0] != SC_LEVEL_DENSE || f->kind[1] != SC_LEVEL_COMPRESSED ||
+            (t < 64 && (p->bcast[t] >> f->lvl2dim[0] & 1u)) || L->pos[t][1] < 0)
+            continue;
+        return L->pos[t][1];
+    }
+    return -1;
+}
+
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
 {
     if (L->b.st != SC_OK)
@@ -568,7 +590,11 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             return sc_ir_block(B, NULL, 0);
         if (par == SC_IR_OMP_FOR && L->ws_ok >= 0)
             body = sc_ir_if(B, V(L->ws_ok), body, NULL);
-        sc_ir_push(B, &out, sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body));
+        /* rows weighed by their nonzeros; not with a workspace (SpGEMM-like: a row's
+         * work follows the other operand's rows, which dynamic chunks absorb) */
+        sc_ir_var bal = par != SC_IR_SEQ && L->q < 0 ? balance_pos(L, v) : -1;
+        sc_ir_push(B, &out, bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal, body)
+                                     : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body));
         return sc_ir_list_block(B, &out);
     }
     if (nit == 1 && !lat.universe && it[0].unique) {

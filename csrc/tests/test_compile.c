@@ -272,6 +272,10 @@ static const tcase CASES[] = {
     {"ij,jk->ik", 0, 2, {"dense", "csc"}, {{M, N}, {N, K}}, NULL, NULL},
     /* SDDMM: output keeps A's pattern */
     {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL},
+    /* rows >= SC_IR_PAR_MIN: nnz-balanced row ranges on two threads (empty rows too) */
+    {"ij,j->i", 0, 2, {"csr", "dense"}, {{301, N}, {N}}, NULL, NULL},
+    {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{300, N}, {N, K}}, NULL, NULL},
+    {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{257, N}, {257, K}, {N, K}}, NULL, NULL},
     {"ij,ik,jk->ij", 0, 3, {"coo", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL},
     {"ij,ik,jk->ij", 0, 3, {"csc", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL},
     /* A A^T */
@@ -434,26 +438,50 @@ static void golden(const tcase *tc, const char *const *needles, int n)
     }
 }
 
+/* Lines that must not appear in the generated C. */
+static void absent(const tcase *tc, const char *const *needles, int n)
+{
+    const sc_kernel *k = NULL;
+    CHECK(run_case(tc, SC_DTYPE_F32, SC_INDEX_I32, 3, &k));
+    if (!k)
+        return;
+    const char *src = strstr(sc_kernel_explain(k), "generated C");
+    CHECK(src != NULL);
+    for (int i = 0; src && i < n; i++) {
+        bool found = strstr(src, needles[i]) != NULL;
+        if (found)
+            fprintf(stderr, "golden %s: unexpected '%s'\n", tc->expr, needles[i]);
+        CHECK(!found);
+    }
+}
+
 static void test_goldens(void)
 {
     tcase spmv = {"ij,j->i", 0, 2, {"csr", "dense"}, {{M, N}, {N}}, NULL, NULL};
     static const char *const g1[] = {
-        "#pragma omp parallel for num_threads(nt_)",
+        "#pragma omp parallel num_threads(nt_) if((Ni_",
+        "int64_t i_", /* nnz-balanced rows: bounds by binary search on A's pos */
+        "= sc_k_split32(A1_pos_0, i_",
+        "_t + 1, i_",
         "for (int64_t A1_p_",
         "= A1_pos_0[p_",
         "int64_t j_",
         "= A1_crd_1[A1_p_",
         "float acc_",
         "acc_", "+= (v_"};
-    golden(&spmv, g1, 8);
+    golden(&spmv, g1, 11);
+    static const char *const g1n[] = {"#pragma omp parallel for", "schedule(dynamic"};
+    absent(&spmv, g1n, 2);
     tcase sddmm = {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
     static const char *const g2[] = {
         "/* phase 1: count the entries of each row */",
+        "= sc_k_split32(A1_pos_0, i_",
+        "#pragma omp barrier",
         "for (int64_t k_",
         "+= ((v_",
         "B_vals_", "C_vals_",
         "out_crd_", "out_vals_"};
-    golden(&sddmm, g2, 7);
+    golden(&sddmm, g2, 9);
     tcase spgemm = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g3[] = {
         "#pragma omp parallel num_threads(nt_)",
