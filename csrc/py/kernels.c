@@ -128,6 +128,32 @@ static const sc_kernel *kernel_of(PyObject *cap)
     return PyCapsule_GetPointer(cap, KERNEL_CAPSULE);
 }
 
+/* The kernel of a call whose only argument is a kernel capsule, or NULL (error set). */
+static const sc_kernel *kernel_arg(PyObject *args)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    return kernel_of(cap);
+}
+
+/* A tuple of the first n dims.  New reference. */
+static PyObject *dims_tuple(int32_t n, const int64_t *dims)
+{
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        PyObject *d = PyLong_FromLongLong(dims[i]);
+        if (!d) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+    }
+    return t;
+}
+
 /* run(kernel, ops, threads) -> (shape, (pos, crd, vals)) of the output */
 PyObject *sc_py_run(PyObject *module, PyObject *args)
 {
@@ -153,17 +179,15 @@ PyObject *sc_py_run(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    PyObject *shape = PyTuple_New(out.fmt.order);
+    PyObject *shape = dims_tuple(out.fmt.order, out.dims);
     if (!shape) {
         sc_ctx ctx;
         sc_ctx_init(&ctx);
         sc_tensor_release(&ctx, &out);
         return NULL;
     }
-    for (int32_t i = 0; i < out.fmt.order; i++)
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(out.dims[i]));
     PyObject *arrays = sc_py_tensor_result(&out); /* takes out's arrays */
-    if (!arrays || PyErr_Occurred()) {
+    if (!arrays) {
         Py_DECREF(shape);
         Py_XDECREF(arrays);
         return NULL;
@@ -175,21 +199,16 @@ PyObject *sc_py_run(PyObject *module, PyObject *args)
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    const sc_kernel *k = kernel_of(cap);
+    const sc_kernel *k = kernel_arg(args);
     if (!k)
         return NULL;
     sc_tensor d;
     sc_kernel_output(k, &d);
-    PyObject *shape = PyTuple_New(d.fmt.order);
+    PyObject *shape = dims_tuple(d.fmt.order, d.dims);
     if (!shape)
         return NULL;
-    for (int32_t i = 0; i < d.fmt.order; i++)
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(d.dims[i]));
     PyObject *fmt = sc_py_fmt_tuple(&d.fmt);
-    if (!fmt || PyErr_Occurred()) {
+    if (!fmt) {
         Py_DECREF(shape);
         Py_XDECREF(fmt);
         return NULL;
@@ -203,10 +222,7 @@ PyObject *sc_py_kernel_info(PyObject *module, PyObject *args)
 PyObject *sc_py_kernel_times(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    const sc_kernel *k = kernel_of(cap);
+    const sc_kernel *k = kernel_arg(args);
     if (!k)
         return NULL;
     double f, j;
