@@ -13,8 +13,9 @@ import os
 import torch
 
 from . import _C
-from ._format import Format
-from ._tensor import _INDEX_NAMES, VALUE_DTYPES, SparseTensor, _threads, _wrap
+from ._format import Format, _format_from_tuple
+from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, VALUE_DTYPES, SparseTensor, _threads,
+                      _wrap)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,7 +175,6 @@ def _output_order(lang, expr: str) -> int:
 # (lang, expr, operand signatures, out format, schedule) -> (kernel, out Format, index
 # dtype): a warm call skips the C compiler's lookup and the description of the result.
 _KERNELS: dict = {}
-_INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
 
 
 def _compile(lang, expr, operands, out_format, schedule):
@@ -191,8 +191,6 @@ def _compile(lang, expr, operands, out_format, schedule):
         if out_format is not None:
             fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
         kernel = _C.compile(lang, expr, descs, fmt_t, sched)
-        from ._format import _format_from_tuple
-
         _, out_fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
         out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
         entry = (kernel, out_fmt, _INDEX_OF_NAME[index_name])

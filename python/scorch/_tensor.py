@@ -16,6 +16,7 @@ from . import _C
 from ._format import Format
 
 _INDEX_NAMES = {torch.int32: "int32", torch.int64: "int64"}
+_INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
 VALUE_DTYPES = (torch.float32, torch.float64)
 
 
@@ -263,7 +264,7 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
     """Unpickling entry point (registered as a safe global for torch.load)."""
     from ._format import _format_from_tuple
 
-    index_dtype = {v: k for k, v in _INDEX_NAMES.items()}[index_name]
+    index_dtype = _INDEX_OF_NAME[index_name]
     return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd, values,
                         requires_grad=requires_grad, index_dtype=index_dtype)
 
