@@ -17,12 +17,18 @@ static const char PRELUDE[] =
     "#include <string.h>\n"
     "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n"
     "static inline int64_t sc_min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+    /* vectors of 64 bytes (the compiler's vector extension) and unaligned views */
+    "typedef float sc_vf32 __attribute__((vector_size(64)));\n"
+    "typedef double sc_vf64 __attribute__((vector_size(64)));\n"
+    "typedef float sc_vf32u __attribute__((vector_size(64), aligned(4), may_alias));\n"
+    "typedef double sc_vf64u __attribute__((vector_size(64), aligned(8), may_alias));\n"
     "static inline int64_t sc_max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
-    "static void *sc_k_alloc(sc_rt_env *env, int64_t n, size_t size)\n{\n"
+    "static void *sc_k_alloc_raw(sc_rt_env *env, int64_t n, size_t size)\n{\n"
     "    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / size)\n        return NULL;\n"
-    "    size_t bytes = n ? (size_t)n * size : size;\n"
-    "    void *p = env->alloc(env->user, bytes);\n"
-    "    if (p)\n        memset(p, 0, bytes);\n    return p;\n}\n"
+    "    return env->alloc(env->user, n ? (size_t)n * size : size);\n}\n"
+    "static void *sc_k_alloc(sc_rt_env *env, int64_t n, size_t size)\n{\n"
+    "    void *p = sc_k_alloc_raw(env, n, size);\n"
+    "    if (p)\n        memset(p, 0, n ? (size_t)n * size : size);\n    return p;\n}\n"
     "static void sc_k_free(sc_rt_env *env, void *p)\n{\n    if (p)\n        env->free(env->user, p);\n}\n"
     "static void sc_k_sort(int64_t *a, int64_t n)\n{\n"
     "    while (n > 24) {\n"
@@ -77,6 +83,12 @@ static const char *ctype(sc_ir_type t)
     return t == SC_IR_BOOL ? "int" : sc_ir_type_name(t);
 }
 
+/* The suffix of a vector type name: sc_vf32 / sc_vf64. */
+static const char *vtag(sc_ir_type t)
+{
+    return t == SC_IR_F64 ? "f64" : "f32";
+}
+
 static void expr(em *m, const sc_ir_expr *e)
 {
     const sc_ir_func *fn = m->fn;
@@ -102,6 +114,16 @@ static void expr(em *m, const sc_ir_expr *e)
         sc_cg_printf(m->out, "%s[", fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, "]");
+        break;
+    case SC_IR_E_VLOAD:
+        sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type), fn->vars[e->var].name);
+        expr(m, e->a);
+        pr(m, "])");
+        break;
+    case SC_IR_E_SPLAT:
+        sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(e->type));
+        expr(m, e->a);
+        pr(m, ")");
         break;
     case SC_IR_E_BIN:
         if (e->op == SC_IR_OP_MIN || e->op == SC_IR_OP_MAX) {
@@ -169,7 +191,7 @@ static void expr(em *m, const sc_ir_expr *e)
         break;
     }
     case SC_IR_E_ALLOC:
-        sc_cg_printf(m->out, "((%s *)sc_k_alloc(env, ", ctype(e->type));
+        sc_cg_printf(m->out, "((%s *)sc_k_alloc%s(env, ", ctype(e->type), e->raw ? "_raw" : "");
         expr(m, e->a);
         sc_cg_printf(m->out, ", sizeof(%s)))", ctype(e->type));
         break;
@@ -200,7 +222,13 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
     indent(m, ind);
     switch (s->kind) {
     case SC_IR_S_DECL:
-        if (v->buffer)
+        if (v->local_len > 0) {
+            sc_cg_printf(m->out, "%s %s[%d];\n", ctype(v->type), v->name, (int)v->local_len);
+            break;
+        }
+        if (v->lanes > 0)
+            sc_cg_printf(m->out, "sc_v%s %s = ", vtag(v->type), v->name);
+        else if (v->buffer)
             sc_cg_printf(m->out, "%s%s *restrict %s = ", v->readonly ? "const " : "",
                          ctype(v->type), v->name);
         else
@@ -214,6 +242,14 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         pr(m, ";\n");
         break;
     case SC_IR_S_STORE:
+        if (s->lanes) {
+            sc_cg_printf(m->out, "*(sc_v%su *)&%s[", vtag(v->type), v->name);
+            expr(m, s->b);
+            sc_cg_printf(m->out, "] %s ", s->accumulate ? "+=" : "=");
+            expr(m, s->a);
+            pr(m, ";\n");
+            break;
+        }
         sc_cg_printf(m->out, "%s[", v->name);
         expr(m, s->b);
         sc_cg_printf(m->out, "] %s ", s->accumulate ? "+=" : "=");

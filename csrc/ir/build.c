@@ -123,8 +123,41 @@ sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, boo
         return -1;
     }
     sc_ir_var id = fn->nvars++;
-    fn->vars[id] = (sc_ir_var_info){s, type, buffer, readonly, owned};
+    fn->vars[id] = (sc_ir_var_info){s, type, buffer, readonly, owned, 0, 0};
     return id;
+}
+
+sc_ir_var sc_ir_new_local(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t len)
+{
+    if (b->st != SC_OK)
+        return -1;
+    if (len <= 0 || len > SC_IR_LOCAL_MAX || type == SC_IR_VOID) {
+        sc_ir_fail(b, SC_INTERNAL, "local array %s of %d elements", name, (int)len);
+        return -1;
+    }
+    sc_ir_var v = sc_ir_new_var(b, name, type, true, false, false);
+    if (v >= 0)
+        b->fn->vars[v].local_len = len;
+    return v;
+}
+
+int32_t sc_ir_vec_lanes(sc_ir_type type)
+{
+    return type == SC_IR_F32 ? SC_IR_VEC_BYTES / 4 : type == SC_IR_F64 ? SC_IR_VEC_BYTES / 8 : 0;
+}
+
+sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type)
+{
+    if (b->st != SC_OK)
+        return -1;
+    if (!sc_ir_vec_lanes(type)) {
+        sc_ir_fail(b, SC_INTERNAL, "vector %s of %s", name, sc_ir_type_name(type));
+        return -1;
+    }
+    sc_ir_var v = sc_ir_new_var(b, name, type, false, false, false);
+    if (v >= 0)
+        b->fn->vars[v].lanes = sc_ir_vec_lanes(type);
+    return v;
 }
 
 static bool var_ok(sc_ir_builder *b, sc_ir_var v)
@@ -171,6 +204,7 @@ const sc_ir_expr *sc_ir_var_ref(sc_ir_builder *b, sc_ir_var v)
     e->var = v;
     e->type = b->fn->vars[v].type;
     e->buffer = b->fn->vars[v].buffer;
+    e->lanes = b->fn->vars[v].lanes;
     return e;
 }
 
@@ -218,13 +252,49 @@ const sc_ir_expr *sc_ir_load(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
     return e;
 }
 
+const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+{
+    const sc_ir_expr *l = sc_ir_load(b, buf, idx);
+    if (!l)
+        return NULL;
+    if (!sc_ir_vec_lanes(l->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "vector load from %s", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_expr *e = (sc_ir_expr *)l;
+    e->kind = SC_IR_E_VLOAD;
+    e->lanes = sc_ir_vec_lanes(l->type);
+    return e;
+}
+
+const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x)
+{
+    if (!need(b, x, "splat"))
+        return NULL;
+    if (x->buffer || x->lanes || !sc_ir_vec_lanes(x->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "splat of a %s", x->lanes ? "vector" : sc_ir_type_name(x->type));
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_SPLAT;
+    e->type = x->type;
+    e->lanes = sc_ir_vec_lanes(x->type);
+    e->a = x;
+    return e;
+}
+
 const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
                             const sc_ir_expr *y)
 {
     if (!need(b, x, "binary") || !need(b, y, "binary"))
         return NULL;
     if ((unsigned)op >= SC_IR_OP_COUNT || x->buffer || y->buffer ||
-        sc_ir_is_float(x->type) != sc_ir_is_float(y->type)) {
+        sc_ir_is_float(x->type) != sc_ir_is_float(y->type) ||
+        ((x->lanes || y->lanes) && (op_bool[op] || op == SC_IR_OP_MIN || op == SC_IR_OP_MAX ||
+                                    (x->lanes && y->lanes && x->lanes != y->lanes) ||
+                                    x->type != y->type))) {
         sc_ir_fail(b, SC_INTERNAL, "bad operands for '%s' (%s, %s)", sc_ir_op_symbol(op),
                    sc_ir_type_name(x->type), sc_ir_type_name(y->type));
         return NULL;
@@ -248,6 +318,7 @@ const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
     e->op = op;
     e->a = x;
     e->b = y;
+    e->lanes = x->lanes ? x->lanes : y->lanes;
     if (op_bool[op])
         e->type = SC_IR_BOOL;
     else if (sc_ir_is_float(x->type))
@@ -266,6 +337,7 @@ const sc_ir_expr *sc_ir_neg(sc_ir_builder *b, const sc_ir_expr *x)
         return NULL;
     e->kind = SC_IR_E_NEG;
     e->type = sc_ir_is_float(x->type) ? x->type : SC_IR_I64;
+    e->lanes = x->lanes;
     e->a = x;
     return e;
 }
@@ -287,7 +359,7 @@ const sc_ir_expr *sc_ir_cast(sc_ir_builder *b, sc_ir_type t, const sc_ir_expr *x
 {
     if (!need(b, x, "cast"))
         return NULL;
-    if (x->buffer || t == SC_IR_VOID) {
+    if (x->buffer || x->lanes || t == SC_IR_VOID) {
         sc_ir_fail(b, SC_INTERNAL, "bad cast to %s", sc_ir_type_name(t));
         return NULL;
     }
@@ -305,7 +377,8 @@ const sc_ir_expr *sc_ir_select(sc_ir_builder *b, const sc_ir_expr *c, const sc_i
 {
     if (!scalar_int(b, c, "select") || !need(b, x, "select") || !need(b, y, "select"))
         return NULL;
-    if (sc_ir_is_float(x->type) != sc_ir_is_float(y->type) || x->buffer || y->buffer) {
+    if (sc_ir_is_float(x->type) != sc_ir_is_float(y->type) || x->buffer || y->buffer ||
+        x->lanes || y->lanes) {
         sc_ir_fail(b, SC_INTERNAL, "select arms of different kinds");
         return NULL;
     }
@@ -362,6 +435,14 @@ const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_exp
     return e;
 }
 
+const sc_ir_expr *sc_ir_alloc_raw(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count)
+{
+    const sc_ir_expr *e = sc_ir_alloc(b, type, count);
+    if (e)
+        ((sc_ir_expr *)e)->raw = true;
+    return e;
+}
+
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf)
 {
     if (!var_ok(b, buf))
@@ -407,7 +488,7 @@ const sc_ir_stmt *sc_ir_block(sc_ir_builder *b, const sc_ir_stmt *const *items, 
 
 static bool value_fits(sc_ir_builder *b, const sc_ir_var_info *vi, const sc_ir_expr *x)
 {
-    if (vi->buffer != x->buffer ||
+    if (vi->buffer != x->buffer || vi->lanes != x->lanes ||
         (!vi->buffer && sc_ir_is_float(vi->type) != sc_ir_is_float(x->type)) ||
         (vi->buffer && vi->type != x->type)) {
         sc_ir_fail(b, SC_INTERNAL, "value of type %s%s does not fit %s", sc_ir_type_name(x->type),
@@ -429,6 +510,21 @@ const sc_ir_stmt *sc_ir_decl(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *in
     return s;
 }
 
+const sc_ir_stmt *sc_ir_decl_local(sc_ir_builder *b, sc_ir_var v)
+{
+    if (!var_ok(b, v))
+        return NULL;
+    if (b->fn->vars[v].local_len <= 0) {
+        sc_ir_fail(b, SC_INTERNAL, "%s is not a local array", b->fn->vars[v].name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_DECL);
+    if (!s)
+        return NULL;
+    s->var = v;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_assign(sc_ir_builder *b, sc_ir_var v, bool accumulate,
                                const sc_ir_expr *value)
 {
@@ -443,13 +539,34 @@ const sc_ir_stmt *sc_ir_assign(sc_ir_builder *b, sc_ir_var v, bool accumulate,
     return s;
 }
 
+const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                               bool accumulate, const sc_ir_expr *value)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, idx, "store index") || !need(b, value, "store"))
+        return NULL;
+    const sc_ir_var_info *vi = &b->fn->vars[buf];
+    if (!vi->buffer || vi->readonly || vi->local_len || !value->lanes || vi->type != value->type) {
+        sc_ir_fail(b, SC_INTERNAL, "bad vector store into %s", vi->name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_STORE);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->a = value;
+    s->b = idx;
+    s->accumulate = accumulate;
+    s->lanes = value->lanes;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
                               bool accumulate, const sc_ir_expr *value)
 {
     if (!var_ok(b, buf) || !scalar_int(b, idx, "store index") || !need(b, value, "store"))
         return NULL;
     const sc_ir_var_info *vi = &b->fn->vars[buf];
-    if (!vi->buffer || vi->readonly || value->buffer ||
+    if (!vi->buffer || vi->readonly || value->buffer || value->lanes || vi->local_len < 0 ||
         sc_ir_is_float(vi->type) != sc_ir_is_float(value->type)) {
         sc_ir_fail(b, SC_INTERNAL, "bad store into %s", vi->name);
         return NULL;

@@ -40,9 +40,15 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         put(s, "%.17g", e->fval);
         break;
     case SC_IR_E_LOAD:
+    case SC_IR_E_VLOAD:
         put(s, "%s[", fn->vars[e->var].name);
         expr(s, fn, e->a);
-        put(s, "]");
+        put(s, e->kind == SC_IR_E_VLOAD ? " +%d lanes]" : "]", (int)e->lanes);
+        break;
+    case SC_IR_E_SPLAT:
+        put(s, "splat(");
+        expr(s, fn, e->a);
+        put(s, ")");
         break;
     case SC_IR_E_BIN:
         if (e->op == SC_IR_OP_MIN || e->op == SC_IR_OP_MAX) {
@@ -89,7 +95,7 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
             put(s, "op%d.%s[%d]", (int)e->ival, sc_ir_arg_name(e->arg), (int)e->level);
         break;
     case SC_IR_E_ALLOC:
-        put(s, "alloc<%s>(", sc_ir_type_name(e->type));
+        put(s, "%s<%s>(", e->raw ? "alloc_raw" : "alloc", sc_ir_type_name(e->type));
         expr(s, fn, e->a);
         put(s, ")");
         break;
@@ -112,6 +118,12 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
     const sc_ir_var_info *v = st->var >= 0 && st->var < fn->nvars ? &fn->vars[st->var] : NULL;
     switch (st->kind) {
     case SC_IR_S_DECL:
+        if (v->local_len > 0) {
+            put(s, "%s %s[%d]\n", sc_ir_type_name(v->type), v->name, (int)v->local_len);
+            break;
+        }
+        if (v->lanes > 0)
+            put(s, "vector<%s x %d> ", sc_ir_type_name(v->type), (int)v->lanes);
         put(s, "%s%s %s = ", sc_ir_type_name(v->type), v->buffer ? "*" : "", v->name);
         expr(s, fn, st->a);
         put(s, "\n");
@@ -124,6 +136,8 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
     case SC_IR_S_STORE:
         put(s, "%s[", v->name);
         expr(s, fn, st->b);
+        if (st->lanes)
+            put(s, " +%d lanes", (int)st->lanes);
         put(s, "] %s ", st->accumulate ? "+=" : "=");
         expr(s, fn, st->a);
         put(s, "\n");

@@ -44,7 +44,9 @@ typedef enum {
     X(SELECT, "select")     \
     X(ARG, "arg")           \
     X(ALLOC, "alloc")       \
-    X(NONNULL, "nonnull")
+    X(NONNULL, "nonnull")   \
+    X(VLOAD, "vload")       \
+    X(SPLAT, "splat")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -124,6 +126,8 @@ typedef struct sc_ir_var_info {
     bool buffer;     /* a pointer to elements of type */
     bool readonly;   /* const elements (operand arrays) */
     bool owned;      /* declared NULL at the top, freed on the failure path */
+    int32_t local_len; /* > 0: a local array of that many elements (sc_ir_new_local) */
+    int32_t lanes;     /* > 0: a vector of that many values (sc_ir_new_vector) */
 } sc_ir_var_info;
 
 typedef struct sc_ir_expr sc_ir_expr;
@@ -138,6 +142,9 @@ struct sc_ir_expr {
     sc_ir_arg arg;   /* ARG */
     int32_t level;   /* ARG */
     const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count) */
+    bool raw;        /* ALLOC: contents left undefined (no zero fill) */
+    int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
+                        VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
 };
 
 /* OpenMP treatment of a FOR: none, a whole "parallel for", or a worksharing "for"
@@ -162,6 +169,7 @@ struct sc_ir_stmt {
     sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL body; IF else */
+    int32_t lanes;         /* STORE: > 0 stores a vector into lanes consecutive elements */
     int32_t n;             /* BLOCK */
     const sc_ir_stmt *const *items;
 };
@@ -194,6 +202,20 @@ sc_status sc_ir_fail(sc_ir_builder *b, sc_status kind, const char *fmt, ...) SC_
 sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, bool buffer,
                         bool readonly, bool owned);
 
+/* A local array of len (> 0, at most SC_IR_LOCAL_MAX) elements of type: a small
+ * accumulator the C compiler keeps in registers.  Declared by sc_ir_decl_local, read and
+ * written with LOAD and STORE like a buffer.  Returns its id or -1. */
+#define SC_IR_LOCAL_MAX 256
+sc_ir_var sc_ir_new_local(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t len);
+
+/* Vectors: SC_IR_VEC_BYTES of a float type (16 float or 8 double lanes), emitted with
+ * the C compiler's vector extension so the code is vector code whatever its loop
+ * vectoriser decides.  sc_ir_vec_lanes: the lane count of type (0: not a vector type). */
+#define SC_IR_VEC_BYTES 64
+int32_t sc_ir_vec_lanes(sc_ir_type type);
+/* A vector variable of type (a float type). */
+sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type);
+
 /* The value type of the kernel's dtype. */
 sc_ir_type sc_ir_val_type(sc_dtype dt);
 sc_ir_type sc_ir_idx_type(sc_index_type it);
@@ -219,16 +241,30 @@ const sc_ir_expr *sc_ir_arg_ref(sc_ir_builder *b, sc_ir_arg arg, int32_t operand
 /* env->alloc of count elements of type (NULL on failure or size overflow). */
 const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
 
+/* The same allocation without the zero fill, for an array every element of which the
+ * kernel writes before reading. */
+const sc_ir_expr *sc_ir_alloc_raw(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
+
+/* The vector of buf[idx .. idx + lanes) (buf of a float type; no alignment needed). */
+const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
+/* The vector whose every lane is the scalar x. */
+const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x);
+
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);
 
 /* ---- Statement constructors ---- */
 const sc_ir_stmt *sc_ir_block(sc_ir_builder *b, const sc_ir_stmt *const *items, int32_t n);
 const sc_ir_stmt *sc_ir_decl(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *init);
+/* Declaration of a local array (contents undefined until stored). */
+const sc_ir_stmt *sc_ir_decl_local(sc_ir_builder *b, sc_ir_var v);
 const sc_ir_stmt *sc_ir_assign(sc_ir_builder *b, sc_ir_var v, bool accumulate,
                                const sc_ir_expr *value);
 const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
                               bool accumulate, const sc_ir_expr *value);
+/* buf[idx .. idx + lanes) = (or +=) the vector value. */
+const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                               bool accumulate, const sc_ir_expr *value);
 /* for (v = lo; v < hi; v += step) body; v is declared by the loop.  A PAR_FOR runs
  * single-threaded when hi - lo is below SC_IR_PAR_MIN iterations. */
 #define SC_IR_PAR_MIN 128

@@ -43,6 +43,7 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
     case SC_IR_E_NONNULL:
         return use(v, e->var);
     case SC_IR_E_LOAD:
+    case SC_IR_E_VLOAD:
         if ((st = use(v, e->var)) != SC_OK)
             return st;
         if (!v->fn->vars[e->var].buffer)
@@ -56,6 +57,7 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
     case SC_IR_E_NOT:
     case SC_IR_E_CAST:
     case SC_IR_E_ALLOC:
+    case SC_IR_E_SPLAT:
         return expr(v, e->a);
     case SC_IR_E_SELECT:
         if ((st = expr(v, e->a)) != SC_OK || (st = expr(v, e->b)) != SC_OK)
@@ -94,7 +96,9 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
             st = stmt(v, s->items[i]);
         return st;
     case SC_IR_S_DECL:
-        if ((st = expr(v, s->a)) != SC_OK)
+        if (!s->a && v->fn->vars[s->var].local_len <= 0)
+            return bad(v, "declaration without a value of a variable that is not a local array", s->var);
+        if (s->a && (st = expr(v, s->a)) != SC_OK)
             return st;
         if (v->live[s->var])
             return bad(v, "variable declared twice in one scope", s->var);

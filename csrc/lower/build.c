@@ -50,6 +50,11 @@ typedef struct lb {
     sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
+    /* dense output: depth at which a register tile over the innermost loop starts (-1:
+     * none), and whether some write leaves part of the output to its zero fill */
+    int32_t tile_at;
+    bool tile_vec; /* the tile's dense operands are contiguous in its variable: vectors */
+    bool need_zero;
 } lb;
 
 typedef struct st {
@@ -64,6 +69,17 @@ typedef struct st {
     const sc_ir_expr *opos;
     sc_ir_var cnt[SC_MAX_ORDER]; /* per output level: running entry counter */
     sc_ir_var acc;
+    /* register tile: the local accumulator array (-1: none), the tile's first coordinate
+     * of the innermost variable, its width, and the lane index inside the tile loop */
+    sc_ir_var tacc;
+    const sc_ir_expr *tbase, *twidth, *tlane;
+    /* vector register tile: tvn vector accumulators tv[] (tvn 0: none); vacc: the one the
+     * leaf adds into, vec: dense operands contiguous in the tile variable load vectors */
+    int32_t tvn;
+    sc_ir_var tv[4], vacc;
+    bool vec;
+    bool seen_sparse; /* a loop above iterates stored entries (some coordinates skipped) */
+    bool seen_red;    /* a reduction variable is bound above (a coordinate revisited) */
 } st;
 
 #define B (&L->b)
@@ -105,8 +121,13 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
         if (L->p->ops[ac->operand].sparse)
             return V(S->val[n->access]);
         const sc_ir_expr *addr = I(0);
-        for (int32_t d = 0; d < ac->order; d++)
+        bool tiled = false;
+        for (int32_t d = 0; d < ac->order; d++) {
             addr = BIN(ADD, addr, BIN(MUL, S->cv[ac->var[d]], L->stride[ac->operand][d]));
+            tiled |= ac->var[d] == L->order[L->n - 1];
+        }
+        if (S->vec && tiled)
+            return sc_ir_vload(B, L->vals[ac->operand], addr);
         return sc_ir_load(B, L->vals[ac->operand], addr);
     }
     case SC_LN_LIT:
@@ -156,7 +177,12 @@ static void write_out(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val
         const sc_ir_expr *addr = I(0);
         for (int32_t d = 0; d < p->out_order; d++)
             addr = BIN(ADD, addr, BIN(MUL, S->cv[p->out_var[d]], L->ostride[d]));
-        sc_ir_push(B, out, sc_ir_store(B, L->ovals, addr, true, val));
+        /* each output coordinate is reached at most once unless a reduction variable is
+         * bound above; every one is reached only when no loop above skips coordinates */
+        if (S->seen_red || S->seen_sparse)
+            L->need_zero = true;
+        sc_ir_push(B, out, val->lanes ? sc_ir_vstore(B, L->ovals, addr, S->seen_red, val)
+                                      : sc_ir_store(B, L->ovals, addr, S->seen_red, val));
         return;
     }
     const sc_ir_expr *coord[SC_MAX_ORDER];
@@ -182,6 +208,16 @@ static void leaf(lb *L, const st *S, const sc_lower_node *n, sc_ir_list *out)
                                     sc_ir_list_block(B, &t), NULL));
         if (L->mode == FILL)
             sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
+        return;
+    }
+    if (S->tacc >= 0) {
+        sc_ir_push(B, out, sc_ir_store(B, S->tacc, S->tlane, true, val));
+        return;
+    }
+    if (S->tvn > 0) {
+        if (val && !val->lanes)
+            val = sc_ir_splat(B, val);
+        sc_ir_push(B, out, sc_ir_assign(B, S->vacc, true, val));
         return;
     }
     if (S->acc >= 0) {
@@ -274,6 +310,176 @@ static void row_end(lb *L, const st *S, sc_ir_list *out)
         sc_ir_push(B, out, sc_ir_store(B, L->cnt[k], BIN(ADD, S->opos, I(1)), false, V(S->cnt[k])));
 }
 
+/* ---- register tiles of a dense output (SpMM-like) ---- */
+
+/*
+ * Rows of a dense output reached once, whose innermost loop runs over the output's last
+ * (contiguous) dimension inside reduction loops (out(i,j) += A(i,k) * B(k,j), order
+ * i k j): instead of adding into memory at every stored entry, run the reduction loops
+ * once per tile of that dimension, accumulating into a local array the C compiler keeps
+ * in vector registers, and store each tile once.  Tiles of TBIG, then of one vector
+ * (TSMALL, both constant widths so the lane loops unroll and vectorise), then the rest.
+ */
+static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
+                     const sc_ir_expr *base, int32_t cap, const sc_ir_expr *width,
+                     sc_ir_list *out)
+{
+    sc_expr_var j = L->order[L->n - 1];
+    sc_ir_var acc = sc_ir_new_local(B, "acc", L->vt, cap);
+    sc_ir_push(B, out, sc_ir_decl_local(B, acc));
+    sc_ir_var u = newv(L, "u", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_for(B, u, I(0), width, I(1), SC_IR_SEQ, 0,
+                                 sc_ir_store(B, acc, V(u), false, sc_ir_flt(B, 0.0, L->vt))));
+    st T = *S;
+    T.tacc = acc;
+    T.tbase = base;
+    T.twidth = width;
+    sc_ir_push(B, out, lower_at(L, r, n, &T));
+    sc_ir_var w = newv(L, "u", SC_IR_I64);
+    T = *S;
+    T.cv[j] = BIN(ADD, base, V(w));
+    sc_ir_list wb = {0};
+    write_out(L, &T, &wb, sc_ir_load(B, acc, V(w)));
+    sc_ir_push(B, out, sc_ir_for(B, w, I(0), width, I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &wb)));
+}
+
+/* One tile of g vectors at base: g vector accumulators (registers), the reduction loops,
+ * one vector store each. */
+static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
+                         const sc_ir_expr *base, int32_t g, sc_ir_list *out)
+{
+    sc_expr_var j = L->order[L->n - 1];
+    int32_t W = sc_ir_vec_lanes(L->vt);
+    st T = *S;
+    T.tvn = g;
+    T.tbase = base;
+    for (int32_t q = 0; q < g; q++) {
+        T.tv[q] = sc_ir_new_vector(B, "acc", L->vt);
+        sc_ir_push(B, out, sc_ir_decl(B, T.tv[q], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt))));
+    }
+    sc_ir_push(B, out, lower_at(L, r, n, &T));
+    for (int32_t q = 0; q < g; q++) {
+        st U = *S;
+        U.cv[j] = BIN(ADD, base, I(q * W));
+        write_out(L, &U, out, V(T.tv[q]));
+    }
+}
+
+static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
+{
+    sc_expr_var j = L->order[L->n - 1];
+    int32_t small = sc_ir_vec_lanes(L->vt), big = 4 * small;
+    const sc_ir_expr *N = V(L->ext[j]);
+    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64), ns = newv(L, "Nvec", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
+    sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
+    sc_ir_var jb = newv(L, "jt", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
+    sc_ir_list b1 = {0}, b2 = {0}, b3 = {0};
+    if (L->tile_vec)
+        tile_vectors(L, r, n, S, V(jb), 4, &b1);
+    else
+        tile_one(L, r, n, S, V(jb), big, I(big), &b1);
+    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
+    if (L->tile_vec)
+        tile_vectors(L, r, n, S, V(js), 1, &b2);
+    else
+        tile_one(L, r, n, S, V(js), small, I(small), &b2);
+    sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
+    tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &b3);
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &b3), NULL));
+}
+
+/* The depth at which a register tile starts, or -1 (see tiled). */
+static int32_t tile_depth(lb *L)
+{
+    const sc_lower_problem *p = L->p;
+    if (p->out_sparse || L->n < 2 || L->m == 0)
+        return -1;
+    sc_expr_var j = L->order[L->n - 1];
+    if (L->out_level_of[j] != L->m - 1)
+        return -1;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        if (!p->ops[p->acc[a].operand].sparse)
+            continue;
+        for (int32_t d = 0; d < p->acc[a].order; d++)
+            if (p->acc[a].var[d] == j)
+                return -1;
+    }
+    int32_t r = 0;
+    L->tile_vec = true;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        const sc_format *f = &p->ops[ac->operand].fmt;
+        for (int32_t d = 0; d < ac->order; d++)
+            if (ac->var[d] == j && (f->lvl2dim[f->order - 1] != d ||
+                                    ((p->bcast[ac->operand] >> d) & 1)))
+                L->tile_vec = false; /* strided or broadcast along the tile */
+    }
+    for (int32_t k = 0; k < L->m - 1; k++)
+        if (L->depth_of[p->out_lvar[k]] + 1 > r)
+            r = L->depth_of[p->out_lvar[k]] + 1;
+    if (r > L->n - 2 || (r == 0 && L->par))
+        return -1;
+    return r;
+}
+
+/* ---- factors of a product that are known before a reduction ---- */
+
+/* Whether every access in n is fully bound in S at depth d (its value known there). */
+static bool bound_at(const lb *L, const sc_lower_node *n, const st *S, int32_t d)
+{
+    const sc_lower_problem *p = L->p;
+    uint64_t acc = sc_lower_node_accesses(n);
+    for (int32_t a = 0; a < p->naccess; a++) {
+        if (!((acc >> a) & 1))
+            continue;
+        const sc_lower_access *ac = &p->acc[a];
+        if (p->ops[ac->operand].sparse) {
+            if (S->val[a] < 0)
+                return false;
+        } else {
+            for (int32_t k = 0; k < ac->order; k++)
+                if (L->depth_of[ac->var[k]] > d)
+                    return false;
+        }
+    }
+    return true;
+}
+
+static const sc_lower_node *mul_node(lb *L, const sc_lower_node *x, const sc_lower_node *y)
+{
+    if (!x)
+        return y;
+    if (!y)
+        return x;
+    sc_lower_node *m = sc_arena_alloc(L->arena, sizeof *m, L->err);
+    if (!m) {
+        L->b.st = SC_NOMEM;
+        return x;
+    }
+    memset(m, 0, sizeof *m);
+    m->kind = SC_LN_MUL;
+    m->a = x;
+    m->b = y;
+    return m;
+}
+
+/* Split the factors of product n into those bound at depth d (*known) and the rest
+ * (*rest); NULL stands for "no factor" here (never zero: a specialised zero product
+ * does not reach a reduction). */
+static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
+                          const sc_lower_node **known, const sc_lower_node **rest)
+{
+    if (n->kind == SC_LN_MUL) {
+        split_factors(L, n->a, S, d, known, rest);
+        split_factors(L, n->b, S, d, known, rest);
+    } else if (bound_at(L, n, S, d)) {
+        *known = mul_node(L, *known, n);
+    } else {
+        *rest = mul_node(L, *rest, n);
+    }
+}
+
 /* Everything below the binding of the variable at depth d (S already updated). */
 static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_list *out)
 {
@@ -300,15 +506,25 @@ static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_li
     bool acc_mode = d == L->dlast && L->dlast < L->n - 1 && !(p->out_sparse && L->q >= 0);
     if (acc_mode) {
         if (L->mode == FILL) {
+            /* factors known here multiply the sum once, not every term of it */
+            const sc_lower_node *known = NULL, *rest = NULL;
+            if (n)
+                split_factors(L, n, S, d, &known, &rest);
+            if (!known || !rest) {
+                known = NULL;
+                rest = n;
+            }
             S->acc = newv(L, "acc", L->vt);
             sc_ir_push(B, out, sc_ir_decl(B, S->acc, sc_ir_flt(B, 0.0, L->vt)));
-            sc_ir_push(B, out, lower_at(L, d + 1, n, S));
+            sc_ir_push(B, out, lower_at(L, d + 1, rest, S));
             sc_ir_var a = S->acc;
             S->acc = -1;
-            write_out(L, S, out, V(a));
+            write_out(L, S, out, known ? BIN(MUL, value(L, S, known), V(a)) : V(a));
         } else {
             write_out(L, S, out, NULL);
         }
+    } else if (L->tile_at == d + 1 && !p->out_sparse) {
+        tiled(L, d + 1, n, S, out);
     } else if (!(L->mode == COUNT && !p->out_sparse)) {
         sc_ir_push(B, out, lower_at(L, d + 1, n, S));
     }
@@ -351,6 +567,10 @@ static const sc_ir_stmt *case_body(lb *L, int32_t d, const sc_lower_node *n, con
     st S = *S0;
     sc_ir_list out = {0};
     S.cv[v] = cv;
+    if (nit > 0)
+        S.seen_sparse = true;
+    if (L->out_level_of[v] < 0)
+        S.seen_red = true;
     for (int32_t i = 0; i < nit; i++) {
         if (!((mask >> i) & 1))
             continue;
@@ -503,6 +723,58 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
     return true;
 }
 
+/*
+ * The innermost loop of a scalar reduction over one compressed segment (SpMV's row
+ * dot product): U entries per iteration into U independent accumulators, so the
+ * additions do not wait on each other, then the remaining entries one at a time.
+ */
+static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                             const iter *i0, sc_ir_list *res)
+{
+    if (d != L->n - 1 || S->acc < 0 || S->tacc >= 0 || L->mode != FILL || !n)
+        return false;
+    enum { U = 4 };
+    sc_ir_list loc = {0}, *out = &loc;
+    sc_ir_var part[U];
+    part[0] = S->acc;
+    for (int32_t u = 1; u < U; u++) {
+        part[u] = newv(L, "acc", L->vt);
+        sc_ir_push(B, out, sc_ir_decl(B, part[u], sc_ir_flt(B, 0.0, L->vt)));
+    }
+    sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
+    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(U)), I(U)))));
+    sc_ir_var pu = newv(L, "pu", SC_IR_I64);
+    sc_ir_list body = {0};
+    for (int32_t u = 0; u < U; u++) {
+        iter t = *i0;
+        t.p = newv(L, "p", SC_IR_I64);
+        t.c = newv(L, vname(L, L->order[d]), SC_IR_I64);
+        sc_ir_push(B, &body, sc_ir_decl(B, t.p, u ? BIN(ADD, V(pu), I(u)) : V(pu)));
+        sc_ir_push(B, &body, sc_ir_decl(B, t.c, sc_ir_load(B, L->crd[t.operand][t.level], V(t.p))));
+        st T = *S;
+        T.acc = part[u];
+        const sc_ir_stmt *cb = case_body(L, d, n, &T, &t, 1, 1, V(t.c), false);
+        if (!cb)
+            return false;
+        sc_ir_push(B, &body, cb);
+    }
+    sc_ir_push(B, out, sc_ir_for(B, pu, V(lo), V(nmain), I(U), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    const sc_ir_expr *sum = V(part[1]);
+    for (int32_t u = 2; u < U; u++)
+        sum = BIN(ADD, sum, V(part[u]));
+    sc_ir_list rb = {0};
+    sc_ir_push(B, &rb, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
+    const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
+    if (!cb)
+        return false;
+    sc_ir_push(B, &rb, cb);
+    sc_ir_push(B, out, sc_ir_for(B, i0->p, V(nmain), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb)));
+    sc_ir_push(B, out, sc_ir_assign(B, S->acc, true, sum));
+    sc_ir_push(B, res, sc_ir_list_block(B, &loc));
+    return true;
+}
+
 /* The pos array that weighs the rows of a parallel dense loop over v: that of the first
  * sparse operand whose first level is dense over v (not broadcast) and whose second is
  * compressed, so pos[v]..pos[v + 1] is row v's segment (csr-like); -1 if none. */
@@ -581,6 +853,29 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
     if (d == 0 && L->par)
         par = p->out_sparse ? SC_IR_OMP_FOR : SC_IR_PAR_FOR;
     int32_t chunk = par != SC_IR_SEQ ? 64 : 0;
+    if (nit == 0 && S->tvn > 0 && d == L->n - 1) {
+        /* the vectors of a vector register tile */
+        int32_t W = sc_ir_vec_lanes(L->vt);
+        for (int32_t q = 0; q < S->tvn; q++) {
+            st T = *S;
+            T.vacc = S->tv[q];
+            T.vec = true;
+            const sc_ir_stmt *body = case_body(L, d, n, &T, it, 0, 0, BIN(ADD, S->tbase, I(q * W)), false);
+            if (body)
+                sc_ir_push(B, &out, body);
+        }
+        return sc_ir_list_block(B, &out);
+    }
+    if (nit == 0 && S->tacc >= 0 && d == L->n - 1) {
+        /* the lanes of a register tile */
+        sc_ir_var u = newv(L, "u", SC_IR_I64);
+        st T = *S;
+        T.tlane = V(u);
+        const sc_ir_stmt *body = case_body(L, d, n, &T, it, 0, 0, BIN(ADD, S->tbase, V(u)), false);
+        if (body)
+            sc_ir_push(B, &out, sc_ir_for(B, u, I(0), S->twidth, I(1), SC_IR_SEQ, 0, body));
+        return sc_ir_list_block(B, &out);
+    }
     if (nit == 0 && par == SC_IR_SEQ && unrolled_reduction(L, d, n, S, &out))
         return sc_ir_list_block(B, &out);
     if (nit == 0) {
@@ -597,6 +892,9 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
                                      : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body));
         return sc_ir_list_block(B, &out);
     }
+    if (nit == 1 && !lat.universe && it[0].unique && par == SC_IR_SEQ &&
+        unrolled_segment(L, d, n, S, &it[0], &out))
+        return sc_ir_list_block(B, &out);
     if (nit == 1 && !lat.universe && it[0].unique) {
         sc_ir_list body = {0};
         const iter *i0 = &it[0];
@@ -771,7 +1069,10 @@ static const sc_ir_stmt *nest(lb *L, const st *S0)
             sc_ir_push(B, &out, sc_ir_decl(B, S.acc, sc_ir_flt(B, 0.0, L->vt)));
             sc_ir_push(B, &out, lower_at(L, 0, p->rhs, &S));
             sc_ir_push(B, &out, sc_ir_store(B, L->ovals, I(0), true, V(S.acc)));
+            L->need_zero = true;
         }
+    } else if (L->tile_at == 0 && !p->out_sparse) {
+        tiled(L, 0, p->rhs, &S, &out);
     } else {
         sc_ir_push(B, &out, lower_at(L, 0, p->rhs, &S));
     }
@@ -963,8 +1264,10 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
     for (int32_t a = 0; a < SC_LOWER_MAX_ACCESSES; a++)
         S.val[a] = -1;
     S.acc = -1;
+    S.tacc = -1;
     for (int32_t k = 0; k < SC_MAX_ORDER; k++)
         S.cnt[k] = -1;
+    L->tile_at = tile_depth(L);
 
     if (!p->out_sparse) {
         const sc_ir_expr *total = I(1);
@@ -982,9 +1285,15 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
         }
         sc_ir_var tv = newv(L, "out_size", SC_IR_I64);
         sc_ir_push(B, &top, sc_ir_decl(B, tv, total));
-        L->ovals = owned_alloc(L, &top, "out_vals", L->vt, V(tv));
+        L->ovals = sc_ir_new_var(B, "out_vals", L->vt, true, false, true);
         L->mode = FILL;
-        sc_ir_push(B, &top, phase(L, &S, -1, NULL));
+        const sc_ir_stmt *body = phase(L, &S, -1, NULL);
+        /* zero fill only when some write adds or some coordinate is never written */
+        sc_ir_push(B, &top, sc_ir_assign(B, L->ovals, false,
+                                         L->need_zero ? sc_ir_alloc(B, L->vt, V(tv))
+                                                      : sc_ir_alloc_raw(B, L->vt, V(tv))));
+        sc_ir_push(B, &top, sc_ir_require(B, sc_ir_nonnull(B, L->ovals), SC_NOMEM, "out of memory"));
+        sc_ir_push(B, &top, body);
         sc_ir_push(B, &top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
         sc_ir_push(B, &top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(tv)));
     } else {

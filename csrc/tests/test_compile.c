@@ -468,8 +468,20 @@ static void test_goldens(void)
         "int64_t j_",
         "= A1_crd_1[A1_p_",
         "float acc_",
-        "acc_", "+= (v_"};
-    golden(&spmv, g1, 11);
+        "acc_", "+= (v_",
+        "pu_", " += 4) {", /* four independent accumulators per row */
+        "out_vals_", "sc_k_alloc_raw(env, out_size_"}; /* every row stored once: no zero fill */
+    golden(&spmv, g1, 15);
+    tcase spmm = {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL};
+    static const char *const g5[] = {
+        "sc_vf32 acc_", /* register tiles of the dense output row: vector accumulators */
+        "+= 64) {", "+= 16) {",
+        "+= (v_", "(*(const sc_vf32u *)&B_vals_",
+        "*(sc_vf32u *)&out_vals_", "float acc_", /* and a partial tile */
+        "sc_k_alloc_raw(env, out_size_"};
+    golden(&spmm, g5, 8);
+    static const char *const g5n[] = {")] += (v_"}; /* no read-modify-write of out */
+    absent(&spmm, g5n, 1);
     static const char *const g1n[] = {"#pragma omp parallel for", "schedule(dynamic"};
     absent(&spmv, g1n, 2);
     tcase sddmm = {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
@@ -478,10 +490,10 @@ static void test_goldens(void)
         "= sc_k_split32(A1_pos_0, i_",
         "#pragma omp barrier",
         "for (int64_t k_",
-        "+= ((v_",
-        "B_vals_", "C_vals_",
-        "out_crd_", "out_vals_"};
-    golden(&sddmm, g2, 9);
+        "+= (B_vals_", /* A's value hoisted out of the dot product */
+        "C_vals_",
+        "out_crd_", "= (v_"};
+    golden(&sddmm, g2, 8);
     tcase spgemm = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g3[] = {
         "#pragma omp parallel num_threads(nt_)",

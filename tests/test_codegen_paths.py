@@ -1,0 +1,140 @@
+"""The code paths the scheduler picks by shape, against the dense result: register tiles of
+a dense output (SpMM: tiles of 4 vectors, of one vector and a partial one, so every width
+around those boundaries), four accumulators per compressed row (SpMV: rows of every length
+modulo 4), the value of the sampling operand hoisted out of a dot product (SDDMM), and
+outputs left without a zero fill only where every element is written."""
+import pytest
+import torch
+
+import scorch
+from conftest import make_dense, seed_of
+
+DT = [torch.float32, torch.float64]
+
+
+def tol(dtype):
+    return dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-12,
+                                                                           atol=1e-10)
+
+
+def rows_of_every_length(n_rows, n_cols, dtype, seed):
+    """Row r has r % 11 entries (0..10): every remainder of the unrolled loops."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(n_rows, n_cols, dtype=dtype)
+    for r in range(n_rows):
+        cols = torch.randperm(n_cols, generator=g)[: r % 11]
+        x[r, cols] = torch.randint(1, 9, (len(cols),), generator=g).to(dtype)
+    return x
+
+
+# widths around the f32 tiles (16, 64) and the f64 ones (8, 32)
+WIDTHS = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 80, 100, 129]
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("k", WIDTHS)
+def test_spmm_tile_widths(k, dtype):
+    s = seed_of("tile", k, dtype)
+    x = rows_of_every_length(23, 13, dtype, s)
+    X = make_dense((13, k), dtype, s + 1, "full")
+    got = scorch.einsum("ij,jk->ik", scorch.to_sparse(x, "csr"), X)
+    torch.testing.assert_close(got, x @ X, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsr", "csc"])
+@pytest.mark.parametrize("k", [5, 16, 40])
+def test_spmm_tiles_skipped_rows_stay_zero(fmt, k, dtype):
+    """Formats whose outer loop skips empty rows: those output rows must still be 0."""
+    s = seed_of("tile-skip", fmt, k, dtype)
+    x = make_dense((200, 30), dtype, s, "empty_rows")
+    X = make_dense((30, k), dtype, s + 1, "full")
+    got = scorch.einsum("ij,jk->ik", scorch.to_sparse(x, fmt), X)
+    torch.testing.assert_close(got, x @ X, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_spmm_tiles_large_parallel(dtype):
+    """Enough rows for the parallel loop; every row written by exactly one thread."""
+    s = seed_of("tile-par", dtype)
+    x = make_dense((700, 90), dtype, s, density=0.05)
+    X = make_dense((90, 70), dtype, s + 1, "full")
+    got = scorch.einsum("ij,jk->ik", scorch.to_sparse(x, "csr"), X)
+    torch.testing.assert_close(got, x @ X, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_vector_matrix_tile(dtype):
+    """No output variable outside the tile: out(k) = sum_j a(j) X(j,k)."""
+    s = seed_of("vm", dtype)
+    a = make_dense((40,), dtype, s, density=0.3)
+    X = make_dense((40, 37), dtype, s + 1, "full")
+    got = scorch.einsum("j,jk->k", scorch.to_sparse(a, "c"), X)
+    torch.testing.assert_close(got, a @ X, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csf", "dense"])
+def test_tile_with_reduction_outside(fmt, dtype):
+    """order(l,i,k,j): a reduction variable above the rows, so each row is revisited and
+    its tiles must add into a zero-filled output."""
+    s = seed_of("tile-red", fmt, dtype)
+    t = make_dense((3, 12, 9), dtype, s)
+    X = make_dense((9, 20), dtype, s + 1, "full")
+    T = scorch.to_sparse(t, "csf") if fmt == "csf" else t
+    if fmt == "dense":
+        T = scorch.to_sparse(t, "ddc")          # dense outer levels: rows reached in full
+    got = scorch.einsum("lik,kj->ij", T, X, schedule="order(l,i,k,j) parallel(none)")
+    torch.testing.assert_close(got, torch.einsum("lik,kj->ij", t, X), **tol(dtype))
+    text = scorch.explain("lik,kj->ij", T, X, schedule="order(l,i,k,j) parallel(none)")
+    big = "sc_vf32 acc_" if dtype == torch.float32 else "sc_vf64 acc_"
+    assert big in text and "sc_k_alloc(env, out_size" in text
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "dcsr", "coo"])
+def test_spmv_unrolled_rows(fmt, dtype):
+    s = seed_of("spmv-unroll", fmt, dtype)
+    x = rows_of_every_length(150, 40, dtype, s)
+    v = make_dense((40,), dtype, s + 1, "full")
+    got = scorch.einsum("ij,j->i", scorch.to_sparse(x, fmt), v)
+    torch.testing.assert_close(got, x @ v, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("k", [1, 3, 8, 16, 17, 64])
+def test_sddmm_hoisted_value(k, dtype):
+    s = seed_of("sddmm-hoist", k, dtype)
+    x = rows_of_every_length(30, 20, dtype, s)
+    U = make_dense((30, k), dtype, s + 1, "full")
+    V = make_dense((20, k), dtype, s + 2, "full")
+    got = scorch.einsum("ij,ik,jk->ij", scorch.to_sparse(x, "csr"), U, V)
+    torch.testing.assert_close(got.to_dense(), x * (U @ V.t()), **tol(dtype))
+    # a literal and a second sampled operand are hoisted together
+    A = scorch.to_sparse(x, "csr")
+    k2 = scorch.kernel("C(i,j) = 2 * A(i,j) * B(i,j) * U(i,k) * V(j,k)", A="csr", B="csr",
+                       U="dense", V="dense")
+    got2 = k2(A, A, U, V)
+    torch.testing.assert_close(got2.to_dense(), 2 * x * x * (U @ V.t()), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_empty_and_one_by_one(dtype):
+    for shape, k in [((0, 5), 16), ((5, 0), 16), ((1, 1), 1), ((1, 1), 17), ((3, 4), 0)]:
+        x = make_dense(shape, dtype, 3)
+        X = make_dense((shape[1], k), dtype, 4, "full")
+        got = scorch.einsum("ij,jk->ik", scorch.to_sparse(x, "csr"), X)
+        torch.testing.assert_close(got, x @ X, **tol(dtype))
+        got = scorch.einsum("ij,j->i", scorch.to_sparse(x, "csr"), X[:, 0] if k else
+                            torch.zeros(shape[1], dtype=dtype))
+        assert got.shape == (shape[0],)
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_all_zero_matrix(dtype):
+    x = torch.zeros(50, 30, dtype=dtype)
+    X = make_dense((30, 24), dtype, 5, "full")
+    got = scorch.einsum("ij,jk->ik", scorch.to_sparse(x, "csr"), X)
+    assert torch.equal(got, torch.zeros(50, 24, dtype=dtype))
+    got = scorch.einsum("ij,j->i", scorch.to_sparse(x, "csr"), X[:, 0])
+    assert torch.equal(got, torch.zeros(50, dtype=dtype))
