@@ -17,12 +17,27 @@ static const char PRELUDE[] =
     "#include <string.h>\n"
     "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n"
     "static inline int64_t sc_min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+    "static inline int64_t sc_max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
     /* vectors of 64 bytes (the compiler's vector extension) and unaligned views */
     "typedef float sc_vf32 __attribute__((vector_size(64)));\n"
     "typedef double sc_vf64 __attribute__((vector_size(64)));\n"
     "typedef float sc_vf32u __attribute__((vector_size(64), aligned(4), may_alias));\n"
     "typedef double sc_vf64u __attribute__((vector_size(64), aligned(8), may_alias));\n"
-    "static inline int64_t sc_max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
+    /* lane sums by halving (a tree, not a chain of dependent additions) */
+    "typedef float sc_vf32h __attribute__((vector_size(32)));\n"
+    "typedef float sc_vf32q __attribute__((vector_size(16)));\n"
+    "typedef double sc_vf64h __attribute__((vector_size(32)));\n"
+    "typedef double sc_vf64q __attribute__((vector_size(16)));\n"
+    "static inline float sc_hsum_f32(sc_vf32 v)\n{\n"
+    "    sc_vf32h h[2];\n    sc_vf32q q[2];\n"
+    "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
+    "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n"
+    "    return (q[0][0] + q[0][2]) + (q[0][1] + q[0][3]);\n}\n"
+    "static inline double sc_hsum_f64(sc_vf64 v)\n{\n"
+    "    sc_vf64h h[2];\n    sc_vf64q q[2];\n"
+    "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
+    "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n"
+    "    return q[0][0] + q[0][1];\n}\n"
     "static void *sc_k_alloc_raw(sc_rt_env *env, int64_t n, size_t size)\n{\n"
     "    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / size)\n        return NULL;\n"
     "    return env->alloc(env->user, n ? (size_t)n * size : size);\n}\n"
@@ -119,6 +134,11 @@ static void expr(em *m, const sc_ir_expr *e)
         sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type), fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, "])");
+        break;
+    case SC_IR_E_HSUM:
+        sc_cg_printf(m->out, "sc_hsum_%s(", vtag(e->type));
+        expr(m, e->a);
+        pr(m, ")");
         break;
     case SC_IR_E_SPLAT:
         sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(e->type));

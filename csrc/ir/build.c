@@ -285,6 +285,23 @@ const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x)
     return e;
 }
 
+const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x)
+{
+    if (!need(b, x, "hsum"))
+        return NULL;
+    if (!x->lanes) {
+        sc_ir_fail(b, SC_INTERNAL, "lane sum of a scalar");
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_HSUM;
+    e->type = x->type;
+    e->a = x;
+    return e;
+}
+
 const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
                             const sc_ir_expr *y)
 {

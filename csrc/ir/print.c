@@ -45,6 +45,11 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         expr(s, fn, e->a);
         put(s, e->kind == SC_IR_E_VLOAD ? " +%d lanes]" : "]", (int)e->lanes);
         break;
+    case SC_IR_E_HSUM:
+        put(s, "hsum(");
+        expr(s, fn, e->a);
+        put(s, ")");
+        break;
     case SC_IR_E_SPLAT:
         put(s, "splat(");
         expr(s, fn, e->a);

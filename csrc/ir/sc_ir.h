@@ -46,7 +46,8 @@ typedef enum {
     X(ALLOC, "alloc")       \
     X(NONNULL, "nonnull")   \
     X(VLOAD, "vload")       \
-    X(SPLAT, "splat")
+    X(SPLAT, "splat")       \
+    X(HSUM, "hsum")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -249,6 +250,8 @@ const sc_ir_expr *sc_ir_alloc_raw(sc_ir_builder *b, sc_ir_type type, const sc_ir
 const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 /* The vector whose every lane is the scalar x. */
 const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x);
+/* The sum of the lanes of the vector x (a scalar). */
+const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x);
 
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);

@@ -58,6 +58,7 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
     case SC_IR_E_CAST:
     case SC_IR_E_ALLOC:
     case SC_IR_E_SPLAT:
+    case SC_IR_E_HSUM:
         return expr(v, e->a);
     case SC_IR_E_SELECT:
         if ((st = expr(v, e->a)) != SC_OK || (st = expr(v, e->b)) != SC_OK)

@@ -78,6 +78,7 @@ typedef struct st {
     int32_t tvn;
     sc_ir_var tv[4], vacc;
     bool vec;
+    sc_expr_var vtile; /* with vec: the variable along which dense operands load vectors */
     bool seen_sparse; /* a loop above iterates stored entries (some coordinates skipped) */
     bool seen_red;    /* a reduction variable is bound above (a coordinate revisited) */
 } st;
@@ -124,7 +125,7 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
         bool tiled = false;
         for (int32_t d = 0; d < ac->order; d++) {
             addr = BIN(ADD, addr, BIN(MUL, S->cv[ac->var[d]], L->stride[ac->operand][d]));
-            tiled |= ac->var[d] == L->order[L->n - 1];
+            tiled |= ac->var[d] == S->vtile;
         }
         if (S->vec && tiled)
             return sc_ir_vload(B, L->vals[ac->operand], addr);
@@ -683,6 +684,63 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
  * then a remainder loop.  Only when no sparse level is located at v (all values at the
  * leaf come from dense operands or are already bound).
  */
+/*
+ * The same reduction in vectors when every dense operand indexed by v is contiguous
+ * along v (SDDMM's rows): two vector accumulators over 2W elements per step, one more
+ * vector step, a lane sum, then the scalar rest.
+ */
+static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                             sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    sc_expr_var v = L->order[d];
+    bool any = false;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        const sc_format *f = &p->ops[ac->operand].fmt;
+        if (!((sc_lower_node_accesses(n) >> a) & 1) || p->ops[ac->operand].sparse)
+            continue;
+        for (int32_t k = 0; k < ac->order; k++) {
+            if (ac->var[k] != v)
+                continue;
+            if (f->lvl2dim[f->order - 1] != k || ((p->bcast[ac->operand] >> k) & 1))
+                return false;
+            any = true;
+        }
+    }
+    if (!any)
+        return false;
+    int32_t W = sc_ir_vec_lanes(L->vt);
+    const sc_ir_expr *N = V(L->ext[v]);
+    sc_ir_var va = sc_ir_new_vector(B, "vacc", L->vt), vb = sc_ir_new_vector(B, "vacc", L->vt);
+    const sc_ir_expr *zero = sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt));
+    sc_ir_push(B, out, sc_ir_decl(B, va, zero));
+    sc_ir_push(B, out, sc_ir_decl(B, vb, zero));
+    sc_ir_var n2 = newv(L, "N2", SC_IR_I64), n1 = newv(L, "N1", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, n2, BIN(MUL, BIN(DIV, N, I(2 * W)), I(2 * W))));
+    sc_ir_push(B, out, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
+    sc_ir_var k = newv(L, vname(L, v), SC_IR_I64);
+    st T = *S;
+    T.vec = true;
+    T.vtile = v;
+    sc_ir_list body = {0};
+    T.cv[v] = V(k);
+    sc_ir_push(B, &body, sc_ir_assign(B, va, true, value(L, &T, n)));
+    T.cv[v] = BIN(ADD, V(k), I(W));
+    sc_ir_push(B, &body, sc_ir_assign(B, vb, true, value(L, &T, n)));
+    sc_ir_push(B, out, sc_ir_for(B, k, I(0), V(n2), I(2 * W), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    T.cv[v] = V(n2);
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(n2), V(n1)),
+                                sc_ir_assign(B, va, true, value(L, &T, n)), NULL));
+    sc_ir_push(B, out, sc_ir_assign(B, S->acc, true, sc_ir_hsum(B, BIN(ADD, V(va), V(vb)))));
+    sc_ir_var k2 = newv(L, vname(L, v), SC_IR_I64);
+    T = *S;
+    T.cv[v] = V(k2);
+    sc_ir_push(B, out, sc_ir_for(B, k2, V(n1), N, I(1), SC_IR_SEQ, 0,
+                                 sc_ir_assign(B, S->acc, true, value(L, &T, n))));
+    return true;
+}
+
 static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                                sc_ir_list *out)
 {
@@ -694,6 +752,8 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
     for (int32_t a = 0; a < p->naccess; a++)
         if (((present >> a) & 1) && p->ops[p->acc[a].operand].sparse && S->nbound[a] < p->acc[a].order)
             return false;
+    if (vector_reduction(L, d, n, S, out))
+        return true;
     int32_t U = L->vt == SC_IR_F32 ? 8 : 4;
     sc_ir_var part[8];
     part[0] = S->acc;
@@ -860,6 +920,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             st T = *S;
             T.vacc = S->tv[q];
             T.vec = true;
+            T.vtile = v;
             const sc_ir_stmt *body = case_body(L, d, n, &T, it, 0, 0, BIN(ADD, S->tbase, I(q * W)), false);
             if (body)
                 sc_ir_push(B, &out, body);
