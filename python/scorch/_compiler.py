@@ -14,8 +14,7 @@ import torch
 
 from . import _C
 from ._format import Format, _format_from_tuple
-from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, VALUE_DTYPES, SparseTensor, _threads,
-                      _wrap)
+from ._tensor import _INDEX_NAMES, _INDEX_OF_NAME, VALUE_DTYPES, SparseTensor, _wrap
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,40 +59,56 @@ class Schedule:
 def _dense_operand(x: torch.Tensor, dtype):
     """(desc, signature, what keeps the data alive) for a dense tensor; desc is
     (shape, fmt, pos, crd, values array, index)."""
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
     if x.dim() == 0:
         raise ValueError("scalar (0-D) operands are not supported; use a 1-element tensor")
-    x = x.detach()
-    if x.dtype != dtype:
+    if x.requires_grad:
+        x = x.detach()
+    if x.dtype is not dtype:
         x = x.to(dtype)
-    n = x.dim()
     if x.is_contiguous():
-        perm, data = tuple(range(n)), x.reshape(-1)
-    else:
-        # Level order = dimensions by decreasing stride (a permutation view, no copy).
-        perm = tuple(sorted(range(n), key=lambda d: (-x.stride(d), d)))
-        xp = x.permute(perm)
-        if not xp.is_contiguous():
-            perm, xp = tuple(range(n)), x.contiguous()
-        data = xp.reshape(-1)
-    fmt = _dense_format(n, perm)
-    desc = (tuple(x.shape), fmt, [None] * n, [None] * n, data.numpy(), "int32")
-    return desc, ("d", perm), data
+        # NumPy views: ravel() of a contiguous array is a view and costs a tenth of
+        # torch's reshape(-1).
+        arr = x.numpy()
+        shape = arr.shape
+        kind = _DENSE_BY_NDIM.get(len(shape))
+        if kind is None:
+            kind = _DENSE_BY_NDIM[len(shape)] = _dense_kind(len(shape), None)
+        fmt, levels, sig = kind
+        return (shape, fmt, levels, levels, arr.ravel(), "int32"), sig, arr
+    n = x.dim()
+    # Level order = dimensions by decreasing stride (a permutation view, no copy).
+    perm = tuple(sorted(range(n), key=lambda d: (-x.stride(d), d)))
+    xp = x.permute(perm)
+    if not xp.is_contiguous():
+        perm, xp = tuple(range(n)), x.contiguous()
+    data = xp.reshape(-1)
+    fmt, levels, sig = _dense_kind(n, perm)
+    return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig, data
 
 
 @functools.lru_cache(maxsize=None)
-def _dense_format(ndim, perm):
-    if perm == tuple(range(ndim)):
-        return Format.parse("dense", ndim).as_tuple()
-    return Format("d" * ndim, order=perm).as_tuple()
+def _dense_kind(ndim, perm):
+    """(format tuple, the [None] * ndim level-array list, signature) of a dense operand
+    whose levels store dimensions ``perm`` (None: in order); the list is shared and never
+    written."""
+    if perm is None or perm == tuple(range(ndim)):
+        perm = tuple(range(ndim))
+        fmt = Format.parse("dense", ndim).as_tuple()
+    else:
+        fmt = Format("d" * ndim, order=perm).as_tuple()
+    return fmt, [None] * ndim, ("d", perm)
+
+
+_DENSE_BY_NDIM: dict = {}   # ndim -> _dense_kind(ndim, None), without lru_cache's cost
 
 
 def _sparse_operand(a: SparseTensor, dtype):
     """(desc, signature, what keeps the data alive).  The description of a SparseTensor's
     own arrays is computed once per tensor (its arrays never change identity)."""
     vals = a._values
-    if vals.dtype != dtype or not vals.is_contiguous():
+    if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
         desc, sig = _sparse_desc(a, v)
         return desc, sig, v
@@ -113,19 +128,25 @@ def _sparse_desc(a: SparseTensor, vals):
 
 
 def _operands(operands):
+    """(descriptions, signature tuple: the common dtype then one entry per operand, what
+    keeps the data alive)."""
     if not operands:
         raise ValueError("einsum needs at least one operand")
+    dtype = None
     for i, x in enumerate(operands):
-        if not isinstance(x, torch.Tensor):
+        if isinstance(x, SparseTensor):
+            d = x._values.dtype
+        elif not isinstance(x, torch.Tensor):
             raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
                             f"{type(x).__name__}")
-        if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
+        elif x.layout is not torch.strided:
             raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
                             "scorch.to_sparse first")
-    dtypes = [x._values.dtype if isinstance(x, SparseTensor) else x.dtype for x in operands]
-    dtype = dtypes[0]
-    for d in dtypes[1:]:
-        if d != dtype:
+        else:
+            d = x.dtype
+        if dtype is None:
+            dtype = d
+        elif d is not dtype:
             dtype = torch.promote_types(dtype, d)
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
@@ -140,21 +161,33 @@ def _operands(operands):
     return descs, tuple(sigs), keep
 
 
+# What _run does with a result, decided once per kernel.
+_OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
+
+
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
-    kernel, fmt, index_dtype = entry
-    shape, (pos, crd, vals) = _C.run(kernel, descs, _threads())
-    if len(shape) == 0:
+    kernel, how, fmt, index_dtype = entry
+    shape, (pos, crd, vals) = _C.run(kernel, descs, torch.get_num_threads())
+    if how == _OUT_DENSE:
+        return torch.from_numpy(vals.reshape(shape))
+    if how == _OUT_SPARSE:
+        return _wrap(shape, fmt, pos, crd, vals, index_dtype)
+    if how == _OUT_SCALAR:
         return torch.from_numpy(vals).reshape(())
-    if all(k == 0 for k in fmt.kinds):
-        out = torch.from_numpy(vals).reshape([shape[d] for d in fmt.order])
-        if fmt.order == tuple(range(len(shape))):
-            return out
-        inv = [0] * len(shape)
-        for k, d in enumerate(fmt.order):
-            inv[d] = k
-        return out.permute(inv)
-    return _wrap(shape, fmt, pos, crd, vals, index_dtype)
+    order = fmt.order
+    inv = [0] * len(order)
+    for k, d in enumerate(order):
+        inv[d] = k
+    return torch.from_numpy(vals.reshape([shape[d] for d in order])).permute(inv)
+
+
+def _out_kind(fmt) -> int:
+    if fmt is None or not fmt.kinds:
+        return _OUT_SCALAR
+    if any(fmt.kinds):
+        return _OUT_SPARSE
+    return _OUT_DENSE if fmt.order == tuple(range(len(fmt.order))) else _OUT_DENSE_PERMUTED
 
 
 def _output_order(lang, expr: str) -> int:
@@ -172,8 +205,9 @@ def _output_order(lang, expr: str) -> int:
     return len([t for t in inside.split(",") if t.strip()])
 
 
-# (lang, expr, operand signatures, out format, schedule) -> (kernel, out Format, index
-# dtype): a warm call skips the C compiler's lookup and the description of the result.
+# (lang, expr, operand signatures, out format, schedule) -> (kernel, what _run does with
+# its result, out Format, index dtype): a warm call skips the C compiler's lookup and the
+# description of the result.
 _KERNELS: dict = {}
 
 
@@ -193,7 +227,7 @@ def _compile(lang, expr, operands, out_format, schedule):
         kernel = _C.compile(lang, expr, descs, fmt_t, sched)
         _, out_fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
         out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
-        entry = (kernel, out_fmt, _INDEX_OF_NAME[index_name])
+        entry = (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name])
         _KERNELS[key] = entry
     return entry, descs, keep
 
@@ -207,6 +241,11 @@ def einsum(expr: str, *operands, out_format=None, schedule=None):
     result is a plain torch.Tensor.  ``schedule`` (a Schedule or its text) forces a
     schedule instead of the automatic one.
     """
+    return _einsum_run(expr, operands, out_format, schedule)
+
+
+def _einsum_run(expr, operands, out_format=None, schedule=None):
+    """einsum with the operands as a sequence (the form scorch's own callers have)."""
     entry, descs, keep = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
     result = _run(entry, descs)
     del keep
