@@ -269,12 +269,10 @@ class Kernel:
         self.formats = dict(formats)
         self.out_format = out_format
         self.schedule = schedule
-        self._last = None  # (signature, kernel)
+        self._parsed = {}  # (declared format, ndim) -> Format: parsed once, not per call
 
     def _check(self, operands):
-        names = list(self.formats)
-        for name, x in zip(names, operands):
-            want = self.formats[name]
+        for (name, want), x in zip(self.formats.items(), operands):
             if want in ("dense", None):
                 if isinstance(x, SparseTensor):
                     raise TypeError(f"operand {name} was declared dense but is a "
@@ -282,7 +280,12 @@ class Kernel:
                 continue
             if not isinstance(x, SparseTensor):
                 raise TypeError(f"operand {name} was declared {want} but is dense")
-            if x.format != Format.parse(want, x.dim()):
+            fmt = x._format
+            key = (want, len(fmt.kinds))
+            parsed = self._parsed.get(key)
+            if parsed is None:
+                parsed = self._parsed[key] = Format.parse(want, len(fmt.kinds))
+            if fmt != parsed:
                 raise ValueError(f"operand {name} was declared {want} but is {x.format}")
 
     def __call__(self, *operands):
