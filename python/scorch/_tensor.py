@@ -64,12 +64,10 @@ class SparseTensor(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         """Routes the high-level torch API (scorch/_torch_ops.py) before torch decomposes
         it; metadata queries and everything else go on to __torch_dispatch__."""
-        handler = _HANDLERS.get(func)
-        with torch._C.DisableTorchFunctionSubclass():
+        fn = _HANDLERS.get(func, func)
+        with _NO_SUBCLASS_TF():
             # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
-            if handler is not None:
-                return handler(*args, **(kwargs or {}))
-            return func(*args, **(kwargs or {}))
+            return fn(*args, **kwargs) if kwargs else fn(*args)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -252,6 +250,7 @@ class SparseTensor(torch.Tensor):
 
 
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
+_NO_SUBCLASS_TF = torch._C.DisableTorchFunctionSubclass
 
 
 def _ops():

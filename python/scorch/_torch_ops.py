@@ -69,7 +69,7 @@ def _is_scalar(x):
 
 
 def _needs_grad(x):
-    if _is_sparse(x):
+    if isinstance(x, SparseTensor):
         return x._values.requires_grad
     return isinstance(x, torch.Tensor) and x.requires_grad
 
@@ -611,13 +611,17 @@ _MATMUL = {(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (1, 1): "i
 def _product(name, expr, dims, a, b):
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
-    if (a.dim(), b.dim()) not in dims:
-        refuse(name, a, b, why=f"operands of {a.dim()} and {b.dim()} dimensions")
+    ndims = (a.dim(), b.dim())
+    if ndims not in dims:
+        refuse(name, a, b, why=f"operands of {ndims[0]} and {ndims[1]} dimensions")
     for x in (a, b):
         if not _is_sparse(x) and x.layout is not torch.strided:
             refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                    "scorch.to_sparse")
-    return einsum(expr or _MATMUL[(a.dim(), b.dim())], a, b)
+    expr = expr or _MATMUL[ndims]
+    if torch.is_grad_enabled() and (_needs_grad(a) or _needs_grad(b)):
+        return einsum(expr, a, b)
+    return _einsum_run(expr, (a, b))   # expr is canonical: no parse, no autograd
 
 
 @_register(torch.mm, torch.Tensor.mm, torch.sparse.mm)
