@@ -432,3 +432,26 @@ def test_enable_sparse_result_and_refusals():
         scorch.disable()
     scorch.disable()                                         # idempotent
     assert not scorch.is_enabled()
+
+
+def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
+    from scorch import _dispatch
+
+    x = make_dense((6, 5), torch.float32, seed_of("dispatch_view"))
+    X = dn((5, 3), torch.float32, 1)
+    A = x.to_sparse_csr()
+    with scorch.enabled():
+        torch.testing.assert_close(torch.mm(A, X), x @ X)
+        view = _dispatch._VIEWS[id(A)][2]
+        torch.testing.assert_close(torch.mm(A, X), x @ X)
+        assert _dispatch._VIEWS[id(A)][2] is view            # warm: the same SparseTensor
+        A.values().mul_(2)                                   # in place: seen
+        torch.testing.assert_close(torch.mm(A, X), 2 * x @ X)
+        view = _dispatch._VIEWS[id(A)][2]
+        y = x.flip(0)                                        # same nnz, other pattern
+        A.copy_(y.to_sparse_csr())                           # a new version
+        torch.testing.assert_close(torch.mm(A, X), y @ X)
+        assert _dispatch._VIEWS[id(A)][2] is not view
+        key = id(A)
+        del A, view
+        assert key not in _dispatch._VIEWS                   # gone with the tensor
