@@ -15,6 +15,7 @@ sampled at that operand's pattern (an SDDMM-like kernel), never densified.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -294,12 +295,27 @@ def _einsum_grad(spec, i, ops, G, v):
 def einsum(expr: str, *ops, out_format=None):
     """scorch.einsum with autograd (through the values of sparse operands)."""
     ins, out, canon = _parse(expr)
+    if _recording(ops):
+        return _einsum_autograd(ins, out, canon, ops, out_format)
+    return _einsum_run(canon, ops, out_format)
+
+
+def _contract(expr, ops):
+    """``einsum(expr, *ops)`` for a canonical ``expr`` ("ij,jk->ik"): straight to the
+    kernel unless autograd records."""
+    if _recording(ops):
+        ins, out, canon = _parse(expr)
+        return _einsum_autograd(ins, out, canon, ops, None)
+    return _einsum_run(expr, ops)
+
+
+def _recording(ops):
+    """Whether autograd would record an op over ``ops``."""
     if torch.is_grad_enabled():
         for o in ops:
-            if o._values.requires_grad if isinstance(o, SparseTensor) else (
-                    isinstance(o, torch.Tensor) and o.requires_grad):
-                return _einsum_autograd(ins, out, canon, ops, out_format)
-    return _einsum_run(canon, ops, out_format)
+            if _needs_grad(o):
+                return True
+    return False
 
 
 def _einsum_autograd(ins, out, canon, ops, out_format):
@@ -606,36 +622,36 @@ def _einsum_handler(expr, *ops):
 
 _MATMUL = {(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (1, 1): "i,i->",
            (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik", (2, 3): "ij,bjk->bik"}
+_MM, _MV, _BMM = ({k: _MATMUL[k]} for k in ((2, 2), (2, 1), (3, 3)))
 
 
-def _product(name, expr, dims, a, b):
+def _product(name, exprs, a, b):
+    """The product ``exprs[(a.dim(), b.dim())]`` (canonical einsum text) of a and b."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
-    ndims = (a.dim(), b.dim())
-    if ndims not in dims:
-        refuse(name, a, b, why=f"operands of {ndims[0]} and {ndims[1]} dimensions")
-    for x in (a, b):
-        if not _is_sparse(x) and x.layout is not torch.strided:
-            refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
-                                   "scorch.to_sparse")
-    expr = expr or _MATMUL[ndims]
-    if torch.is_grad_enabled() and (_needs_grad(a) or _needs_grad(b)):
-        return einsum(expr, a, b)
-    return _einsum_run(expr, (a, b))   # expr is canonical: no parse, no autograd
+    expr = exprs.get((a.dim(), b.dim()))
+    if expr is None:
+        refuse(name, a, b, why=f"operands of {a.dim()} and {b.dim()} dimensions")
+    if a.layout is not torch.strided or b.layout is not torch.strided:
+        for x in (a, b):                      # (a SparseTensor's own layout is strided)
+            if not _is_sparse(x) and x.layout is not torch.strided:
+                refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
+                                       "scorch.to_sparse")
+    return _contract(expr, (a, b))
 
 
 @_register(torch.mm, torch.Tensor.mm, torch.sparse.mm)
 def _mm(a, b, *args, out=None):
     if out is not None or args:
         refuse("torch.mm", a, b, why="out= / reduce= are not supported")
-    return _product("torch.mm", "ij,jk->ik", {(2, 2)}, a, b)
+    return _product("torch.mm", _MM, a, b)
 
 
 @_register(torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
 def _matmul(a, b, *, out=None):
     if out is not None:
         refuse("torch.matmul(out=)", a, b, why="scorch never writes to its inputs")
-    return _product("torch.matmul", None, set(_MATMUL), a, b)
+    return _product("torch.matmul", _MATMUL, a, b)
 
 
 @_register(torch.Tensor.__rmatmul__)
@@ -645,12 +661,12 @@ def _rmatmul(a, b):
 
 @_register(torch.mv, torch.Tensor.mv)
 def _mv(a, x, *, out=None):
-    return _product("torch.mv", "ij,j->i", {(2, 1)}, a, x)
+    return _product("torch.mv", _MV, a, x)
 
 
 @_register(torch.bmm, torch.Tensor.bmm)
 def _bmm(a, b, *, out=None):
-    return _product("torch.bmm", "bij,bjk->bik", {(3, 3)}, a, b)
+    return _product("torch.bmm", _BMM, a, b)
 
 
 @_register(torch.addmm, torch.Tensor.addmm)
@@ -672,8 +688,7 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
 def _linear(inp, weight, bias=None):
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or inp.dim() < 1:
         refuse("F.linear", inp, weight, why="weight must be 2-D and input at least 1-D")
-    batch = _LETTERS[:inp.dim() - 1]
-    y = einsum(f"{batch}j,kj->{batch}k", inp, weight)
+    y = _contract(_linear_expr(inp.dim()), (inp, weight))
     if bias is None:
         return y
     if _is_sparse(bias):
@@ -681,6 +696,12 @@ def _linear(inp, weight, bias=None):
     if _is_sparse(y):
         return _add("F.linear", y, bias.expand(y.shape) if bias.shape != y.shape else bias)
     return y + bias
+
+
+@functools.lru_cache(maxsize=None)
+def _linear_expr(ndim):
+    batch = _LETTERS[:ndim - 1]
+    return f"{batch}j,kj->{batch}k"
 
 
 # ---- reductions ---------------------------------------------------------------------------
