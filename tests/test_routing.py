@@ -63,6 +63,28 @@ def test_matmul_family(fmt, dtype):
     close(torch.addmm(bias, A, X), torch.addmm(bias, a, X))
 
 
+def test_matmul_operator_keeps_the_torch_function_protocol():
+    # A @ X takes a short cut to the router; modes and disabled torch functions must still
+    # see what the protocol gives them.
+    from torch.overrides import TorchFunctionMode
+
+    A, a = sp((5, 4), "csr", torch.float32, seed_of("mm_protocol"))
+    X = dn((4, 3), torch.float32, 1)
+    seen = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        close(A @ X, a @ X)
+    assert seen and seen[0] in (torch.Tensor.__matmul__, torch.Tensor.matmul)
+    with torch._C.DisableTorchFunctionSubclass():      # as inside a handler: aten refuses
+        with pytest.raises(NotImplementedError, match="aten.mm"):
+            A @ X
+
+
 @pytest.mark.parametrize("dtype", DT)
 def test_batched_matmul(dtype):
     s = seed_of("bmm", dtype)
