@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import torch
 
@@ -167,7 +168,7 @@ _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
-    kernel, how, fmt, index_dtype = entry
+    kernel, how, fmt, index_dtype, _ = entry
     shape, (pos, crd, vals) = _C.run(kernel, descs, torch.get_num_threads())
     if how == _OUT_DENSE:
         return torch.from_numpy(vals.reshape(shape))
@@ -206,30 +207,97 @@ def _output_order(lang, expr: str) -> int:
 
 
 # (lang, expr, operand signatures, out format, schedule) -> (kernel, what _run does with
-# its result, out Format, index dtype): a warm call skips the C compiler's lookup and the
-# description of the result.
+# its result, out Format, index dtype, ((operand, Format it is transposed to), ...)): a
+# warm call skips the C compiler's lookup and the description of the result.
 _KERNELS: dict = {}
 
 
-def _compile(lang, expr, operands, out_format, schedule):
-    """(kernel entry, operand descriptions, what keeps their data alive)."""
+def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
+    """(kernel entry, operand descriptions, what keeps their data alive).
+
+    Where the kernel would transpose a sparse operand before every run, the operand is
+    transposed here instead, once (``_transposed`` keeps the copy on the operand), and the
+    entry returned is that of the kernel compiled for the transposed copy (with the same
+    output format).  ``pretranspose=False`` gives the kernel as asked (explain)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     descs, sigs, keep = _operands(operands)
     sched = None if schedule is None else str(schedule)
-    key = (lang, expr, sigs, out_format if isinstance(out_format, (str, type(None)))
-           else out_format.as_tuple(), sched)
+    key = (lang, expr, sigs, _out_key(out_format), sched)
     entry = _KERNELS.get(key)
     if entry is None:
-        fmt_t = None
-        if out_format is not None:
-            fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
-        kernel = _C.compile(lang, expr, descs, fmt_t, sched)
-        _, out_fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
-        out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
-        entry = (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name])
-        _KERNELS[key] = entry
-    return entry, descs, keep
+        entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+    if not entry[4] or not pretranspose or not all(
+            isinstance(operands[t], SparseTensor) for t, _ in entry[4]):
+        return entry, descs, keep
+    pre_descs, pre_sigs = list(descs), list(sigs)
+    for t, fmt in entry[4]:
+        d, pre_sigs[t + 1], k = _sparse_operand(_transposed(operands[t], fmt), sigs[0])
+        pre_descs[t] = d
+        keep.append(k)
+    out = entry[2] if out_format is None else out_format
+    pre_key = (lang, expr, tuple(pre_sigs), _out_key(out), sched)
+    pre = _KERNELS.get(pre_key)
+    if pre is None:
+        try:
+            pre = _KERNELS[pre_key] = _new_entry(lang, expr, pre_descs, out, sched)
+        except Exception:   # then the kernel transposes on every run, as it was compiled
+            _KERNELS[key] = entry[:4] + ((),)
+            return entry, descs, keep
+    return pre, pre_descs, keep
+
+
+def _out_key(out_format):
+    if out_format is None or isinstance(out_format, str):
+        return out_format
+    return out_format.as_tuple()
+
+
+def _new_entry(lang, expr, descs, out_format, sched):
+    fmt_t = None
+    if out_format is not None:
+        fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
+    kernel = _C.compile(lang, expr, descs, fmt_t, sched)
+    _, out_fmt_t, _, index_name, _, text = _C.kernel_info(kernel)
+    out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
+    return (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name],
+            _transposes(text))
+
+
+_TRANSPOSED = re.compile(r"  transposed before running to (?:\S+ = )?(\S+) \(([\d,]+)\)")
+
+
+def _transposes(explain: str):
+    """((operand index, Format), ...) for the operands the kernel transposes before each
+    run, read from its explanation (one "operand" line each, in order, followed by a
+    "transposed before running to <format>" line for those it transposes)."""
+    out, t = [], -1
+    for line in explain.splitlines():
+        if line.startswith("operand "):
+            t += 1
+        elif line.startswith("output "):
+            break
+        else:
+            m = _TRANSPOSED.match(line)
+            if m:
+                order = tuple(int(d) for d in m.group(2).split(","))
+                out.append((t, Format(m.group(1), order=order)))
+    return tuple(out)
+
+
+def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
+    """``a`` converted to ``fmt`` as the kernel would (explicit zeros and index width
+    kept), remembered on ``a`` until its values change in place (their version)."""
+    version = a._values._version
+    cache = a._transposed
+    hit = cache.get(fmt) if cache is not None else None
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    t = a.to_format(fmt, a.index_dtype, drop_zeros=False)
+    if cache is None:
+        cache = a._transposed = {}
+    cache[fmt] = (version, t)
+    return t
 
 
 def einsum(expr: str, *operands, out_format=None, schedule=None):
@@ -298,7 +366,7 @@ class Kernel:
 
     def explain(self, *operands) -> str:
         entry, _, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                               self.schedule)
+                               self.schedule, False)
         return _C.kernel_info(entry[0])[5]
 
     def __repr__(self):
@@ -333,5 +401,5 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
             raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
                                       "string")
         expr = _TORCH_EXPR[name]
-    entry, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+    entry, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule, False)
     return _C.kernel_info(entry[0])[5]

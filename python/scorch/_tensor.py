@@ -58,6 +58,7 @@ class SparseTensor(torch.Tensor):
         # goes through __torch_function__ (about 2 us each).
         self._shape = tuple(shape)
         self._desc = None  # (dtype, operand description, signature) once computed
+        self._transposed = None  # {Format: (values version, copy)}: _compiler._transposed
         return self
 
     @classmethod
