@@ -134,17 +134,13 @@ def _operands(operands):
     if not operands:
         raise ValueError("einsum needs at least one operand")
     dtype = None
-    for i, x in enumerate(operands):
+    for x in operands:
         if isinstance(x, SparseTensor):
             d = x._values.dtype
-        elif not isinstance(x, torch.Tensor):
-            raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
-                            f"{type(x).__name__}")
-        elif x.layout is not torch.strided:
-            raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
-                            "scorch.to_sparse first")
-        else:
+        elif isinstance(x, torch.Tensor) and x.layout is torch.strided:
             d = x.dtype
+        else:
+            _bad_operand(operands)
         if dtype is None:
             dtype = d
         elif d is not dtype:
@@ -160,6 +156,16 @@ def _operands(operands):
         sigs.append(sig)
         keep.append(k)
     return descs, tuple(sigs), keep
+
+
+def _bad_operand(operands):
+    for i, x in enumerate(operands):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
+                            f"{type(x).__name__}")
+        if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
+            raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
+                            "scorch.to_sparse first")
 
 
 # What _run does with a result, decided once per kernel.
