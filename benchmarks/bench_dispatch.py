@@ -1,6 +1,7 @@
 """The cost of reaching a scorch kernel from PyTorch, warm (kernels already compiled).
 
-    python -m benchmarks.bench_dispatch [--n 64] [--k 16] [--repeat 2000] [--quick]
+    python -m benchmarks.bench_dispatch [--n 64] [--k 16] [--repeat 2000] [--threads N]
+                                        [--quick]
 
 1. Per-call overhead.  torch.mm(A, X) on a tiny CSR matrix, where the kernel itself costs
    next to nothing, so the numbers are the overhead of each route:
@@ -17,8 +18,9 @@
    route / torch.sparse.mm (< 1: faster).
 2. Dense ops untouched.  A plain dense torch.mm(X, Y) on small tensors, timed in fresh
    subprocesses without scorch imported, with scorch imported, and with scorch.enable()
-   active (the three alternate; ratios to the first: ~1.0 means scorch costs a dense op
-   nothing).
+   active (the three alternate; each process reports its fastest round, the least
+   disturbed by other load; ratios of the medians over processes to the first: ~1.0
+   means scorch costs a dense op nothing).
 3. The next ATen op.  A 512x512 dense torch.mm timed right after a scorch SpMM and right
    after a torch.sparse.mm of the same product (parallel-sized), alternating: a ratio above
    1 would mean scorch's kernel leaves the machine slower for torch (e.g. OpenMP threads
@@ -39,9 +41,10 @@ import torch
 import torch.nn.functional as F
 
 
-def _rounds(routes, repeat, rounds, between=None):
-    """{name: median over rounds of the per-call time}; routes alternate within a round.
-    ``between(name, entering)`` is called around each route (scorch.enable / disable)."""
+def _rounds(routes, repeat, rounds, between=None, best=False):
+    """{name: median (``best``: minimum) over rounds of the per-call time}; routes
+    alternate within a round.  ``between(name, entering)`` is called around each route
+    (scorch.enable / disable)."""
     times = {name: [] for name, _ in routes}
     for name, fn in routes:                      # warm-up: kernels compiled, caches filled
         if between:
@@ -60,7 +63,8 @@ def _rounds(routes, repeat, rounds, between=None):
             times[name].append((time.perf_counter() - t0) / repeat)
             if between:
                 between(name, False)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    pick = min if best else statistics.median
+    return {name: pick(ts) for name, ts in times.items()}
 
 
 def _sparse(n, m, density, g):
@@ -111,7 +115,7 @@ def _dense_child(mode, repeat, rounds):
             scorch.enable()
     g = torch.Generator().manual_seed(1)
     X, Y = torch.rand(64, 32, generator=g), torch.rand(32, 32, generator=g)
-    t = _rounds([(mode, lambda: torch.mm(X, Y))], repeat, rounds)
+    t = _rounds([(mode, lambda: torch.mm(X, Y))], repeat, rounds, best=True)
     assert mode == "no scorch" or "scorch" in sys.modules
     assert mode != "no scorch" or "scorch" not in sys.modules
     print(t[mode])
@@ -127,11 +131,12 @@ def dense_untouched(args):
         for m in modes:
             out = subprocess.run([sys.executable, "-m", "benchmarks.bench_dispatch",
                                   "--dense-child", m, "--repeat", str(args.repeat),
-                                  "--rounds", str(args.rounds)],
+                                  "--rounds", str(args.rounds),
+                                  "--threads", str(torch.get_num_threads())],
                                  check=True, capture_output=True, text=True, env=env)
             times[m].append(float(out.stdout.strip().splitlines()[-1]))
     print(f"2. dense torch.mm(X 64x32, Y 32x32) in fresh processes ({args.procs} each, "
-          "alternating), ratio to no scorch")
+          f"alternating, {torch.get_num_threads()} threads), ratio to no scorch")
     ref = statistics.median(times["no scorch"])
     for m in modes:
         print(f"  {m:<28} ratio {statistics.median(times[m]) / ref:6.2f}")
@@ -174,10 +179,13 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--procs", type=int, default=3, help="subprocesses per mode in part 2")
     ap.add_argument("--next-repeat", type=int, default=40, help="alternations in part 3")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--quick", action="store_true", help="fewer calls, rounds, processes")
     ap.add_argument("--dense-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", UserWarning)   # torch's "CSR is in beta" notice
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.dense_child:
         return _dense_child(args.dense_child, args.repeat, args.rounds)
     if args.quick:
