@@ -77,9 +77,15 @@ def test_matmul_operator_keeps_the_torch_function_protocol():
             seen.append(func)
             return func(*args, **(kwargs or {}))
 
+    Y = dn((3, 5), torch.float32, 2)
     with Record():
-        close(A @ X, a @ X)
-    assert seen and seen[0] in (torch.Tensor.__matmul__, torch.Tensor.matmul)
+        AX = A @ X
+        assert seen[0] in (torch.Tensor.__matmul__, torch.Tensor.matmul)
+        del seen[:]
+        YA = Y @ A
+        assert seen[0] in (torch.Tensor.__matmul__, torch.Tensor.matmul)
+    close(AX, a @ X)
+    close(YA, Y @ a, sparse=False)
     with torch._C.DisableTorchFunctionSubclass():      # as inside a handler: aten refuses
         with pytest.raises(NotImplementedError, match="aten.mm"):
             A @ X

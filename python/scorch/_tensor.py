@@ -80,6 +80,16 @@ class SparseTensor(torch.Tensor):
                 return _HANDLERS.get(_MATMUL, _MATMUL)(self, other)
         return _MATMUL(self, other)
 
+    def __rmatmul__(self, other):
+        """``X @ A``: defining __matmul__ makes Python ask A first; the same short cut, or
+        NotImplemented so that Python goes on to ``torch.Tensor.__matmul__(X, A)`` (the
+        protocol, as without the short cut)."""
+        if (type(other) is torch.Tensor and type(self) is SparseTensor and _tf_enabled()
+                and not _tf_mode()):
+            with _NO_SUBCLASS_TF():
+                return _HANDLERS[_RMATMUL](self, other)
+        return NotImplemented
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -262,7 +272,7 @@ class SparseTensor(torch.Tensor):
 
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
 _NO_SUBCLASS_TF = torch._C.DisableTorchFunctionSubclass
-_MATMUL = torch.Tensor.__matmul__
+_MATMUL, _RMATMUL = torch.Tensor.__matmul__, torch.Tensor.__rmatmul__
 _PLAIN = (torch.Tensor, SparseTensor)
 _tf_enabled = torch._C._is_torch_function_enabled
 _tf_mode = torch._C._is_torch_function_mode_enabled
