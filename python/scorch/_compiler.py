@@ -62,8 +62,6 @@ def _dense_operand(x: torch.Tensor, dtype):
     (shape, fmt, pos, crd, values array, index)."""
     if not x.is_cpu:
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
-    if x.dim() == 0:
-        raise ValueError("scalar (0-D) operands are not supported; use a 1-element tensor")
     if x.requires_grad:
         x = x.detach()
     if x.dtype is not dtype:
@@ -73,12 +71,16 @@ def _dense_operand(x: torch.Tensor, dtype):
         # torch's reshape(-1).
         arr = x.numpy()
         shape = arr.shape
+        if not shape:
+            raise ValueError(_SCALAR_OPERAND)
         kind = _DENSE_BY_NDIM.get(len(shape))
         if kind is None:
             kind = _DENSE_BY_NDIM[len(shape)] = _dense_kind(len(shape), None)
         fmt, levels, sig = kind
         return (shape, fmt, levels, levels, arr.ravel(), "int32"), sig, arr
     n = x.dim()
+    if n == 0:
+        raise ValueError(_SCALAR_OPERAND)
     # Level order = dimensions by decreasing stride (a permutation view, no copy).
     perm = tuple(sorted(range(n), key=lambda d: (-x.stride(d), d)))
     xp = x.permute(perm)
@@ -87,6 +89,9 @@ def _dense_operand(x: torch.Tensor, dtype):
     data = xp.reshape(-1)
     fmt, levels, sig = _dense_kind(n, perm)
     return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig, data
+
+
+_SCALAR_OPERAND = "scalar (0-D) operands are not supported; use a 1-element tensor"
 
 
 @functools.lru_cache(maxsize=None)

@@ -637,7 +637,11 @@ def _product(name, exprs, a, b):
             if not _is_sparse(x) and x.layout is not torch.strided:
                 refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
-    return _contract(expr, (a, b))
+    if torch.is_grad_enabled() and (
+            (a._values if isinstance(a, SparseTensor) else a).requires_grad or
+            (b._values if isinstance(b, SparseTensor) else b).requires_grad):
+        return _einsum_autograd(*_parse(expr), (a, b), None)
+    return _einsum_run(expr, (a, b))   # (_contract, inlined: the hottest route)
 
 
 @_register(torch.mm, torch.Tensor.mm, torch.sparse.mm)
