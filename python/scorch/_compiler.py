@@ -361,8 +361,8 @@ class Kernel:
                 raise TypeError(f"operand {name} was declared {want} but is dense")
             fmt = x._format
             key = (want, len(fmt.kinds))
-            parsed = self._parsed.get(key)
-            if parsed is None:
+            parsed = self._parsed.get(key) if isinstance(want, (str, Format)) else None
+            if parsed is None:   # (Format.parse refuses a declaration of another type)
                 parsed = self._parsed[key] = Format.parse(want, len(fmt.kinds))
             if fmt != parsed:
                 raise ValueError(f"operand {name} was declared {want} but is {x.format}")

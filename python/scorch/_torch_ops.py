@@ -173,7 +173,7 @@ def to_dense(a: SparseTensor) -> torch.Tensor:
 
 def _parse(expr: str):
     """(operand terms, output term, the canonical "ins->out" text)."""
-    hit = _PARSED.get(expr)
+    hit = _PARSED.get(expr) if isinstance(expr, str) else None
     if hit is not None:
         return hit
     text = expr.replace(" ", "")
