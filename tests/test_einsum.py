@@ -98,6 +98,30 @@ def test_a_times_a_transposed():
     check("ij,kj->ik", A, A)
 
 
+@pytest.mark.parametrize("it", [torch.int32, torch.int64])
+def test_transposed_operand_converted_once_until_its_values_change(it):
+    from scorch import _compiler
+
+    s = seed_of("pretranspose", it)
+    A = sp((6, 6), "csr", torch.float64, it, s)
+    B = sp((6, 6), "csr", torch.float64, it, s + 1)
+    assert "transposed before running" in scorch.explain("ij,ji->ij", A, B)  # as compiled
+    a, b = A.to_dense(), B.to_dense()
+    got = check("ij,ji->ij", A, B)
+    assert isinstance(got, scorch.SparseTensor) and got.format.name == "csr"
+    (fmt, (_, copy)), = B._transposed.items()                # B, converted once
+    assert fmt.name == "csc" and copy.index_dtype == it
+    compiles = _compiler._C.jit_stats()["compiles"] + _compiler._C.jit_stats()["disk_hits"]
+    torch.testing.assert_close(dense_of(scorch.einsum("ij,ji->ij", A, B)), a * b.t())
+    assert B._transposed[fmt][1] is copy                     # warm: the same copy, no kernel
+    assert (_compiler._C.jit_stats()["compiles"] + _compiler._C.jit_stats()["disk_hits"]
+            == compiles)
+    B.values().mul_(2)                                       # in place: a new version
+    torch.testing.assert_close(dense_of(scorch.einsum("ij,ji->ij", A, B)), 2 * a * b.t())
+    assert B._transposed[fmt][1] is not copy
+    assert A._transposed is None and torch.equal(B.to_dense(), 2 * b)   # B's own arrays
+
+
 @pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "coo"), ("csc", "dcsr"),
                                    ("coo", "csr")])
 @pytest.mark.parametrize("dtype", DT)

@@ -63,6 +63,34 @@ def test_matmul_family(fmt, dtype):
     close(torch.addmm(bias, A, X), torch.addmm(bias, a, X))
 
 
+def test_matmul_operator_keeps_the_torch_function_protocol():
+    # A @ X takes a short cut to the router; modes and disabled torch functions must still
+    # see what the protocol gives them.
+    from torch.overrides import TorchFunctionMode
+
+    A, a = sp((5, 4), "csr", torch.float32, seed_of("mm_protocol"))
+    X = dn((4, 3), torch.float32, 1)
+    seen = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    Y = dn((3, 5), torch.float32, 2)
+    with Record():
+        AX = A @ X
+        assert seen[0] in (torch.Tensor.__matmul__, torch.Tensor.matmul)
+        del seen[:]
+        YA = Y @ A
+        assert seen[0] in (torch.Tensor.__matmul__, torch.Tensor.matmul)
+    close(AX, a @ X)
+    close(YA, Y @ a, sparse=False)
+    with torch._C.DisableTorchFunctionSubclass():      # as inside a handler: aten refuses
+        with pytest.raises(NotImplementedError, match="aten.mm"):
+            A @ X
+
+
 @pytest.mark.parametrize("dtype", DT)
 def test_batched_matmul(dtype):
     s = seed_of("bmm", dtype)
@@ -432,3 +460,26 @@ def test_enable_sparse_result_and_refusals():
         scorch.disable()
     scorch.disable()                                         # idempotent
     assert not scorch.is_enabled()
+
+
+def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
+    from scorch import _dispatch
+
+    x = make_dense((6, 5), torch.float32, seed_of("dispatch_view"))
+    X = dn((5, 3), torch.float32, 1)
+    A = x.to_sparse_csr()
+    with scorch.enabled():
+        torch.testing.assert_close(torch.mm(A, X), x @ X)
+        view = _dispatch._VIEWS[id(A)][2]
+        torch.testing.assert_close(torch.mm(A, X), x @ X)
+        assert _dispatch._VIEWS[id(A)][2] is view            # warm: the same SparseTensor
+        A.values().mul_(2)                                   # in place: seen
+        torch.testing.assert_close(torch.mm(A, X), 2 * x @ X)
+        view = _dispatch._VIEWS[id(A)][2]
+        y = x.flip(0)                                        # same nnz, other pattern
+        A.copy_(y.to_sparse_csr())                           # a new version
+        torch.testing.assert_close(torch.mm(A, X), y @ X)
+        assert _dispatch._VIEWS[id(A)][2] is not view
+        key = id(A)
+        del A, view
+        assert key not in _dispatch._VIEWS                   # gone with the tensor

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import torch
 
 from . import _C
 from ._format import Format, _format_from_tuple
-from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, VALUE_DTYPES, SparseTensor, _threads,
-                      _wrap)
+from ._tensor import _INDEX_NAMES, _INDEX_OF_NAME, VALUE_DTYPES, SparseTensor, _wrap
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,40 +60,61 @@ class Schedule:
 def _dense_operand(x: torch.Tensor, dtype):
     """(desc, signature, what keeps the data alive) for a dense tensor; desc is
     (shape, fmt, pos, crd, values array, index)."""
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
-    if x.dim() == 0:
-        raise ValueError("scalar (0-D) operands are not supported; use a 1-element tensor")
-    x = x.detach()
-    if x.dtype != dtype:
+    if x.requires_grad:
+        x = x.detach()
+    if x.dtype is not dtype:
         x = x.to(dtype)
-    n = x.dim()
     if x.is_contiguous():
-        perm, data = tuple(range(n)), x.reshape(-1)
-    else:
-        # Level order = dimensions by decreasing stride (a permutation view, no copy).
-        perm = tuple(sorted(range(n), key=lambda d: (-x.stride(d), d)))
-        xp = x.permute(perm)
-        if not xp.is_contiguous():
-            perm, xp = tuple(range(n)), x.contiguous()
-        data = xp.reshape(-1)
-    fmt = _dense_format(n, perm)
-    desc = (tuple(x.shape), fmt, [None] * n, [None] * n, data.numpy(), "int32")
-    return desc, ("d", perm), data
+        # NumPy views: ravel() of a contiguous array is a view and costs a tenth of
+        # torch's reshape(-1).
+        arr = x.numpy()
+        shape = arr.shape
+        if not shape:
+            raise ValueError(_SCALAR_OPERAND)
+        kind = _DENSE_BY_NDIM.get(len(shape))
+        if kind is None:
+            kind = _DENSE_BY_NDIM[len(shape)] = _dense_kind(len(shape), None)
+        fmt, levels, sig = kind
+        return (shape, fmt, levels, levels, arr.ravel(), "int32"), sig, arr
+    n = x.dim()
+    if n == 0:
+        raise ValueError(_SCALAR_OPERAND)
+    # Level order = dimensions by decreasing stride (a permutation view, no copy).
+    perm = tuple(sorted(range(n), key=lambda d: (-x.stride(d), d)))
+    xp = x.permute(perm)
+    if not xp.is_contiguous():
+        perm, xp = tuple(range(n)), x.contiguous()
+    data = xp.reshape(-1)
+    fmt, levels, sig = _dense_kind(n, perm)
+    return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig, data
+
+
+_SCALAR_OPERAND = "scalar (0-D) operands are not supported; use a 1-element tensor"
 
 
 @functools.lru_cache(maxsize=None)
-def _dense_format(ndim, perm):
-    if perm == tuple(range(ndim)):
-        return Format.parse("dense", ndim).as_tuple()
-    return Format("d" * ndim, order=perm).as_tuple()
+def _dense_kind(ndim, perm):
+    """(format tuple, the [None] * ndim level-array list, signature) of a dense operand
+    whose levels store dimensions ``perm`` (None: in order); the list is shared and never
+    written."""
+    if perm is None or perm == tuple(range(ndim)):
+        perm = tuple(range(ndim))
+        fmt = Format.parse("dense", ndim).as_tuple()
+    else:
+        fmt = Format("d" * ndim, order=perm).as_tuple()
+    return fmt, [None] * ndim, ("d", perm)
+
+
+_DENSE_BY_NDIM: dict = {}   # ndim -> _dense_kind(ndim, None), without lru_cache's cost
 
 
 def _sparse_operand(a: SparseTensor, dtype):
     """(desc, signature, what keeps the data alive).  The description of a SparseTensor's
     own arrays is computed once per tensor (its arrays never change identity)."""
     vals = a._values
-    if vals.dtype != dtype or not vals.is_contiguous():
+    if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
         desc, sig = _sparse_desc(a, v)
         return desc, sig, v
@@ -113,19 +134,21 @@ def _sparse_desc(a: SparseTensor, vals):
 
 
 def _operands(operands):
+    """(descriptions, signature tuple: the common dtype then one entry per operand, what
+    keeps the data alive)."""
     if not operands:
         raise ValueError("einsum needs at least one operand")
-    for i, x in enumerate(operands):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
-                            f"{type(x).__name__}")
-        if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
-            raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
-                            "scorch.to_sparse first")
-    dtypes = [x._values.dtype if isinstance(x, SparseTensor) else x.dtype for x in operands]
-    dtype = dtypes[0]
-    for d in dtypes[1:]:
-        if d != dtype:
+    dtype = None
+    for x in operands:
+        if isinstance(x, SparseTensor):
+            d = x._values.dtype
+        elif isinstance(x, torch.Tensor) and x.layout is torch.strided:
+            d = x.dtype
+        else:
+            _bad_operand(operands)
+        if dtype is None:
+            dtype = d
+        elif d is not dtype:
             dtype = torch.promote_types(dtype, d)
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
@@ -140,21 +163,43 @@ def _operands(operands):
     return descs, tuple(sigs), keep
 
 
+def _bad_operand(operands):
+    for i, x in enumerate(operands):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
+                            f"{type(x).__name__}")
+        if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
+            raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
+                            "scorch.to_sparse first")
+
+
+# What _run does with a result, decided once per kernel.
+_OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
+
+
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
-    kernel, fmt, index_dtype = entry
-    shape, (pos, crd, vals) = _C.run(kernel, descs, _threads())
-    if len(shape) == 0:
+    kernel, how, fmt, index_dtype, _ = entry
+    shape, (pos, crd, vals) = _C.run(kernel, descs, torch.get_num_threads())
+    if how == _OUT_DENSE:
+        return torch.from_numpy(vals.reshape(shape))
+    if how == _OUT_SPARSE:
+        return _wrap(shape, fmt, pos, crd, vals, index_dtype)
+    if how == _OUT_SCALAR:
         return torch.from_numpy(vals).reshape(())
-    if all(k == 0 for k in fmt.kinds):
-        out = torch.from_numpy(vals).reshape([shape[d] for d in fmt.order])
-        if fmt.order == tuple(range(len(shape))):
-            return out
-        inv = [0] * len(shape)
-        for k, d in enumerate(fmt.order):
-            inv[d] = k
-        return out.permute(inv)
-    return _wrap(shape, fmt, pos, crd, vals, index_dtype)
+    order = fmt.order
+    inv = [0] * len(order)
+    for k, d in enumerate(order):
+        inv[d] = k
+    return torch.from_numpy(vals.reshape([shape[d] for d in order])).permute(inv)
+
+
+def _out_kind(fmt) -> int:
+    if fmt is None or not fmt.kinds:
+        return _OUT_SCALAR
+    if any(fmt.kinds):
+        return _OUT_SPARSE
+    return _OUT_DENSE if fmt.order == tuple(range(len(fmt.order))) else _OUT_DENSE_PERMUTED
 
 
 def _output_order(lang, expr: str) -> int:
@@ -172,30 +217,98 @@ def _output_order(lang, expr: str) -> int:
     return len([t for t in inside.split(",") if t.strip()])
 
 
-# (lang, expr, operand signatures, out format, schedule) -> (kernel, out Format, index
-# dtype): a warm call skips the C compiler's lookup and the description of the result.
+# (lang, expr, operand signatures, out format, schedule) -> (kernel, what _run does with
+# its result, out Format, index dtype, ((operand, Format it is transposed to), ...)): a
+# warm call skips the C compiler's lookup and the description of the result.
 _KERNELS: dict = {}
 
 
-def _compile(lang, expr, operands, out_format, schedule):
-    """(kernel entry, operand descriptions, what keeps their data alive)."""
+def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
+    """(kernel entry, operand descriptions, what keeps their data alive).
+
+    Where the kernel would transpose a sparse operand before every run, the operand is
+    transposed here instead, once (``_transposed`` keeps the copy on the operand), and the
+    entry returned is that of the kernel compiled for the transposed copy (with the same
+    output format).  ``pretranspose=False`` gives the kernel as asked (explain)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     descs, sigs, keep = _operands(operands)
     sched = None if schedule is None else str(schedule)
-    key = (lang, expr, sigs, out_format if isinstance(out_format, (str, type(None)))
-           else out_format.as_tuple(), sched)
+    key = (lang, expr, sigs, _out_key(out_format), sched)
     entry = _KERNELS.get(key)
     if entry is None:
-        fmt_t = None
-        if out_format is not None:
-            fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
-        kernel = _C.compile(lang, expr, descs, fmt_t, sched)
-        _, out_fmt_t, _, index_name, _, _ = _C.kernel_info(kernel)
-        out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
-        entry = (kernel, out_fmt, _INDEX_OF_NAME[index_name])
-        _KERNELS[key] = entry
-    return entry, descs, keep
+        entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+    if not entry[4] or not pretranspose or not all(
+            isinstance(operands[t], SparseTensor) for t, _ in entry[4]):
+        return entry, descs, keep
+    pre_descs, pre_sigs = list(descs), list(sigs)
+    for t, fmt in entry[4]:
+        d, pre_sigs[t + 1], k = _sparse_operand(_transposed(operands[t], fmt), sigs[0])
+        pre_descs[t] = d
+        keep.append(k)
+    out = entry[2] if out_format is None else out_format
+    pre_key = (lang, expr, tuple(pre_sigs), _out_key(out), sched)
+    pre = _KERNELS.get(pre_key)
+    if pre is None:
+        try:
+            pre = _KERNELS[pre_key] = _new_entry(lang, expr, pre_descs, out, sched)
+        except Exception:   # then the kernel transposes on every run, as it was compiled
+            _KERNELS[key] = entry[:4] + ((),)
+            return entry, descs, keep
+    return pre, pre_descs, keep
+
+
+def _out_key(out_format):
+    if out_format is None or isinstance(out_format, str):
+        return out_format
+    return out_format.as_tuple()
+
+
+def _new_entry(lang, expr, descs, out_format, sched):
+    fmt_t = None
+    if out_format is not None:
+        fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
+    kernel = _C.compile(lang, expr, descs, fmt_t, sched)
+    _, out_fmt_t, _, index_name, _, text = _C.kernel_info(kernel)
+    out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
+    return (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name],
+            _transposes(text))
+
+
+_TRANSPOSED = re.compile(r"  transposed before running to (?:\S+ = )?(\S+) \(([\d,]+)\)")
+
+
+def _transposes(explain: str):
+    """((operand index, Format), ...) for the operands the kernel transposes before each
+    run, read from its explanation (one "operand" line each, in order, followed by a
+    "transposed before running to <format>" line for those it transposes)."""
+    out, t = [], -1
+    for line in explain.splitlines():
+        if line.startswith("operand "):
+            t += 1
+        elif line.startswith("output "):
+            break
+        else:
+            m = _TRANSPOSED.match(line)
+            if m:
+                order = tuple(int(d) for d in m.group(2).split(","))
+                out.append((t, Format(m.group(1), order=order)))
+    return tuple(out)
+
+
+def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
+    """``a`` converted to ``fmt`` as the kernel would (explicit zeros and index width
+    kept), remembered on ``a`` until its values change in place (their version)."""
+    version = a._values._version
+    cache = a._transposed
+    hit = cache.get(fmt) if cache is not None else None
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    t = a.to_format(fmt, a.index_dtype, drop_zeros=False)
+    if cache is None:
+        cache = a._transposed = {}
+    cache[fmt] = (version, t)
+    return t
 
 
 def einsum(expr: str, *operands, out_format=None, schedule=None):
@@ -207,6 +320,11 @@ def einsum(expr: str, *operands, out_format=None, schedule=None):
     result is a plain torch.Tensor.  ``schedule`` (a Schedule or its text) forces a
     schedule instead of the automatic one.
     """
+    return _einsum_run(expr, operands, out_format, schedule)
+
+
+def _einsum_run(expr, operands, out_format=None, schedule=None):
+    """einsum with the operands as a sequence (the form scorch's own callers have)."""
     entry, descs, keep = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
     result = _run(entry, descs)
     del keep
@@ -230,12 +348,10 @@ class Kernel:
         self.formats = dict(formats)
         self.out_format = out_format
         self.schedule = schedule
-        self._last = None  # (signature, kernel)
+        self._parsed = {}  # (declared format, ndim) -> Format: parsed once, not per call
 
     def _check(self, operands):
-        names = list(self.formats)
-        for name, x in zip(names, operands):
-            want = self.formats[name]
+        for (name, want), x in zip(self.formats.items(), operands):
             if want in ("dense", None):
                 if isinstance(x, SparseTensor):
                     raise TypeError(f"operand {name} was declared dense but is a "
@@ -243,7 +359,12 @@ class Kernel:
                 continue
             if not isinstance(x, SparseTensor):
                 raise TypeError(f"operand {name} was declared {want} but is dense")
-            if x.format != Format.parse(want, x.dim()):
+            fmt = x._format
+            key = (want, len(fmt.kinds))
+            parsed = self._parsed.get(key) if isinstance(want, (str, Format)) else None
+            if parsed is None:   # (Format.parse refuses a declaration of another type)
+                parsed = self._parsed[key] = Format.parse(want, len(fmt.kinds))
+            if fmt != parsed:
                 raise ValueError(f"operand {name} was declared {want} but is {x.format}")
 
     def __call__(self, *operands):
@@ -256,7 +377,7 @@ class Kernel:
 
     def explain(self, *operands) -> str:
         entry, _, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                               self.schedule)
+                               self.schedule, False)
         return _C.kernel_info(entry[0])[5]
 
     def __repr__(self):
@@ -291,5 +412,5 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
             raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
                                       "string")
         expr = _TORCH_EXPR[name]
-    entry, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+    entry, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule, False)
     return _C.kernel_info(entry[0])[5]

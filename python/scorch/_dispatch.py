@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+import weakref
 
 import torch
 
-from ._compiler import einsum as _einsum
+from ._compiler import _einsum_run
 from ._format import Format
 from ._tensor import VALUE_DTYPES, SparseTensor
 
@@ -77,6 +78,9 @@ def _to_scorch(x: torch.Tensor, op):
     BSR, BSC); a strided tensor is returned as it is."""
     if x.layout is torch.strided:
         return x
+    hit = _VIEWS.get(id(x))
+    if hit is not None and hit[0]() is x and hit[1] == x._version:
+        return hit[2]
     if x.dtype not in VALUE_DTYPES:
         _refuse(op, x, f"values of {x.dtype} (scorch computes in float32 / float64)")
     if x.dim() != 2 or x.dense_dim() != 0:
@@ -87,11 +91,31 @@ def _to_scorch(x: torch.Tensor, op):
         crd = x.col_indices() if csr else x.row_indices()
         if pos.dtype != crd.dtype:
             crd = crd.to(pos.dtype)
-        return SparseTensor(tuple(x.shape), _CSR if csr else _CSC, [None, pos], [None, crd],
+        view = SparseTensor(tuple(x.shape), _CSR if csr else _CSC, [None, pos], [None, crd],
                             x.values(), index_dtype=pos.dtype)
+        _remember(x, view)
+        return view
     from ._convert import to_sparse
 
     return to_sparse(x, "coo" if x.layout is torch.sparse_coo else "csr")
+
+
+# id(torch CSR/CSC tensor) -> (weak reference to it, its _version, the SparseTensor over
+# its arrays).  A warm call reuses the SparseTensor and the description the compiler keeps
+# on it.  The arrays are shared, so values changed in place are seen; anything that can
+# replace the arrays (resize_, copy_, ...) bumps the version; the entry goes when the
+# tensor does.  Converted inputs (COO, BSR) are not kept: a copy would go stale.
+_VIEWS: dict = {}
+
+
+def _remember(x, view):
+    key = id(x)
+
+    def forget(ref):
+        if _VIEWS.get(key, (None,))[0] is ref:
+            del _VIEWS[key]
+
+    _VIEWS[key] = (weakref.ref(x, forget), x._version, view)
 
 
 def _from_scorch(r, like: torch.Tensor):
@@ -109,14 +133,14 @@ def _sparse_of(*xs):
 def _mm(a, b):
     global calls
     calls += 1
-    r = _einsum("ij,jk->ik", _to_scorch(a, "mm"), _to_scorch(b, "mm"))
-    return _from_scorch(r, _sparse_of(a, b))
+    r = _einsum_run("ij,jk->ik", (_to_scorch(a, "mm"), _to_scorch(b, "mm")))
+    return r if not isinstance(r, SparseTensor) else _from_scorch(r, _sparse_of(a, b))
 
 
 def _mv(a, x):
     global calls
     calls += 1
-    return _from_scorch(_einsum("ij,j->i", _to_scorch(a, "mv"), _to_scorch(x, "mv")), a)
+    return _from_scorch(_einsum_run("ij,j->i", (_to_scorch(a, "mv"), _to_scorch(x, "mv"))), a)
 
 
 def _addmm(inp, mat1, mat2, *, beta=1, alpha=1):

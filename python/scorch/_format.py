@@ -22,7 +22,7 @@ class Format:
     resolved against a number of dimensions with ``Format.parse("csf", ndim=3)``.
     """
 
-    __slots__ = ("kinds", "unique", "order", "_info")
+    __slots__ = ("kinds", "unique", "order", "_tuple", "_info")
 
     def __init__(self, levels: str, order=None, ndim=None):
         if levels in _TWO_D:
@@ -64,10 +64,11 @@ class Format:
         self.kinds = tuple(kinds)
         self.unique = tuple(bool(u) for u in unique)
         self.order = tuple(l2d)
-        self._info = _C.format_info(self.as_tuple())
+        self._tuple = (self.kinds, self.unique, self.order)   # one object: compared and
+        self._info = _C.format_info(self._tuple)              # hashed on every call
 
     def as_tuple(self):
-        return (self.kinds, self.unique, self.order)
+        return self._tuple
 
     @property
     def ndim(self) -> int:
@@ -93,10 +94,10 @@ class Format:
         return 0 in self.kinds
 
     def __eq__(self, other):
-        return isinstance(other, Format) and self.as_tuple() == other.as_tuple()
+        return self is other or (isinstance(other, Format) and self._tuple == other._tuple)
 
     def __hash__(self):
-        return hash(self.as_tuple())
+        return hash(self._tuple)
 
     def __str__(self):
         if self.name:
