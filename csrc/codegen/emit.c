@@ -23,11 +23,16 @@ static const char PRELUDE[] =
     "typedef double sc_vf64 __attribute__((vector_size(64)));\n"
     "typedef float sc_vf32u __attribute__((vector_size(64), aligned(4), may_alias));\n"
     "typedef double sc_vf64u __attribute__((vector_size(64), aligned(8), may_alias));\n"
-    /* lane sums by halving (a tree, not a chain of dependent additions) */
+    /* half and quarter vectors (partial tiles, lane sums) */
     "typedef float sc_vf32h __attribute__((vector_size(32)));\n"
     "typedef float sc_vf32q __attribute__((vector_size(16)));\n"
     "typedef double sc_vf64h __attribute__((vector_size(32)));\n"
     "typedef double sc_vf64q __attribute__((vector_size(16)));\n"
+    "typedef float sc_vf32hu __attribute__((vector_size(32), aligned(4), may_alias));\n"
+    "typedef float sc_vf32qu __attribute__((vector_size(16), aligned(4), may_alias));\n"
+    "typedef double sc_vf64hu __attribute__((vector_size(32), aligned(8), may_alias));\n"
+    "typedef double sc_vf64qu __attribute__((vector_size(16), aligned(8), may_alias));\n"
+    /* lane sums by halving (a tree, not a chain of dependent additions) */
     "static inline float sc_hsum_f32(sc_vf32 v)\n{\n"
     "    sc_vf32h h[2];\n    sc_vf32q q[2];\n"
     "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
@@ -99,9 +104,12 @@ static const char *ctype(sc_ir_type t)
 }
 
 /* The suffix of a vector type name: sc_vf32 / sc_vf64. */
-static const char *vtag(sc_ir_type t)
+static const char *vtag(sc_ir_type t, int32_t lanes)
 {
-    return t == SC_IR_F64 ? "f64" : "f32";
+    int32_t w = sc_ir_vec_lanes(t);
+    if (t == SC_IR_F64)
+        return lanes == w ? "f64" : lanes == w / 2 ? "f64h" : "f64q";
+    return lanes == w ? "f32" : lanes == w / 2 ? "f32h" : "f32q";
 }
 
 static void expr(em *m, const sc_ir_expr *e)
@@ -131,17 +139,17 @@ static void expr(em *m, const sc_ir_expr *e)
         pr(m, "]");
         break;
     case SC_IR_E_VLOAD:
-        sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type), fn->vars[e->var].name);
+        sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type, e->lanes), fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, "])");
         break;
     case SC_IR_E_HSUM:
-        sc_cg_printf(m->out, "sc_hsum_%s(", vtag(e->type));
+        sc_cg_printf(m->out, "sc_hsum_%s(", vtag(e->type, e->a->lanes));
         expr(m, e->a);
         pr(m, ")");
         break;
     case SC_IR_E_SPLAT:
-        sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(e->type));
+        sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(e->type, e->lanes));
         expr(m, e->a);
         pr(m, ")");
         break;
@@ -247,7 +255,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             break;
         }
         if (v->lanes > 0)
-            sc_cg_printf(m->out, "sc_v%s %s = ", vtag(v->type), v->name);
+            sc_cg_printf(m->out, "sc_v%s %s = ", vtag(v->type, v->lanes), v->name);
         else if (v->buffer)
             sc_cg_printf(m->out, "%s%s *restrict %s = ", v->readonly ? "const " : "",
                          ctype(v->type), v->name);
@@ -263,7 +271,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         break;
     case SC_IR_S_STORE:
         if (s->lanes) {
-            sc_cg_printf(m->out, "*(sc_v%su *)&%s[", vtag(v->type), v->name);
+            sc_cg_printf(m->out, "*(sc_v%su *)&%s[", vtag(v->type, s->lanes), v->name);
             expr(m, s->b);
             sc_cg_printf(m->out, "] %s ", s->accumulate ? "+=" : "=");
             expr(m, s->a);

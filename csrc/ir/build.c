@@ -146,17 +146,23 @@ int32_t sc_ir_vec_lanes(sc_ir_type type)
     return type == SC_IR_F32 ? SC_IR_VEC_BYTES / 4 : type == SC_IR_F64 ? SC_IR_VEC_BYTES / 8 : 0;
 }
 
-sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type)
+static bool lanes_ok(sc_ir_type type, int32_t lanes)
+{
+    int32_t w = sc_ir_vec_lanes(type);
+    return w && (lanes == w || lanes == w / 2 || lanes == w / 4);
+}
+
+sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t lanes)
 {
     if (b->st != SC_OK)
         return -1;
-    if (!sc_ir_vec_lanes(type)) {
+    if (!lanes_ok(type, lanes)) {
         sc_ir_fail(b, SC_INTERNAL, "vector %s of %s", name, sc_ir_type_name(type));
         return -1;
     }
     sc_ir_var v = sc_ir_new_var(b, name, type, false, false, false);
     if (v >= 0)
-        b->fn->vars[v].lanes = sc_ir_vec_lanes(type);
+        b->fn->vars[v].lanes = lanes;
     return v;
 }
 
@@ -252,26 +258,27 @@ const sc_ir_expr *sc_ir_load(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
     return e;
 }
 
-const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                              int32_t lanes)
 {
     const sc_ir_expr *l = sc_ir_load(b, buf, idx);
     if (!l)
         return NULL;
-    if (!sc_ir_vec_lanes(l->type)) {
+    if (!lanes_ok(l->type, lanes)) {
         sc_ir_fail(b, SC_INTERNAL, "vector load from %s", b->fn->vars[buf].name);
         return NULL;
     }
     sc_ir_expr *e = (sc_ir_expr *)l;
     e->kind = SC_IR_E_VLOAD;
-    e->lanes = sc_ir_vec_lanes(l->type);
+    e->lanes = lanes;
     return e;
 }
 
-const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x)
+const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes)
 {
     if (!need(b, x, "splat"))
         return NULL;
-    if (x->buffer || x->lanes || !sc_ir_vec_lanes(x->type)) {
+    if (x->buffer || x->lanes || !lanes_ok(x->type, lanes)) {
         sc_ir_fail(b, SC_INTERNAL, "splat of a %s", x->lanes ? "vector" : sc_ir_type_name(x->type));
         return NULL;
     }
@@ -280,7 +287,7 @@ const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x)
         return NULL;
     e->kind = SC_IR_E_SPLAT;
     e->type = x->type;
-    e->lanes = sc_ir_vec_lanes(x->type);
+    e->lanes = lanes;
     e->a = x;
     return e;
 }
@@ -289,8 +296,8 @@ const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x)
 {
     if (!need(b, x, "hsum"))
         return NULL;
-    if (!x->lanes) {
-        sc_ir_fail(b, SC_INTERNAL, "lane sum of a scalar");
+    if (x->lanes != sc_ir_vec_lanes(x->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "lane sum of a scalar or a partial vector");
         return NULL;
     }
     sc_ir_expr *e = node(b, sizeof *e);

@@ -209,13 +209,14 @@ sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, boo
 #define SC_IR_LOCAL_MAX 256
 sc_ir_var sc_ir_new_local(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t len);
 
-/* Vectors: SC_IR_VEC_BYTES of a float type (16 float or 8 double lanes), emitted with
- * the C compiler's vector extension so the code is vector code whatever its loop
- * vectoriser decides.  sc_ir_vec_lanes: the lane count of type (0: not a vector type). */
+/* Vectors of a float type, emitted with the C compiler's vector extension so the code is
+ * vector code whatever its loop vectoriser decides: SC_IR_VEC_BYTES (16 float or 8
+ * double lanes), half or a quarter of that.  sc_ir_vec_lanes: the full lane count of
+ * type (0: not a vector type); a lane count is valid when it is that, half or a quarter. */
 #define SC_IR_VEC_BYTES 64
 int32_t sc_ir_vec_lanes(sc_ir_type type);
-/* A vector variable of type (a float type). */
-sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type);
+/* A vector variable of type (a float type) with lanes lanes. */
+sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t lanes);
 
 /* The value type of the kernel's dtype. */
 sc_ir_type sc_ir_val_type(sc_dtype dt);
@@ -247,10 +248,11 @@ const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_exp
 const sc_ir_expr *sc_ir_alloc_raw(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
 
 /* The vector of buf[idx .. idx + lanes) (buf of a float type; no alignment needed). */
-const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
-/* The vector whose every lane is the scalar x. */
-const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x);
-/* The sum of the lanes of the vector x (a scalar). */
+const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                              int32_t lanes);
+/* The vector of lanes lanes each of which is the scalar x. */
+const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes);
+/* The sum of the lanes of the full-width vector x (a scalar). */
 const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x);
 
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */

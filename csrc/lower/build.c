@@ -79,6 +79,7 @@ typedef struct st {
     sc_ir_var tv[4], vacc;
     bool vec;
     sc_expr_var vtile; /* with vec: the variable along which dense operands load vectors */
+    int32_t vlanes;    /* with vec or tvn: the lanes of those vectors */
     bool seen_sparse; /* a loop above iterates stored entries (some coordinates skipped) */
     bool seen_red;    /* a reduction variable is bound above (a coordinate revisited) */
 } st;
@@ -128,7 +129,7 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
             tiled |= ac->var[d] == S->vtile;
         }
         if (S->vec && tiled)
-            return sc_ir_vload(B, L->vals[ac->operand], addr);
+            return sc_ir_vload(B, L->vals[ac->operand], addr, S->vlanes);
         return sc_ir_load(B, L->vals[ac->operand], addr);
     }
     case SC_LN_LIT:
@@ -217,7 +218,7 @@ static void leaf(lb *L, const st *S, const sc_lower_node *n, sc_ir_list *out)
     }
     if (S->tvn > 0) {
         if (val && !val->lanes)
-            val = sc_ir_splat(B, val);
+            val = sc_ir_splat(B, val, S->vlanes);
         sc_ir_push(B, out, sc_ir_assign(B, S->vacc, true, val));
         return;
     }
@@ -344,19 +345,19 @@ static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     sc_ir_push(B, out, sc_ir_for(B, w, I(0), width, I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &wb)));
 }
 
-/* One tile of g vectors at base: g vector accumulators (registers), the reduction loops,
- * one vector store each. */
+/* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
+ * reduction loops, one vector store each. */
 static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
-                         const sc_ir_expr *base, int32_t g, sc_ir_list *out)
+                         const sc_ir_expr *base, int32_t g, int32_t W, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
-    int32_t W = sc_ir_vec_lanes(L->vt);
     st T = *S;
     T.tvn = g;
     T.tbase = base;
+    T.vlanes = W;
     for (int32_t q = 0; q < g; q++) {
-        T.tv[q] = sc_ir_new_vector(B, "acc", L->vt);
-        sc_ir_push(B, out, sc_ir_decl(B, T.tv[q], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt))));
+        T.tv[q] = sc_ir_new_vector(B, "acc", L->vt, W);
+        sc_ir_push(B, out, sc_ir_decl(B, T.tv[q], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
     }
     sc_ir_push(B, out, lower_at(L, r, n, &T));
     for (int32_t q = 0; q < g; q++) {
@@ -375,19 +376,37 @@ static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_l
     sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
     sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
     sc_ir_var jb = newv(L, "jt", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
-    sc_ir_list b1 = {0}, b2 = {0}, b3 = {0};
-    if (L->tile_vec)
-        tile_vectors(L, r, n, S, V(jb), 4, &b1);
-    else
+    sc_ir_list b1 = {0}, b2 = {0};
+    if (L->tile_vec) {
+        tile_vectors(L, r, n, S, V(jb), 4, small, &b1);
+        tile_vectors(L, r, n, S, V(js), 1, small, &b2);
+    } else {
         tile_one(L, r, n, S, V(jb), big, I(big), &b1);
-    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
-    if (L->tile_vec)
-        tile_vectors(L, r, n, S, V(js), 1, &b2);
-    else
         tile_one(L, r, n, S, V(js), small, I(small), &b2);
+    }
+    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
     sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
-    tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &b3);
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &b3), NULL));
+    if (!L->tile_vec) {
+        sc_ir_list rest = {0};
+        tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
+        return;
+    }
+    /* the rest: a half vector, a quarter vector, then single lanes */
+    sc_ir_var jr = newv(L, "jr", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, jr, V(ns)));
+    for (int32_t w = small / 2; w >= small / 4; w /= 2) {
+        sc_ir_list h = {0};
+        tile_vectors(L, r, n, S, V(jr), 1, w, &h);
+        sc_ir_push(B, &h, sc_ir_assign(B, jr, true, I(w)));
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(w), BIN(SUB, N, V(jr))), sc_ir_list_block(B, &h), NULL));
+    }
+    for (int32_t q = 1; q < small / 4; q++) {
+        sc_ir_list one = {0};
+        tile_one(L, r, n, S, V(jr), 1, I(1), &one);
+        sc_ir_push(B, &one, sc_ir_assign(B, jr, true, I(1)));
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(jr), N), sc_ir_list_block(B, &one), NULL));
+    }
 }
 
 /* The depth at which a register tile starts, or -1 (see tiled). */
@@ -712,8 +731,8 @@ static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st 
         return false;
     int32_t W = sc_ir_vec_lanes(L->vt);
     const sc_ir_expr *N = V(L->ext[v]);
-    sc_ir_var va = sc_ir_new_vector(B, "vacc", L->vt), vb = sc_ir_new_vector(B, "vacc", L->vt);
-    const sc_ir_expr *zero = sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt));
+    sc_ir_var va = sc_ir_new_vector(B, "vacc", L->vt, W), vb = sc_ir_new_vector(B, "vacc", L->vt, W);
+    const sc_ir_expr *zero = sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W);
     sc_ir_push(B, out, sc_ir_decl(B, va, zero));
     sc_ir_push(B, out, sc_ir_decl(B, vb, zero));
     sc_ir_var n2 = newv(L, "N2", SC_IR_I64), n1 = newv(L, "N1", SC_IR_I64);
@@ -723,6 +742,7 @@ static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st 
     st T = *S;
     T.vec = true;
     T.vtile = v;
+    T.vlanes = W;
     sc_ir_list body = {0};
     T.cv[v] = V(k);
     sc_ir_push(B, &body, sc_ir_assign(B, va, true, value(L, &T, n)));
