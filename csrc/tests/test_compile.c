@@ -486,12 +486,25 @@ static void test_goldens(void)
     static const char *const g3[] = {
         "#pragma omp parallel num_threads(nt_)",
         "#pragma omp for schedule(dynamic, 64)",
-        "uint8_t *restrict ws_mark_",
-        "if ((!ws_mark_",
-        "sc_k_sort(ws_list_",
-        "ws_vals_", "] += (v_",
+        "uint64_t *restrict ws_bits_", /* two-level bitmap, zero-filled once per thread */
+        "sc_k_alloc(env, ((ws_s_",
+        "int32_t *restrict ws_list_", /* count phase: int32 touched list, no zero fill */
+        "sc_k_alloc_raw(env, ws_s_",
+        "if (sc_k_mark(ws_bits_",
+        "sc_k_collect32(ws_list_", /* count phase: unmark only */
+        "sc_k_collect32(out_crd_",  /* fill phase: ordered in the output's own slot */
+        "] = (v_",                  /* first touch assigns */
+        "] += (v_",
+        "out_crd_", "sc_k_alloc_raw(env, nnz_",
         "#pragma omp atomic write"};
-    golden(&spgemm, g3, 8);
+    golden(&spgemm, g3, 14);
+    /* no byte marks, no per-row clearing of values, no int64 sort */
+    static const char *const g3n[] = {"ws_mark_", "] = (float)0.0;", "sc_k_sort("};
+    absent(&spgemm, g3n, 3);
+    /* a workspace over two output levels (3-D output) keeps marks + sorted int64 list */
+    tcase ws2 = {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "dcc", NULL};
+    static const char *const g5[] = {"uint8_t *restrict ws_mark_", "sc_k_sort(ws_list_"};
+    golden(&ws2, g5, 2);
     tcase add = {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"dcsr", "dcsr"}, {{M, N}, {M, N}}, NULL, NULL};
     static const char *const g4[] = {
         "while (((A0_p_", "sc_min(", "== i_", "while ((A0_p_", "while ((B0_p_",
