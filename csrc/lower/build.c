@@ -12,9 +12,12 @@
  * contiguous range of about equal nonzeros (bounds by binary search on its pos array);
  * other parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
- * parallel when the outermost loop is a dense output level; output indices nested inside
- * a reduction go through a per-thread dense workspace with a sorted list of touched
- * coordinates.  Everything allocated goes through env; failures return NOMEM.
+ * parallel when the outermost loop is a dense output level; an output that provably has
+ * one operand's pattern skips the count and copies that operand's pos array.  Output
+ * indices nested inside a reduction go through a per-thread dense workspace: over the
+ * last output level only (Gustavson), a two-level bitmap of touched coordinates that the
+ * fill appends straight into the output row and orders there; over several levels, byte
+ * marks and a sorted list.  Everything allocated goes through env; failures return NOMEM.
  */
 #include "sc_lower.h"
 #include "../schedule/sc_sched.h"
@@ -932,6 +935,56 @@ static sc_ir_var owned_alloc_uninit(lb *L, sc_ir_list *top, const char *name, sc
     return v;
 }
 
+/* Whether n is a product (of accesses, literals, negations) in which no sparse access
+ * other than number *t is a factor; *t: the first sparse access seen (-1: none yet). */
+static bool lone_sparse_factor(const lb *L, const sc_lower_node *n, int32_t *t)
+{
+    if (!n)
+        return false;
+    switch (n->kind) {
+    case SC_LN_ACCESS:
+        if (!L->p->ops[L->p->acc[n->access].operand].sparse)
+            return true;
+        if (*t >= 0)
+            return false;
+        *t = n->access;
+        return true;
+    case SC_LN_LIT:
+        return true;
+    case SC_LN_NEG:
+        return lone_sparse_factor(L, n->a, t);
+    case SC_LN_MUL:
+        return lone_sparse_factor(L, n->a, t) && lone_sparse_factor(L, n->b, t);
+    default:
+        return false;
+    }
+}
+
+/*
+ * The operand whose pattern the output provably has (-1: none): the expression is a
+ * product with exactly one sparse factor, that factor is indexed by the output's
+ * variables level by level with the output's level kinds (dense levels, then one
+ * compressed unique level: csr-like), and no workspace.  Every entry of that operand
+ * then gives exactly one output entry, so its pos array is the output's.
+ */
+static int32_t pattern_operand(const lb *L)
+{
+    const sc_lower_problem *p = L->p;
+    int32_t a = -1, m = L->m;
+    if (L->q >= 0 || L->flat || L->D != m - 1 || !lone_sparse_factor(L, p->rhs, &a) || a < 0)
+        return -1;
+    const sc_lower_access *ac = &p->acc[a];
+    const sc_format *f = &p->ops[ac->operand].fmt;
+    if (ac->order != m || p->out_fmt.kind[m - 1] != SC_LEVEL_COMPRESSED ||
+        !p->out_fmt.unique[m - 1] || (ac->operand < 64 && p->bcast[ac->operand]))
+        return -1;
+    for (int32_t k = 0; k < m; k++)
+        if (ac->lvar[k] != p->out_lvar[k] || f->kind[k] != p->out_fmt.kind[k] ||
+            f->unique[k] != p->out_fmt.unique[k])
+            return -1;
+    return L->pos[ac->operand][m - 1] >= 0 ? ac->operand : -1;
+}
+
 static void sparse_output(lb *L, sc_ir_list *top, const st *S)
 {
     const sc_lower_problem *p = L->p;
@@ -945,8 +998,11 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     L->nrows = newv(L, "nrows", SC_IR_I64);
     sc_ir_push(B, top, sc_ir_decl(B, L->nrows, rows));
     const sc_ir_expr *rows1 = BIN(ADD, V(L->nrows), I(1));
+    /* cnt[k][r]: the first entry of row r at level k (a copy of the pattern operand's
+     * pos array when there is one) */
+    int32_t pat = pattern_operand(L);
     for (int32_t k = D; k <= last; k++)
-        L->cnt[k] = owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
+        L->cnt[k] = pat >= 0 ? L->pos[pat][D] : owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
     const sc_ir_expr *wsize = I(1);
     if (L->q >= 0) {
         for (int32_t k = m; k-- > L->kw;) {
@@ -963,16 +1019,24 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     }
     sc_ir_var fail = newv(L, "ws_fail", SC_IR_BOOL);
     sc_ir_push(B, top, sc_ir_decl(B, fail, I(0)));
-    sc_ir_push(B, top, sc_ir_comment(B, "phase 1: count the entries of each row"));
-    L->mode = COUNT;
-    sc_ir_push(B, top, phase(L, S, fail, wsize));
-    sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
-    sc_ir_push(B, top, sc_ir_comment(B, "prefix sums, then allocate the output"));
+    if (pat >= 0) {
+        char c[96];
+        snprintf(c, sizeof c, "the output has %s's pattern: no count phase, its pos array copied",
+                 oname(L, pat));
+        sc_ir_push(B, top, sc_ir_comment(B, c));
+    } else {
+        sc_ir_push(B, top, sc_ir_comment(B, "phase 1: count the entries of each row"));
+        L->mode = COUNT;
+        sc_ir_push(B, top, phase(L, S, fail, wsize));
+        sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
+        sc_ir_push(B, top, sc_ir_comment(B, "prefix sums, then allocate the output"));
+    }
     for (int32_t k = D; k <= last; k++) {
         sc_ir_var r = newv(L, "r", SC_IR_I64);
-        sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
-                                     sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
-                                                 sc_ir_load(B, L->cnt[k], V(r)))));
+        if (pat < 0)
+            sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
+                                         sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
+                                                     sc_ir_load(B, L->cnt[k], V(r)))));
         L->tot[k] = newv(L, "nnz", SC_IR_I64);
         sc_ir_push(B, top, sc_ir_decl(B, L->tot[k], sc_ir_load(B, L->cnt[k], V(L->nrows))));
         if (p->out_itype == SC_INDEX_I32)
@@ -997,7 +1061,7 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     L->mode = FILL;
     sc_ir_push(B, top, phase(L, S, fail, wsize));
     sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
-    for (int32_t k = D; k <= last; k++)
+    for (int32_t k = D; k <= last && pat < 0; k++)
         sc_ir_push(B, top, sc_ir_free(B, L->cnt[k]));
     if (L->q >= 0 && !L->par)
         ws_free(L, top);
