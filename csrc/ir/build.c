@@ -677,6 +677,22 @@ const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
     return s;
 }
 
+const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, idx, "prefetch index"))
+        return NULL;
+    if (!b->fn->vars[buf].buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "prefetch of scalar %s", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_PREFETCH);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->b = idx;
+    return s;
+}
+
 static const sc_ir_stmt *out_field(sc_ir_builder *b, sc_ir_arg field, int32_t level,
                                    const sc_ir_expr *value, int32_t is_len)
 {

@@ -194,6 +194,11 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
             stmt(s, fn, st->orelse, ind + 1);
         }
         break;
+    case SC_IR_S_PREFETCH:
+        put(s, "prefetch %s[", v->name);
+        expr(s, fn, st->b);
+        put(s, "]\n");
+        break;
     case SC_IR_S_COLLECT:
         put(s, "collect%s %s[", st->level ? " sorted" : "", v->name);
         expr(s, fn, st->b);

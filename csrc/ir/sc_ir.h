@@ -108,6 +108,7 @@ typedef enum {
     X(SORT, "sort")         \
     X(MARK, "mark")         \
     X(COLLECT, "collect")   \
+    X(PREFETCH, "prefetch") \
     X(OUT_SET, "out_set")   \
     X(COMMENT, "comment")
 
@@ -152,11 +153,11 @@ typedef struct sc_ir_stmt sc_ir_stmt;
 struct sc_ir_stmt {
     sc_ir_stmt_kind kind;
     sc_ir_var var;         /* DECL, ASSIGN, STORE (buffer), FOR, FREE, SORT, BARRIER_OR,
-                              COLLECT (buffer), MARK (= bits) */
+                              COLLECT/PREFETCH (buffer), MARK (= bits) */
     bool accumulate;       /* ASSIGN/STORE: += instead of = */
     const sc_ir_expr *a;   /* DECL init, ASSIGN/STORE value, FOR lo, WHILE/IF/REQUIRE/PARALLEL cond,
                               SORT/COLLECT count, OUT_SET value */
-    const sc_ir_expr *b;   /* STORE index, FOR hi, MARK coordinate, COLLECT start */
+    const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT start */
     const sc_ir_expr *c;   /* FOR step */
     sc_ir_par par;         /* FOR */
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
@@ -282,6 +283,8 @@ const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary
 const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
                                 const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
                                 bool sort);
+/* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end). */
+const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 /* out->pos[level] / crd[level] / vals = value (a buffer); field POS, CRD or VALS. */
 const sc_ir_stmt *sc_ir_out_set(sc_ir_builder *b, sc_ir_arg field, int32_t level,
                                 const sc_ir_expr *value);

@@ -575,6 +575,44 @@ static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
     return -1;
 }
 
+/*
+ * Software prefetch in a loop over one compressed segment (coordinate v, iterator i0)
+ * whose body locates a dense first level of another sparse operand at v and walks its
+ * compressed second level (a row of B per nonzero of A in SpGEMM): the row
+ * PREFETCH_AHEAD iterations ahead (its crd and, in the fill, its vals) and the pos entry
+ * twice as far ahead are requested, so the random rows' latencies overlap.  Indices stay
+ * within the segment; a row start may be one past the end of crd (never accessed).
+ */
+enum { PREFETCH_AHEAD = 4 };
+
+static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_var v,
+                          const iter *i0, sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    uint64_t present = n ? sc_lower_node_accesses(n) : 0;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        int32_t t = ac->operand;
+        const sc_format *f = &p->ops[t].fmt;
+        if (!((present >> a) & 1) || a == i0->access || !p->ops[t].sparse || S->nbound[a] != 0 ||
+            ac->order < 2 || ac->lvar[0] != v || f->kind[0] != SC_LEVEL_DENSE ||
+            f->kind[1] != SC_LEVEL_COMPRESSED || L->pos[t][1] < 0 || L->crd[t][1] < 0 ||
+            (t < 64 && p->bcast[t]))
+            continue;
+        sc_ir_var crd = L->crd[i0->operand][i0->level];
+        const sc_ir_expr *last = BIN(SUB, V(i0->e), I(1));
+        sc_ir_var c1 = newv(L, "pf", SC_IR_I64), r1 = newv(L, "pf", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, c1, sc_ir_load(B, crd, BIN(MIN, BIN(ADD, V(i0->p), I(PREFETCH_AHEAD)), last))));
+        sc_ir_push(B, out, sc_ir_decl(B, r1, sc_ir_load(B, L->pos[t][1], V(c1))));
+        sc_ir_push(B, out, sc_ir_prefetch(B, L->crd[t][1], V(r1)));
+        if (L->mode == FILL)
+            sc_ir_push(B, out, sc_ir_prefetch(B, L->vals[t], V(r1)));
+        sc_ir_push(B, out, sc_ir_prefetch(B, L->pos[t][1],
+                                          sc_ir_load(B, crd, BIN(MIN, BIN(ADD, V(i0->p), I(2 * PREFETCH_AHEAD)), last))));
+        return;
+    }
+}
+
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
 {
     if (L->b.st != SC_OK)
@@ -654,6 +692,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_list body = {0};
         const iter *i0 = &it[0];
         sc_ir_push(B, &body, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
+        prefetch_rows(L, n, S, v, i0, &body);
         const sc_ir_stmt *cb = case_body(L, d, n, S, it, 1, 1, V(i0->c), false);
         if (!cb)
             return sc_ir_block(B, NULL, 0);

@@ -503,8 +503,11 @@ static void test_goldens(void)
         "] = (v_",                  /* first touch assigns */
         "] += (v_",
         "out_crd_", "sc_k_alloc_raw(env, nnz_",
-        "#pragma omp atomic write"};
-    golden(&spgemm, g3, 14);
+        "#pragma omp atomic write",
+        /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead */
+        "__builtin_prefetch(&B1_crd_", "__builtin_prefetch(&B_vals_",
+        "__builtin_prefetch(&B1_pos_3[A1_crd_1[sc_min((A1_p_"};
+    golden(&spgemm, g3, 17);
     /* no byte marks, no per-row clearing of values, no int64 sort */
     static const char *const g3n[] = {"ws_mark_", "] = (float)0.0;", "sc_k_sort("};
     absent(&spgemm, g3n, 3);

@@ -399,6 +399,7 @@ static void test_build_and_verify(void)
     CHECK(strstr(txt, "collect sorted out_crd_") != NULL);
     CHECK(strstr(txt, "alloc_uninit<int32_t>(nnz_") != NULL);
     CHECK(strstr(txt, "sort ws_list") == NULL);
+    CHECK(strstr(txt, "prefetch B1_crd_") != NULL);
     CHECK(strstr(txt, "omp for i") != NULL);
     printf("  build SpGEMM loop IR: %.1f us\n",
            (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
