@@ -2,8 +2,8 @@
  * emit.c — the one C emitter: loop IR → C11 text with the sc_rt_kernel ABI.
  *
  * The text includes "scorch_rt.h", defines a few static helpers (allocation through
- * env with a size-overflow check and zero fill, a coordinate sort) and one exported
- * function.  Owned buffers are declared NULL at the top and freed on the single failure
+ * env with a size-overflow check, with or without zero fill, coordinate sorts, two-level
+ * coordinate bitmaps) and one exported function.  Owned buffers are declared NULL at the top and freed on the single failure
  * path, which also clears out's arrays and copies the message into env->msg.  Scalars
  * are int64_t or the kernel's value type; operand arrays are const restrict pointers.
  */
@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char PRELUDE[] =
+/* The helpers every kernel text starts with, in pieces (ISO C caps a string literal). */
+static const char *const PRELUDE[] = {
     "#include \"scorch_rt.h\"\n"
     "#include <string.h>\n"
     "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n"
@@ -50,24 +51,77 @@ static const char PRELUDE[] =
     "    void *p = sc_k_alloc_raw(env, n, size);\n"
     "    if (p)\n        memset(p, 0, n ? (size_t)n * size : size);\n    return p;\n}\n"
     "static void sc_k_free(sc_rt_env *env, void *p)\n{\n    if (p)\n        env->free(env->user, p);\n}\n"
-    "static void sc_k_sort(int64_t *a, int64_t n)\n{\n"
-    "    while (n > 24) {\n"
-    "        int64_t m = a[n / 2], x = a[0], z = a[n - 1];\n"
-    "        int64_t piv = x < m ? (m < z ? m : (x < z ? z : x)) : (x < z ? x : (m < z ? z : m));\n"
-    "        int64_t i = 0, j = n - 1;\n"
-    "        for (;;) {\n"
-    "            while (a[i] < piv) i++;\n"
-    "            while (a[j] > piv) j--;\n"
-    "            if (i >= j) break;\n"
-    "            int64_t t = a[i]; a[i] = a[j]; a[j] = t; i++; j--;\n"
-    "        }\n"
-    "        if (j + 1 < n - j - 1) { sc_k_sort(a, j + 1); a += j + 1; n -= j + 1; }\n"
-    "        else { sc_k_sort(a + j + 1, n - j - 1); n = j + 1; }\n"
-    "    }\n"
-    "    for (int64_t i = 1; i < n; i++) {\n"
-    "        int64_t v = a[i], k = i - 1;\n"
-    "        while (k >= 0 && a[k] > v) { a[k + 1] = a[k]; k--; }\n"
-    "        a[k + 1] = v;\n    }\n}\n"
+    "#define SC_K_SORT(name, T)                                                     \\\n"
+    "static void name(T *a, int64_t n)                                              \\\n"
+    "{                                                                              \\\n"
+    "    while (n > 24) {                                                           \\\n"
+    "        T m = a[n / 2], x = a[0], z = a[n - 1];                                \\\n"
+    "        T piv = x < m ? (m < z ? m : (x < z ? z : x)) : (x < z ? x : (m < z ? z : m)); \\\n"
+    "        int64_t i = 0, j = n - 1;                                              \\\n"
+    "        for (;;) {                                                             \\\n"
+    "            while (a[i] < piv) i++;                                            \\\n"
+    "            while (a[j] > piv) j--;                                            \\\n"
+    "            if (i >= j) break;                                                 \\\n"
+    "            T t = a[i]; a[i] = a[j]; a[j] = t; i++; j--;                       \\\n"
+    "        }                                                                      \\\n"
+    "        if (j + 1 < n - j - 1) { name(a, j + 1); a += j + 1; n -= j + 1; }     \\\n"
+    "        else { name(a + j + 1, n - j - 1); n = j + 1; }                        \\\n"
+    "    }                                                                          \\\n"
+    "    for (int64_t i = 1; i < n; i++) {                                          \\\n"
+    "        T v = a[i]; int64_t k = i - 1;                                         \\\n"
+    "        while (k >= 0 && a[k] > v) { a[k + 1] = a[k]; k--; }                   \\\n"
+    "        a[k + 1] = v;                                                          \\\n"
+    "    }                                                                          \\\n"
+    "}\n"
+    "SC_K_SORT(sc_k_sort, int64_t)\n"
+    "SC_K_SORT(sc_k_sort32, int32_t)\n",
+    /* Two-level coordinate bitmaps (MARK / COLLECT): bit c of b0, bit c / 64 of b1. */
+    "static inline int sc_k_mark(uint64_t *restrict b0, uint64_t *restrict b1, int64_t c)\n{\n"
+    "    uint64_t bit = (uint64_t)1 << (c & 63);\n"
+    "    if (b0[c >> 6] & bit)\n        return 0;\n"
+    "    b0[c >> 6] |= bit;\n"
+    "    b1[c >> 12] |= (uint64_t)1 << ((c >> 6) & 63);\n"
+    "    return 1;\n}\n"
+    /* a[0..n) holds every marked coordinate once: unmark them all and, when sort, order
+     * them, by a scan of the summary words they span when that span is short next to n
+     * (cost span + n), else by sorting (n log n) and clearing the words they hit. */
+    "#define SC_K_COLLECT(name, T, sortfn)                                         \\\n"
+    "static void name(T *restrict a, int64_t n, uint64_t *restrict b0, uint64_t *restrict b1, int sort) \\\n"
+    "{                                                                              \\\n"
+    "    if (n <= 0) return;                                                        \\\n"
+    "    if (sort && n > 1) {                                                       \\\n"
+    "        T lo = a[0], hi = a[0];                                                \\\n"
+    "        for (int64_t i = 1; i < n; i++) {                                      \\\n"
+    "            lo = a[i] < lo ? a[i] : lo; hi = a[i] > hi ? a[i] : hi;            \\\n"
+    "        }                                                                      \\\n"
+    "        int64_t s0 = (int64_t)lo >> 12, s1 = (int64_t)hi >> 12;                \\\n"
+    "        if (s1 - s0 <= 4 * n) {                                                \\\n"
+    "            int64_t t = 0;                                                     \\\n"
+    "            for (int64_t j = s0; j <= s1; j++) {                               \\\n"
+    "                uint64_t x = b1[j];                                            \\\n"
+    "                b1[j] = 0;                                                     \\\n"
+    "                while (x) {                                                    \\\n"
+    "                    int64_t w = j * 64 + __builtin_ctzll(x);                   \\\n"
+    "                    uint64_t y = b0[w];                                        \\\n"
+    "                    x &= x - 1;                                                \\\n"
+    "                    b0[w] = 0;                                                 \\\n"
+    "                    while (y) {                                                \\\n"
+    "                        a[t++] = (T)(w * 64 + __builtin_ctzll(y));             \\\n"
+    "                        y &= y - 1;                                            \\\n"
+    "                    }                                                          \\\n"
+    "                }                                                              \\\n"
+    "            }                                                                  \\\n"
+    "            return;                                                            \\\n"
+    "        }                                                                      \\\n"
+    "        sortfn(a, n);                                                          \\\n"
+    "    }                                                                          \\\n"
+    "    for (int64_t i = 0; i < n; i++) {                                          \\\n"
+    "        b0[a[i] >> 6] = 0;                                                     \\\n"
+    "        b1[a[i] >> 12] = 0;                                                    \\\n"
+    "    }                                                                          \\\n"
+    "}\n"
+    "SC_K_COLLECT(sc_k_collect, int64_t, sc_k_sort)\n"
+    "SC_K_COLLECT(sc_k_collect32, int32_t, sc_k_sort32)\n",
     /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
      * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
      * grows and consecutive threads' ranges tile [lo, hi) exactly). */
@@ -84,7 +138,7 @@ static const char PRELUDE[] =
     "    while (a < hi) {\n"
     "        int64_t m = a + (hi - a) / 2;\n"
     "        if (pos[m] - b + (m - lo) < want) a = m + 1; else hi = m;\n"
-    "    }\n    return a;\n}\n\n";
+    "    }\n    return a;\n}\n\n"};
 
 typedef struct em {
     sc_cg_buf *out;
@@ -219,7 +273,7 @@ static void expr(em *m, const sc_ir_expr *e)
         break;
     }
     case SC_IR_E_ALLOC:
-        sc_cg_printf(m->out, "((%s *)sc_k_alloc%s(env, ", ctype(e->type), e->raw ? "_raw" : "");
+        sc_cg_printf(m->out, "((%s *)sc_k_alloc%s(env, ", ctype(e->type), e->uninit ? "_raw" : "");
         expr(m, e->a);
         sc_cg_printf(m->out, ", sizeof(%s)))", ctype(e->type));
         break;
@@ -421,6 +475,32 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         expr(m, s->a);
         pr(m, ");\n");
         break;
+    case SC_IR_S_MARK:
+        sc_cg_printf(m->out, "if (sc_k_mark(%s, %s, ", fn->vars[s->bits].name, fn->vars[s->summary].name);
+        expr(m, s->b);
+        pr(m, ")) {\n");
+        stmt(m, s->body, ind + 1);
+        indent(m, ind);
+        if (s->orelse) {
+            pr(m, "} else {\n");
+            stmt(m, s->orelse, ind + 1);
+            indent(m, ind);
+        }
+        pr(m, "}\n");
+        break;
+    case SC_IR_S_PREFETCH:
+        sc_cg_printf(m->out, "__builtin_prefetch(&%s[", v->name);
+        expr(m, s->b);
+        pr(m, "]);\n");
+        break;
+    case SC_IR_S_COLLECT:
+        sc_cg_printf(m->out, "sc_k_collect%s(%s + ", v->type == SC_IR_I32 ? "32" : "", v->name);
+        expr(m, s->b);
+        pr(m, ", ");
+        expr(m, s->a);
+        sc_cg_printf(m->out, ", %s, %s, %d);\n", fn->vars[s->bits].name, fn->vars[s->summary].name,
+                     (int)s->level);
+        break;
     case SC_IR_S_OUT_SET: {
         const char *f = sc_ir_arg_name(s->field);
         if (s->status) {
@@ -457,7 +537,8 @@ sc_status sc_cg_emit(const sc_ctx *ctx, const sc_ir_func *fn, char **src, size_t
     sc_cg_buf b;
     sc_cg_buf_init(&b, ctx);
     em m = {&b, fn, err, SC_OK};
-    sc_cg_append(&b, PRELUDE, sizeof PRELUDE - 1);
+    for (size_t i = 0; i < sizeof PRELUDE / sizeof PRELUDE[0]; i++)
+        sc_cg_append(&b, PRELUDE[i], strlen(PRELUDE[i]));
     sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env);\n",
                  fn->name);
     sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env)\n{\n",

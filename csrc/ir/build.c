@@ -57,7 +57,7 @@ sc_ir_type sc_ir_idx_type(sc_index_type it)
 }
 bool sc_ir_is_int(sc_ir_type t)
 {
-    return t == SC_IR_BOOL || t == SC_IR_U8 || t == SC_IR_I32 || t == SC_IR_I64;
+    return t == SC_IR_BOOL || t == SC_IR_U8 || t == SC_IR_I32 || t == SC_IR_I64 || t == SC_IR_U64;
 }
 bool sc_ir_is_float(sc_ir_type t)
 {
@@ -459,12 +459,17 @@ const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_exp
     return e;
 }
 
-const sc_ir_expr *sc_ir_alloc_raw(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count)
+const sc_ir_expr *sc_ir_alloc_uninit(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count)
 {
     const sc_ir_expr *e = sc_ir_alloc(b, type, count);
-    if (e)
-        ((sc_ir_expr *)e)->raw = true;
-    return e;
+    if (!e)
+        return NULL;
+    sc_ir_expr *u = node(b, sizeof *u);
+    if (!u)
+        return NULL;
+    *u = *e;
+    u->uninit = true;
+    return u;
 }
 
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf)
@@ -744,6 +749,80 @@ const sc_ir_stmt *sc_ir_sort(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
         return NULL;
     s->var = buf;
     s->a = count;
+    return s;
+}
+
+/* bits and summary: writable uint64 buffers. */
+static bool bitmap_ok(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary)
+{
+    if (!var_ok(b, bits) || !var_ok(b, summary))
+        return false;
+    const sc_ir_var_info *x = &b->fn->vars[bits], *y = &b->fn->vars[summary];
+    if (!x->buffer || x->readonly || x->type != SC_IR_U64 || !y->buffer || y->readonly ||
+        y->type != SC_IR_U64 || bits == summary) {
+        sc_ir_fail(b, SC_INTERNAL, "bitmap %s / %s: not two writable uint64 buffers", x->name,
+                   y->name);
+        return false;
+    }
+    return true;
+}
+
+const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
+                             const sc_ir_expr *c, const sc_ir_stmt *then,
+                             const sc_ir_stmt *orelse)
+{
+    if (!bitmap_ok(b, bits, summary) || !scalar_int(b, c, "mark coordinate") ||
+        !need(b, then, "mark"))
+        return NULL;
+    sc_ir_stmt *s = stmt(b, SC_IR_S_MARK);
+    if (!s)
+        return NULL;
+    s->var = s->bits = bits;
+    s->summary = summary;
+    s->b = c;
+    s->body = then;
+    s->orelse = orelse;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
+                                const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
+                                bool sort)
+{
+    if (!bitmap_ok(b, bits, summary) || !var_ok(b, buf) ||
+        !scalar_int(b, start, "collect start") || !scalar_int(b, count, "collect count"))
+        return NULL;
+    const sc_ir_var_info *vi = &b->fn->vars[buf];
+    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_I32 && vi->type != SC_IR_I64)) {
+        sc_ir_fail(b, SC_INTERNAL, "collect into %s, not a writable int32/int64 buffer",
+                   vi->name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_COLLECT);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->bits = bits;
+    s->summary = summary;
+    s->b = start;
+    s->a = count;
+    s->level = sort;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, idx, "prefetch index"))
+        return NULL;
+    if (!b->fn->vars[buf].buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "prefetch of scalar %s", b->fn->vars[buf].name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_PREFETCH);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->b = idx;
     return s;
 }
 

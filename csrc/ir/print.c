@@ -100,7 +100,7 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
             put(s, "op%d.%s[%d]", (int)e->ival, sc_ir_arg_name(e->arg), (int)e->level);
         break;
     case SC_IR_E_ALLOC:
-        put(s, "%s<%s>(", e->raw ? "alloc_raw" : "alloc", sc_ir_type_name(e->type));
+        put(s, "alloc%s<%s>(", e->uninit ? "_uninit" : "", sc_ir_type_name(e->type));
         expr(s, fn, e->a);
         put(s, ")");
         break;
@@ -202,6 +202,28 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         put(s, "sort %s[0:", v->name);
         expr(s, fn, st->a);
         put(s, "]\n");
+        break;
+    case SC_IR_S_MARK:
+        put(s, "mark ");
+        expr(s, fn, st->b);
+        put(s, " in %s/%s:\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
+        stmt(s, fn, st->body, ind + 1);
+        if (st->orelse) {
+            put(s, "%*selse:\n", 2 * ind, "");
+            stmt(s, fn, st->orelse, ind + 1);
+        }
+        break;
+    case SC_IR_S_PREFETCH:
+        put(s, "prefetch %s[", v->name);
+        expr(s, fn, st->b);
+        put(s, "]\n");
+        break;
+    case SC_IR_S_COLLECT:
+        put(s, "collect%s %s[", st->level ? " sorted" : "", v->name);
+        expr(s, fn, st->b);
+        put(s, ":+");
+        expr(s, fn, st->a);
+        put(s, "] from %s/%s\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
         break;
     case SC_IR_S_OUT_SET:
         put(s, "out.%s%s[%d] = ", sc_ir_arg_name(st->field), st->status ? "_len" : "",

@@ -4,8 +4,8 @@
  * A kernel is one sc_ir_func: a table of variables (scalars and buffers, addressed by
  * sc_ir_var ids) and a statement tree.  Statements cover dense and sparse loops
  * (for over a range with a step, while-merges), if/else on coordinates, declarations,
- * assignments, stores and accumulations, buffer allocation and sorting (workspaces), and
- * OpenMP regions.  Nodes are built only through the checking constructors below, from
+ * assignments, stores and accumulations, buffer allocation and sorting (workspaces),
+ * two-level coordinate bitmaps (mark, collect) and OpenMP regions.  Nodes are built only through the checking constructors below, from
  * the builder's arena, and never change afterwards.  The builder is sticky: after the
  * first failed check every constructor returns NULL and the builder's status stays set.
  */
@@ -21,6 +21,7 @@
     X(U8, "uint8_t")   \
     X(I32, "int32_t")  \
     X(I64, "int64_t")  \
+    X(U64, "uint64_t") \
     X(F32, "float")    \
     X(F64, "double")
 
@@ -108,6 +109,9 @@ typedef enum {
     X(REQUIRE, "require")   \
     X(FREE, "free")         \
     X(SORT, "sort")         \
+    X(MARK, "mark")         \
+    X(COLLECT, "collect")   \
+    X(PREFETCH, "prefetch") \
     X(OUT_SET, "out_set")   \
     X(COMMENT, "comment")
 
@@ -143,7 +147,7 @@ struct sc_ir_expr {
     sc_ir_arg arg;   /* ARG */
     int32_t level;   /* ARG */
     const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count) */
-    bool raw;        /* ALLOC: contents left undefined (no zero fill) */
+    bool uninit;     /* ALLOC: contents left undefined (no zero fill) */
     int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
                         VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
 };
@@ -155,21 +159,23 @@ typedef enum { SC_IR_SEQ, SC_IR_PAR_FOR, SC_IR_OMP_FOR } sc_ir_par;
 typedef struct sc_ir_stmt sc_ir_stmt;
 struct sc_ir_stmt {
     sc_ir_stmt_kind kind;
-    sc_ir_var var;         /* DECL, ASSIGN, STORE (buffer), FOR, FREE, SORT, BARRIER_OR */
+    sc_ir_var var;         /* DECL, ASSIGN, STORE (buffer), FOR, FREE, SORT, BARRIER_OR,
+                              COLLECT/PREFETCH (buffer), MARK (= bits) */
     bool accumulate;       /* ASSIGN/STORE: += instead of = */
     const sc_ir_expr *a;   /* DECL init, ASSIGN/STORE value, FOR lo, WHILE/IF/REQUIRE/PARALLEL cond,
-                              SORT count, OUT_SET value */
-    const sc_ir_expr *b;   /* STORE index, FOR hi */
+                              SORT/COLLECT count, OUT_SET value */
+    const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT start */
     const sc_ir_expr *c;   /* FOR step */
     sc_ir_par par;         /* FOR */
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
     sc_ir_arg field;       /* OUT_SET */
-    int32_t level;         /* OUT_SET; FOR: dynamic chunk (0 = static) */
+    int32_t level;         /* OUT_SET; FOR: dynamic chunk (0 = static); COLLECT: 1 = sort */
     bool balanced;         /* FOR (PAR_FOR/OMP_FOR, step 1): contiguous per-thread ranges of
                               about equal weight pos[v+1] - pos[lo] + (v + 1 - lo) */
     sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
+    sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap */
     const char *text;      /* COMMENT; REQUIRE message */
-    const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL body; IF else */
+    const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else */
     int32_t lanes;         /* STORE: > 0 stores a vector into lanes consecutive elements */
     int32_t n;             /* BLOCK */
     const sc_ir_stmt *const *items;
@@ -243,9 +249,9 @@ const sc_ir_expr *sc_ir_arg_ref(sc_ir_builder *b, sc_ir_arg arg, int32_t operand
 /* env->alloc of count elements of type (NULL on failure or size overflow). */
 const sc_ir_expr *sc_ir_alloc(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
 
-/* The same allocation without the zero fill, for an array every element of which the
- * kernel writes before reading. */
-const sc_ir_expr *sc_ir_alloc_raw(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
+/* The same without the zero fill: for buffers every element of which is written before
+ * it is read. */
+const sc_ir_expr *sc_ir_alloc_uninit(sc_ir_builder *b, sc_ir_type type, const sc_ir_expr *count);
 
 /* The vector of buf[idx .. idx + lanes) (buf of a float type; no alignment needed). */
 const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
@@ -298,6 +304,23 @@ const sc_ir_stmt *sc_ir_require(sc_ir_builder *b, const sc_ir_expr *cond, sc_sta
 const sc_ir_stmt *sc_ir_free(sc_ir_builder *b, sc_ir_var buf);
 /* Sort buf[0..count) (int64 coordinates) ascending. */
 const sc_ir_stmt *sc_ir_sort(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *count);
+/* A set of coordinates in [0, N) as a two-level bitmap: bits, uint64 words of
+ * ceil(N / 64) (coordinate c is bit c % 64 of word c / 64), and summary, uint64 words of
+ * ceil(N / 4096) (bit w % 64 of word w / 64 set when bits word w may be nonzero); both
+ * zero-filled when allocated, and all zero again after each COLLECT of everything marked.
+ * MARK: if coordinate c is not in the set, add it and run then, else run orelse (NULL
+ * allowed). */
+const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
+                             const sc_ir_expr *c, const sc_ir_stmt *then,
+                             const sc_ir_stmt *orelse);
+/* COLLECT: buf[start..start+count) holds every coordinate of the set, each once (int32
+ * or int64 buffer); remove them all from the set and, when sort, order them ascending
+ * (by scanning the bitmap where the coordinates are dense enough, else by sorting). */
+const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
+                                const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
+                                bool sort);
+/* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end). */
+const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 /* out->pos[level] / crd[level] / vals = value (a buffer); field POS, CRD or VALS. */
 const sc_ir_stmt *sc_ir_out_set(sc_ir_builder *b, sc_ir_arg field, int32_t level,
                                 const sc_ir_expr *value);

@@ -12,9 +12,12 @@
  * contiguous range of about equal nonzeros (bounds by binary search on its pos array);
  * other parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
- * parallel when the outermost loop is a dense output level; output indices nested inside
- * a reduction go through a per-thread dense workspace with a sorted list of touched
- * coordinates.  Everything allocated goes through env; failures return NOMEM.
+ * parallel when the outermost loop is a dense output level; an output that provably has
+ * one operand's pattern skips the count and copies that operand's pos array.  Output
+ * indices nested inside a reduction go through a per-thread dense workspace: over the
+ * last output level only (Gustavson), a two-level bitmap of touched coordinates that the
+ * fill appends straight into the output row and orders there; over several levels, byte
+ * marks and a sorted list.  Everything allocated goes through env; failures return NOMEM.
  */
 #include "sc_lower.h"
 #include "../schedule/sc_sched.h"
@@ -46,8 +49,10 @@ typedef struct lb {
     sc_ir_var ovals, opos[SC_MAX_ORDER], ocrd[SC_MAX_ORDER], cnt[SC_MAX_ORDER];
     const sc_ir_expr *ostride[SC_MAX_ORDER];
     sc_ir_var tot[SC_MAX_ORDER];
-    /* workspace */
-    sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok;
+    /* workspace; gus: it covers only the last output level (Gustavson's row
+     * accumulator), marked in a two-level bitmap, values written on first touch */
+    bool gus;
+    sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok, ws_bits, ws_sum;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
     /* dense output: depth at which a register tile over the innermost loop starts (-1:
@@ -192,24 +197,53 @@ static void write_out(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val
     append_leaf(L, S, out, coord, val);
 }
 
+/* The leaf of an output with a workspace: mark the coordinate as touched and add the
+ * value (the count phase only marks).  In a Gustavson workspace the first touch appends
+ * the coordinate to the row's output slot directly (count phase: to the touched list)
+ * and assigns the value, so nothing is cleared between rows. */
+static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
+{
+    const sc_lower_problem *p = L->p;
+    if (L->gus) {
+        int32_t m = L->m;
+        sc_ir_var lv = newv(L, vname(L, p->out_lvar[m - 1]), SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, lv, S->cv[p->out_lvar[m - 1]]));
+        sc_ir_list t = {0}, e = {0};
+        if (L->mode == COUNT) {
+            sc_ir_push(B, &t, sc_ir_store(B, L->ws_list, V(L->ws_n), false, V(lv)));
+        } else {
+            sc_ir_var n = S->cnt[m - 1];
+            sc_ir_push(B, &t, sc_ir_store(B, L->ocrd[m - 1], V(n), false, V(lv)));
+            sc_ir_push(B, &t, sc_ir_assign(B, n, true, I(1)));
+            sc_ir_push(B, &t, sc_ir_store(B, L->ws_vals, V(lv), false, val));
+            sc_ir_push(B, &e, sc_ir_store(B, L->ws_vals, V(lv), true, val));
+        }
+        sc_ir_push(B, &t, sc_ir_assign(B, L->ws_n, true, I(1)));
+        sc_ir_push(B, out, sc_ir_mark(B, L->ws_bits, L->ws_sum, V(lv), sc_ir_list_block(B, &t),
+                                      L->mode == FILL ? sc_ir_list_block(B, &e) : NULL));
+        return;
+    }
+    const sc_ir_expr *lin = I(0);
+    for (int32_t k = L->kw; k < L->m; k++)
+        lin = BIN(ADD, lin, BIN(MUL, S->cv[p->out_lvar[k]], L->wstride[k]));
+    sc_ir_var lv = newv(L, "w", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, lv, lin));
+    sc_ir_list t = {0};
+    sc_ir_push(B, &t, sc_ir_store(B, L->ws_mark, V(lv), false, I(1)));
+    sc_ir_push(B, &t, sc_ir_store(B, L->ws_list, V(L->ws_n), false, V(lv)));
+    sc_ir_push(B, &t, sc_ir_assign(B, L->ws_n, true, I(1)));
+    sc_ir_push(B, out, sc_ir_if(B, sc_ir_not(B, sc_ir_load(B, L->ws_mark, V(lv))),
+                                sc_ir_list_block(B, &t), NULL));
+    if (L->mode == FILL)
+        sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
+}
+
 static void leaf(lb *L, const st *S, const sc_lower_node *n, sc_ir_list *out)
 {
     const sc_lower_problem *p = L->p;
     const sc_ir_expr *val = L->mode == FILL ? value(L, S, n) : NULL;
     if (p->out_sparse && L->q >= 0) {
-        const sc_ir_expr *lin = I(0);
-        for (int32_t k = L->kw; k < L->m; k++)
-            lin = BIN(ADD, lin, BIN(MUL, S->cv[p->out_lvar[k]], L->wstride[k]));
-        sc_ir_var lv = newv(L, "w", SC_IR_I64);
-        sc_ir_push(B, out, sc_ir_decl(B, lv, lin));
-        sc_ir_list t = {0};
-        sc_ir_push(B, &t, sc_ir_store(B, L->ws_mark, V(lv), false, I(1)));
-        sc_ir_push(B, &t, sc_ir_store(B, L->ws_list, V(L->ws_n), false, V(lv)));
-        sc_ir_push(B, &t, sc_ir_assign(B, L->ws_n, true, I(1)));
-        sc_ir_push(B, out, sc_ir_if(B, sc_ir_not(B, sc_ir_load(B, L->ws_mark, V(lv))),
-                                    sc_ir_list_block(B, &t), NULL));
-        if (L->mode == FILL)
-            sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
+        ws_leaf(L, S, out, val);
         return;
     }
     if (S->tacc >= 0) {
@@ -235,6 +269,25 @@ static void drain(lb *L, const st *S, sc_ir_list *out)
 {
     const sc_lower_problem *p = L->p;
     int32_t m = L->m;
+    if (L->gus) {
+        /* count: the row has ws_n entries; fill: its coordinates are
+         * out_crd[n - ws_n .. n), ordered by the collect, then gathered */
+        if (L->mode == COUNT) {
+            sc_ir_push(B, out, sc_ir_assign(B, S->cnt[m - 1], true, V(L->ws_n)));
+            sc_ir_push(B, out, sc_ir_collect(B, L->ws_list, I(0), V(L->ws_n), L->ws_bits,
+                                             L->ws_sum, false));
+        } else {
+            sc_ir_var n0 = newv(L, "n0", SC_IR_I64), t = newv(L, "t", SC_IR_I64);
+            sc_ir_push(B, out, sc_ir_decl(B, n0, BIN(SUB, V(S->cnt[m - 1]), V(L->ws_n))));
+            sc_ir_push(B, out, sc_ir_collect(B, L->ocrd[m - 1], V(n0), V(L->ws_n), L->ws_bits,
+                                             L->ws_sum, true));
+            sc_ir_push(B, out, sc_ir_for(B, t, V(n0), V(S->cnt[m - 1]), I(1), SC_IR_SEQ, 0,
+                                         sc_ir_store(B, L->ovals, V(t), false,
+                                                     sc_ir_load(B, L->ws_vals, sc_ir_load(B, L->ocrd[m - 1], V(t))))));
+        }
+        sc_ir_push(B, out, sc_ir_assign(B, L->ws_n, false, I(0)));
+        return;
+    }
     if (L->mode == COUNT && !L->flat && L->kw == m - 1) {
         sc_ir_push(B, out, sc_ir_assign(B, S->cnt[m - 1], true, V(L->ws_n)));
         sc_ir_var t = newv(L, "t", SC_IR_I64);
@@ -874,6 +927,44 @@ static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
     return -1;
 }
 
+/*
+ * Software prefetch in a loop over one compressed segment (coordinate v, iterator i0)
+ * whose body locates a dense first level of another sparse operand at v and walks its
+ * compressed second level (a row of B per nonzero of A in SpGEMM): the row
+ * PREFETCH_AHEAD iterations ahead (its crd and, in the fill, its vals) and the pos entry
+ * twice as far ahead are requested, so the random rows' latencies overlap.  Indices stay
+ * within the segment; a row start may be one past the end of crd (never accessed).
+ */
+enum { PREFETCH_AHEAD = 4 };
+
+static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_var v,
+                          const iter *i0, sc_ir_list *out)
+{
+    const sc_lower_problem *p = L->p;
+    uint64_t present = n ? sc_lower_node_accesses(n) : 0;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        int32_t t = ac->operand;
+        const sc_format *f = &p->ops[t].fmt;
+        if (!((present >> a) & 1) || a == i0->access || !p->ops[t].sparse || S->nbound[a] != 0 ||
+            ac->order < 2 || ac->lvar[0] != v || f->kind[0] != SC_LEVEL_DENSE ||
+            f->kind[1] != SC_LEVEL_COMPRESSED || L->pos[t][1] < 0 || L->crd[t][1] < 0 ||
+            (t < 64 && p->bcast[t]))
+            continue;
+        sc_ir_var crd = L->crd[i0->operand][i0->level];
+        const sc_ir_expr *last = BIN(SUB, V(i0->e), I(1));
+        sc_ir_var c1 = newv(L, "pf", SC_IR_I64), r1 = newv(L, "pf", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, c1, sc_ir_load(B, crd, BIN(MIN, BIN(ADD, V(i0->p), I(PREFETCH_AHEAD)), last))));
+        sc_ir_push(B, out, sc_ir_decl(B, r1, sc_ir_load(B, L->pos[t][1], V(c1))));
+        sc_ir_push(B, out, sc_ir_prefetch(B, L->crd[t][1], V(r1)));
+        if (L->mode == FILL)
+            sc_ir_push(B, out, sc_ir_prefetch(B, L->vals[t], V(r1)));
+        sc_ir_push(B, out, sc_ir_prefetch(B, L->pos[t][1],
+                                          sc_ir_load(B, crd, BIN(MIN, BIN(ADD, V(i0->p), I(2 * PREFETCH_AHEAD)), last))));
+        return;
+    }
+}
+
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
 {
     if (L->b.st != SC_OK)
@@ -980,6 +1071,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_list body = {0};
         const iter *i0 = &it[0];
         sc_ir_push(B, &body, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
+        prefetch_rows(L, n, S, v, i0, &body);
         const sc_ir_stmt *cb = case_body(L, d, n, S, it, 1, 1, V(i0->c), false);
         if (!cb)
             return sc_ir_block(B, NULL, 0);
@@ -1164,6 +1256,58 @@ static const sc_ir_stmt *nest(lb *L, const st *S0)
     return sc_ir_list_block(B, &out);
 }
 
+/* Declare (per thread) or allocate once (owned, top) the workspace buffer *v. */
+static void ws_buffer(lb *L, sc_ir_list *out, bool owned, sc_ir_var *v, const char *name,
+                      sc_ir_type t, const sc_ir_expr *count, bool zero)
+{
+    const sc_ir_expr *a = zero ? sc_ir_alloc(B, t, count) : sc_ir_alloc_uninit(B, t, count);
+    *v = sc_ir_new_var(B, name, t, true, false, owned);
+    if (owned) {
+        sc_ir_push(B, out, sc_ir_assign(B, *v, false, a));
+        sc_ir_push(B, out, sc_ir_require(B, sc_ir_nonnull(B, *v), SC_NOMEM, "out of memory"));
+    } else {
+        sc_ir_push(B, out, sc_ir_decl(B, *v, a));
+    }
+}
+
+/* The workspace buffers of mode (every one when owned: one set serves both phases) and
+ * the condition that they were all allocated; free them in the same order. */
+static const sc_ir_expr *ws_alloc(lb *L, sc_ir_list *out, bool owned, const sc_ir_expr *wsize)
+{
+    bool count = owned || L->mode == COUNT, fill = owned || L->mode == FILL;
+    sc_ir_type oit = sc_ir_idx_type(L->p->out_itype);
+    if (L->gus) {
+        ws_buffer(L, out, owned, &L->ws_bits, "ws_bits", SC_IR_U64,
+                  BIN(DIV, BIN(ADD, wsize, I(63)), I(64)), true);
+        ws_buffer(L, out, owned, &L->ws_sum, "ws_sum", SC_IR_U64,
+                  BIN(DIV, BIN(ADD, wsize, I(4095)), I(4096)), true);
+        L->ws_list = L->ws_vals = -1;
+        if (count)
+            ws_buffer(L, out, owned, &L->ws_list, "ws_list", oit, wsize, false);
+        if (fill)
+            ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, wsize, false);
+    } else {
+        ws_buffer(L, out, owned, &L->ws_mark, "ws_mark", SC_IR_U8, wsize, true);
+        ws_buffer(L, out, owned, &L->ws_list, "ws_list", SC_IR_I64, wsize, false);
+        ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, fill ? wsize : I(1), true);
+    }
+    sc_ir_var vs[4] = {L->gus ? L->ws_bits : L->ws_mark, L->gus ? L->ws_sum : -1, L->ws_list,
+                       L->ws_vals};
+    const sc_ir_expr *ok = NULL;
+    for (int32_t i = 0; i < 4; i++)
+        if (vs[i] >= 0)
+            ok = ok ? BIN(AND, ok, sc_ir_nonnull(B, vs[i])) : sc_ir_nonnull(B, vs[i]);
+    return ok;
+}
+
+static void ws_free(lb *L, sc_ir_list *out)
+{
+    sc_ir_var vs[5] = {L->ws_mark, L->ws_bits, L->ws_sum, L->ws_list, L->ws_vals};
+    for (int32_t i = 0; i < 5; i++)
+        if (vs[i] >= 0)
+            sc_ir_push(B, out, sc_ir_free(B, vs[i]));
+}
+
 /* One phase of a sparse output (or the only pass of a dense one), with per-thread
  * workspaces when parallel. */
 static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_expr *wsize)
@@ -1172,41 +1316,94 @@ static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_
     if (!(p->out_sparse && L->par))
         return nest(L, S0);
     sc_ir_list region = {0};
-    sc_ir_var saved[5] = {L->ws_mark, L->ws_list, L->ws_vals, L->ws_n, L->ws_ok};
+    sc_ir_var saved[7] = {L->ws_mark, L->ws_list, L->ws_vals, L->ws_n, L->ws_ok, L->ws_bits,
+                          L->ws_sum};
     if (L->q >= 0) {
-        L->ws_mark = sc_ir_new_var(B, "ws_mark", SC_IR_U8, true, false, false);
-        L->ws_list = sc_ir_new_var(B, "ws_list", SC_IR_I64, true, false, false);
-        L->ws_vals = sc_ir_new_var(B, "ws_vals", L->vt, true, false, false);
+        const sc_ir_expr *ok = ws_alloc(L, &region, false, wsize);
         L->ws_n = newv(L, "ws_n", SC_IR_I64);
         L->ws_ok = newv(L, "ws_ok", SC_IR_BOOL);
-        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_mark, sc_ir_alloc(B, SC_IR_U8, wsize)));
-        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_list, sc_ir_alloc(B, SC_IR_I64, wsize)));
-        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_vals, sc_ir_alloc(B, L->vt, L->mode == FILL ? wsize : I(1))));
         sc_ir_push(B, &region, sc_ir_decl(B, L->ws_n, I(0)));
-        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_ok, BIN(AND, BIN(AND, sc_ir_nonnull(B, L->ws_mark), sc_ir_nonnull(B, L->ws_list)), sc_ir_nonnull(B, L->ws_vals))));
+        sc_ir_push(B, &region, sc_ir_decl(B, L->ws_ok, ok));
         sc_ir_push(B, &region, sc_ir_if(B, sc_ir_not(B, V(L->ws_ok)), sc_ir_flag(B, fail), NULL));
     }
     sc_ir_push(B, &region, nest(L, S0));
-    if (L->q >= 0) {
-        sc_ir_push(B, &region, sc_ir_free(B, L->ws_mark));
-        sc_ir_push(B, &region, sc_ir_free(B, L->ws_list));
-        sc_ir_push(B, &region, sc_ir_free(B, L->ws_vals));
-    }
+    if (L->q >= 0)
+        ws_free(L, &region);
     L->ws_mark = saved[0];
     L->ws_list = saved[1];
     L->ws_vals = saved[2];
     L->ws_n = saved[3];
     L->ws_ok = saved[4];
+    L->ws_bits = saved[5];
+    L->ws_sum = saved[6];
     return sc_ir_parallel(B, BIN(LE, I(SC_IR_PAR_MIN), V(L->nrows)), sc_ir_list_block(B, &region));
 }
 
 static sc_ir_var owned_alloc(lb *L, sc_ir_list *top, const char *name, sc_ir_type t,
                              const sc_ir_expr *count)
 {
-    sc_ir_var v = sc_ir_new_var(B, name, t, true, false, true);
-    sc_ir_push(B, top, sc_ir_assign(B, v, false, sc_ir_alloc(B, t, count)));
-    sc_ir_push(B, top, sc_ir_require(B, sc_ir_nonnull(B, v), SC_NOMEM, "out of memory"));
+    sc_ir_var v;
+    ws_buffer(L, top, true, &v, name, t, count, true);
     return v;
+}
+
+/* The same without the zero fill, for arrays the kernel writes entirely. */
+static sc_ir_var owned_alloc_uninit(lb *L, sc_ir_list *top, const char *name, sc_ir_type t,
+                                    const sc_ir_expr *count)
+{
+    sc_ir_var v;
+    ws_buffer(L, top, true, &v, name, t, count, false);
+    return v;
+}
+
+/* Whether n is a product (of accesses, literals, negations) in which no sparse access
+ * other than number *t is a factor; *t: the first sparse access seen (-1: none yet). */
+static bool lone_sparse_factor(const lb *L, const sc_lower_node *n, int32_t *t)
+{
+    if (!n)
+        return false;
+    switch (n->kind) {
+    case SC_LN_ACCESS:
+        if (!L->p->ops[L->p->acc[n->access].operand].sparse)
+            return true;
+        if (*t >= 0)
+            return false;
+        *t = n->access;
+        return true;
+    case SC_LN_LIT:
+        return true;
+    case SC_LN_NEG:
+        return lone_sparse_factor(L, n->a, t);
+    case SC_LN_MUL:
+        return lone_sparse_factor(L, n->a, t) && lone_sparse_factor(L, n->b, t);
+    default:
+        return false;
+    }
+}
+
+/*
+ * The operand whose pattern the output provably has (-1: none): the expression is a
+ * product with exactly one sparse factor, that factor is indexed by the output's
+ * variables level by level with the output's level kinds (dense levels, then one
+ * compressed unique level: csr-like), and no workspace.  Every entry of that operand
+ * then gives exactly one output entry, so its pos array is the output's.
+ */
+static int32_t pattern_operand(const lb *L)
+{
+    const sc_lower_problem *p = L->p;
+    int32_t a = -1, m = L->m;
+    if (L->q >= 0 || L->flat || L->D != m - 1 || !lone_sparse_factor(L, p->rhs, &a) || a < 0)
+        return -1;
+    const sc_lower_access *ac = &p->acc[a];
+    const sc_format *f = &p->ops[ac->operand].fmt;
+    if (ac->order != m || p->out_fmt.kind[m - 1] != SC_LEVEL_COMPRESSED ||
+        !p->out_fmt.unique[m - 1] || (ac->operand < 64 && p->bcast[ac->operand]))
+        return -1;
+    for (int32_t k = 0; k < m; k++)
+        if (ac->lvar[k] != p->out_lvar[k] || f->kind[k] != p->out_fmt.kind[k] ||
+            f->unique[k] != p->out_fmt.unique[k])
+            return -1;
+    return L->pos[ac->operand][m - 1] >= 0 ? ac->operand : -1;
 }
 
 static void sparse_output(lb *L, sc_ir_list *top, const st *S)
@@ -1214,14 +1411,19 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     const sc_lower_problem *p = L->p;
     sc_ir_type oit = sc_ir_idx_type(p->out_itype);
     int32_t D = L->D, m = L->m, last = L->flat ? D : m - 1;
+    L->gus = L->q >= 0 && !L->flat && L->kw == m - 1;
+    L->ws_bits = L->ws_sum = -1;
     const sc_ir_expr *rows = I(1);
     for (int32_t k = 0; k < D; k++)
         rows = BIN(MUL, rows, V(L->ext[p->out_lvar[k]]));
     L->nrows = newv(L, "nrows", SC_IR_I64);
     sc_ir_push(B, top, sc_ir_decl(B, L->nrows, rows));
     const sc_ir_expr *rows1 = BIN(ADD, V(L->nrows), I(1));
+    /* cnt[k][r]: the first entry of row r at level k (a copy of the pattern operand's
+     * pos array when there is one) */
+    int32_t pat = pattern_operand(L);
     for (int32_t k = D; k <= last; k++)
-        L->cnt[k] = owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
+        L->cnt[k] = pat >= 0 ? L->pos[pat][D] : owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
     const sc_ir_expr *wsize = I(1);
     if (L->q >= 0) {
         for (int32_t k = m; k-- > L->kw;) {
@@ -1231,25 +1433,31 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
             wsize = V(sv);
         }
         if (!L->par) {
-            L->ws_mark = owned_alloc(L, top, "ws_mark", SC_IR_U8, wsize);
-            L->ws_list = owned_alloc(L, top, "ws_list", SC_IR_I64, wsize);
-            L->ws_vals = owned_alloc(L, top, "ws_vals", L->vt, wsize);
+            ws_alloc(L, top, true, wsize);
             L->ws_n = newv(L, "ws_n", SC_IR_I64);
             sc_ir_push(B, top, sc_ir_decl(B, L->ws_n, I(0)));
         }
     }
     sc_ir_var fail = newv(L, "ws_fail", SC_IR_BOOL);
     sc_ir_push(B, top, sc_ir_decl(B, fail, I(0)));
-    sc_ir_push(B, top, sc_ir_comment(B, "phase 1: count the entries of each row"));
-    L->mode = COUNT;
-    sc_ir_push(B, top, phase(L, S, fail, wsize));
-    sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
-    sc_ir_push(B, top, sc_ir_comment(B, "prefix sums, then allocate the output"));
+    if (pat >= 0) {
+        char c[96];
+        snprintf(c, sizeof c, "the output has %s's pattern: no count phase, its pos array copied",
+                 oname(L, pat));
+        sc_ir_push(B, top, sc_ir_comment(B, c));
+    } else {
+        sc_ir_push(B, top, sc_ir_comment(B, "phase 1: count the entries of each row"));
+        L->mode = COUNT;
+        sc_ir_push(B, top, phase(L, S, fail, wsize));
+        sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
+        sc_ir_push(B, top, sc_ir_comment(B, "prefix sums, then allocate the output"));
+    }
     for (int32_t k = D; k <= last; k++) {
         sc_ir_var r = newv(L, "r", SC_IR_I64);
-        sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
-                                     sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
-                                                 sc_ir_load(B, L->cnt[k], V(r)))));
+        if (pat < 0)
+            sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
+                                         sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
+                                                     sc_ir_load(B, L->cnt[k], V(r)))));
         L->tot[k] = newv(L, "nnz", SC_IR_I64);
         sc_ir_push(B, top, sc_ir_decl(B, L->tot[k], sc_ir_load(B, L->cnt[k], V(L->nrows))));
         if (p->out_itype == SC_INDEX_I32)
@@ -1260,12 +1468,13 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
         int32_t tk = L->flat ? D : k;
         L->opos[k] = -1;
         if (k == D)
-            L->opos[k] = owned_alloc(L, top, "out_pos", oit, rows1);
+            L->opos[k] = owned_alloc_uninit(L, top, "out_pos", oit, rows1);
         else if (!L->flat)
             L->opos[k] = owned_alloc(L, top, "out_pos", oit, BIN(ADD, V(L->tot[k - 1]), I(1)));
-        L->ocrd[k] = owned_alloc(L, top, "out_crd", oit, V(L->tot[tk]));
+        L->ocrd[k] = owned_alloc_uninit(L, top, "out_crd", oit, V(L->tot[tk]));
     }
-    L->ovals = owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]));
+    /* every entry counted is written by the fill */
+    L->ovals = owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
     sc_ir_var r = newv(L, "r", SC_IR_I64);
     sc_ir_push(B, top, sc_ir_for(B, r, I(0), rows1, I(1), SC_IR_SEQ, 0,
                                  sc_ir_store(B, L->opos[D], V(r), false, sc_ir_load(B, L->cnt[D], V(r)))));
@@ -1273,13 +1482,10 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     L->mode = FILL;
     sc_ir_push(B, top, phase(L, S, fail, wsize));
     sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
-    for (int32_t k = D; k <= last; k++)
+    for (int32_t k = D; k <= last && pat < 0; k++)
         sc_ir_push(B, top, sc_ir_free(B, L->cnt[k]));
-    if (L->q >= 0 && !L->par) {
-        sc_ir_push(B, top, sc_ir_free(B, L->ws_mark));
-        sc_ir_push(B, top, sc_ir_free(B, L->ws_list));
-        sc_ir_push(B, top, sc_ir_free(B, L->ws_vals));
-    }
+    if (L->q >= 0 && !L->par)
+        ws_free(L, top);
     for (int32_t k = D; k < m; k++) {
         int32_t tk = L->flat ? D : k;
         if (L->opos[k] >= 0) {
@@ -1372,7 +1578,7 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
         /* zero fill only when some write adds or some coordinate is never written */
         sc_ir_push(B, &top, sc_ir_assign(B, L->ovals, false,
                                          L->need_zero ? sc_ir_alloc(B, L->vt, V(tv))
-                                                      : sc_ir_alloc_raw(B, L->vt, V(tv))));
+                                                      : sc_ir_alloc_uninit(B, L->vt, V(tv))));
         sc_ir_push(B, &top, sc_ir_require(B, sc_ir_nonnull(B, L->ovals), SC_NOMEM, "out of memory"));
         sc_ir_push(B, &top, body);
         sc_ir_push(B, &top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));

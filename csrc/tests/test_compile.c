@@ -486,7 +486,8 @@ static void test_goldens(void)
     absent(&spmv, g1n, 2);
     tcase sddmm = {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
     static const char *const g2[] = {
-        "/* phase 1: count the entries of each row */",
+        "/* the output has A's pattern: no count phase, its pos array copied */",
+        "= A1_pos_0[r_",
         "= sc_k_split32(A1_pos_0, i_",
         "#pragma omp barrier",
         "for (int64_t k_",
@@ -495,17 +496,39 @@ static void test_goldens(void)
         "out_crd_", "= (v_",
         "sc_vf32 vacc_", "sc_hsum_f32(", /* the dot product in vectors, then a lane sum */
         "(*(const sc_vf32u *)&C_vals_"};
-    golden(&sddmm, g2, 11);
+    golden(&sddmm, g2, 12);
+    static const char *const g2n[] = {"phase 1: count", "cnt_"};
+    absent(&sddmm, g2n, 2);
+    /* an intersection of two sparse operands keeps the count phase */
+    tcase mul = {"ij,ij->ij", 0, 2, {"csr", "csr"}, {{M, N}, {M, N}}, NULL, NULL};
+    static const char *const g6[] = {"/* phase 1: count the entries of each row */"};
+    golden(&mul, g6, 1);
     tcase spgemm = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g3[] = {
         "#pragma omp parallel num_threads(nt_)",
         "#pragma omp for schedule(dynamic, 64)",
-        "uint8_t *restrict ws_mark_",
-        "if ((!ws_mark_",
-        "sc_k_sort(ws_list_",
-        "ws_vals_", "] += (v_",
-        "#pragma omp atomic write"};
-    golden(&spgemm, g3, 8);
+        "uint64_t *restrict ws_bits_", /* two-level bitmap, zero-filled once per thread */
+        "sc_k_alloc(env, ((ws_s_",
+        "int32_t *restrict ws_list_", /* count phase: int32 touched list, no zero fill */
+        "sc_k_alloc_raw(env, ws_s_",
+        "if (sc_k_mark(ws_bits_",
+        "sc_k_collect32(ws_list_", /* count phase: unmark only */
+        "sc_k_collect32(out_crd_",  /* fill phase: ordered in the output's own slot */
+        "] = (v_",                  /* first touch assigns */
+        "] += (v_",
+        "out_crd_", "sc_k_alloc_raw(env, nnz_",
+        "#pragma omp atomic write",
+        /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead */
+        "__builtin_prefetch(&B1_crd_", "__builtin_prefetch(&B_vals_",
+        "__builtin_prefetch(&B1_pos_3[A1_crd_1[sc_min((A1_p_"};
+    golden(&spgemm, g3, 17);
+    /* no byte marks, no per-row clearing of values, no int64 sort */
+    static const char *const g3n[] = {"ws_mark_", "] = (float)0.0;", "sc_k_sort("};
+    absent(&spgemm, g3n, 3);
+    /* a workspace over two output levels (3-D output) keeps marks + sorted int64 list */
+    tcase ws2 = {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "dcc", NULL};
+    static const char *const g7[] = {"uint8_t *restrict ws_mark_", "sc_k_sort(ws_list_"};
+    golden(&ws2, g7, 2);
     tcase add = {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"dcsr", "dcsr"}, {{M, N}, {M, N}}, NULL, NULL};
     static const char *const g4[] = {
         "while (((A0_p_", "sc_min(", "== i_", "while ((A0_p_", "while ((B0_p_",

@@ -323,6 +323,57 @@ static void test_schedule_text(void)
     sc_arena_release(&Q.arena);
 }
 
+/* MARK / COLLECT: constructors check their buffers, the verifier their scopes. */
+static void test_bitmap_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "bm", SC_DTYPE_F32, &err);
+    sc_ir_var b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
+    sc_ir_var b1 = sc_ir_new_var(&bld, "b1", SC_IR_U64, true, false, false);
+    sc_ir_var lst = sc_ir_new_var(&bld, "lst", SC_IR_I32, true, false, false);
+    sc_ir_var n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    const sc_ir_expr *c4 = sc_ir_int(&bld, 4);
+    const sc_ir_stmt *items[6] = {
+        sc_ir_decl(&bld, b0, sc_ir_alloc(&bld, SC_IR_U64, sc_ir_int(&bld, 1))),
+        sc_ir_decl(&bld, b1, sc_ir_alloc(&bld, SC_IR_U64, sc_ir_int(&bld, 1))),
+        sc_ir_decl(&bld, lst, sc_ir_alloc_uninit(&bld, SC_IR_I32, c4)),
+        sc_ir_decl(&bld, n, sc_ir_int(&bld, 0)),
+        sc_ir_mark(&bld, b0, b1, sc_ir_int(&bld, 3),
+                   sc_ir_assign(&bld, n, true, sc_ir_int(&bld, 1)), NULL),
+        sc_ir_collect(&bld, lst, sc_ir_int(&bld, 0), sc_ir_var_ref(&bld, n), b0, b1, true)};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 6)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    char t[1024];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "alloc_uninit<int32_t>(4)") != NULL);
+    CHECK(strstr(t, "mark 3 in b0_0/b1_1:") != NULL);
+    CHECK(strstr(t, "collect sorted lst_2[0:+n_3] from b0_0/b1_1") != NULL);
+    /* the bitmap used outside its scope */
+    sc_ir_builder_init(&bld, &ar, &f, "bm2", SC_DTYPE_F32, &err);
+    b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
+    b1 = sc_ir_new_var(&bld, "b1", SC_IR_U64, true, false, false);
+    const sc_ir_stmt *m = sc_ir_mark(&bld, b0, b1, sc_ir_int(&bld, 0), sc_ir_block(&bld, NULL, 0), NULL);
+    CHECK(sc_ir_finish(&bld, m) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_INTERNAL && strstr(err.msg, "outside its scope"));
+    /* a bitmap must be two distinct uint64 buffers; collect needs an int32/int64 buffer */
+    sc_ir_builder_init(&bld, &ar, &f, "bm3", SC_DTYPE_F32, &err);
+    b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
+    sc_ir_var u8 = sc_ir_new_var(&bld, "u8", SC_IR_U8, true, false, false);
+    CHECK(sc_ir_mark(&bld, b0, u8, sc_ir_int(&bld, 0), sc_ir_block(&bld, NULL, 0), NULL) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "not two writable uint64 buffers"));
+    sc_ir_builder_init(&bld, &ar, &f, "bm4", SC_DTYPE_F32, &err);
+    b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
+    b1 = sc_ir_new_var(&bld, "b1", SC_IR_U64, true, false, false);
+    sc_ir_var fl = sc_ir_new_var(&bld, "fl", SC_IR_F32, true, false, false);
+    CHECK(sc_ir_collect(&bld, fl, sc_ir_int(&bld, 0), sc_ir_int(&bld, 0), b0, b1, false) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "not a writable int32/int64 buffer"));
+    sc_arena_release(&ar);
+}
+
 static void test_build_and_verify(void)
 {
     prob P;
@@ -341,7 +392,14 @@ static void test_build_and_verify(void)
     size_t n = sc_ir_print(&fn, txt, sizeof txt);
     CHECK(n > 0 && n < sizeof txt);
     CHECK(strstr(txt, "parallel if (128 <= nrows") != NULL);
-    CHECK(strstr(txt, "sort ws_list") != NULL);
+    /* Gustavson workspace: bitmap marks, the count phase unmarks its touched list, the
+     * fill orders the row's coordinates in place in the output */
+    CHECK(strstr(txt, "mark k_") != NULL);
+    CHECK(strstr(txt, "collect ws_list_") != NULL);
+    CHECK(strstr(txt, "collect sorted out_crd_") != NULL);
+    CHECK(strstr(txt, "alloc_uninit<int32_t>(nnz_") != NULL);
+    CHECK(strstr(txt, "sort ws_list") == NULL);
+    CHECK(strstr(txt, "prefetch B1_crd_") != NULL);
     CHECK(strstr(txt, "omp for i") != NULL);
     printf("  build SpGEMM loop IR: %.1f us\n",
            (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
@@ -371,6 +429,7 @@ static void test_build_and_verify(void)
                              SC_IR_SEQ, 0, loop) == NULL);
     CHECK(bld.st == SC_INTERNAL && sc_ir_int(&bld, 3) == NULL);
     sc_arena_release(&ar);
+    test_bitmap_ir();
 }
 
 int main(void)

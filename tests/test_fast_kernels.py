@@ -1,0 +1,160 @@
+"""The fast paths of sparse-output kernels, against dense torch and scipy.
+
+SpGEMM's Gustavson workspace (two-level bitmap, rows ordered in the output by a bitmap
+scan or a sort) and SDDMM-like kernels whose output copies a sparse operand's pattern (no
+count phase): every shape class (empty, 1x1, rectangular, all-zero rows), float32 and
+float64, int32 and int64 indices, serial (< 128 rows) and parallel row loops.
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sps
+import torch
+
+import scorch
+from conftest import make_dense, seed_of
+
+DT = [torch.float32, torch.float64]
+IT = [torch.int32, torch.int64]
+
+SHAPES = [  # (A shape, B columns)
+    ((0, 0), 0), ((1, 1), 1), ((0, 5), 3), ((5, 0), 3), ((6, 9), 0), ((7, 13), 5),
+    ((13, 7), 11), ((200, 150), 170),
+]
+KINDS = ["random", "empty_rows", "zeros"]
+
+
+def dense(shape, dtype, seed, kind="random"):
+    """make_dense, with "empty_rows" read as "random" for shapes without rows."""
+    return make_dense(shape, dtype, seed, "random" if 0 in shape and kind == "empty_rows"
+                      else kind)
+
+
+def sp(x, fmt, it):
+    return scorch.to_sparse(x, fmt, index_dtype=it)
+
+
+def exact(got, ref):
+    """Values are small integers: every order of summation gives the same result."""
+    g = got.to_dense() if isinstance(got, scorch.SparseTensor) else got
+    assert g.shape == ref.shape
+    assert torch.equal(g, ref)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape,nk", SHAPES, ids=lambda v: str(v))
+def test_spgemm_csr(shape, nk, kind, it, dtype):
+    s = seed_of("fast-spgemm", shape, nk, kind, it, dtype)
+    a = dense(shape, dtype, s, kind)
+    b = dense((shape[1], nk), dtype, s + 1)
+    C = scorch.einsum("ij,jk->ik", sp(a, "csr", it), sp(b, "csr", it))
+    assert isinstance(C, scorch.SparseTensor) and C.format.name == "csr"
+    exact(C, a @ b)
+    pos, crd = C.indices(1)
+    for r in range(C.shape[0]):  # coordinates strictly increasing in every row
+        row = crd[pos[r]:pos[r + 1]]
+        assert bool((row[1:] > row[:-1]).all())
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fa,fb,fo", [("csr", "csr", "dcsr"), ("dcsr", "dcsr", None),
+                                      ("csc", "csc", None), ("csr", "csr", "coo"),
+                                      ("coo", "csr", "csr"), ("csr", "coo", None)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_spgemm_formats(fa, fb, fo, kind, dtype):
+    s = seed_of("fast-spgemm-fmt", fa, fb, fo, kind, dtype)
+    a = make_dense((140, 30), dtype, s, kind)
+    b = make_dense((30, 90), dtype, s + 1)
+    C = scorch.einsum("ij,jk->ik", sp(a, fa, torch.int32), sp(b, fb, torch.int32),
+                      out_format=fo)
+    exact(C, a @ b)
+
+
+def wide(n_rows, n_cols, per_row, seed, band=None):
+    """scipy csr with per_row entries per row of small integer values: uniformly spread
+    over n_cols (band None) or within band columns of the diagonal."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n_rows), per_row)
+    if band is None:
+        cols = rng.integers(0, n_cols, rows.size)
+    else:
+        centre = rows * (n_cols - 1) // max(n_rows - 1, 1)
+        cols = np.clip(centre + rng.integers(-band, band + 1, rows.size), 0, n_cols - 1)
+    vals = rng.integers(1, 5, rows.size).astype(np.float64)
+    m = sps.csr_array((vals, (rows, cols)), shape=(n_rows, n_cols))
+    m.sum_duplicates()
+    return m
+
+
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("case", ["banded", "spread", "mixed", "serial"])
+def test_spgemm_wide_against_scipy(case, it):
+    """Both orderings of a row: the bitmap scan (coordinates close together) and the sort
+    (few coordinates over many summary words: 600 k columns span 147 of them)."""
+    s = seed_of("fast-spgemm-wide", case, it)
+    n = 60 if case == "serial" else 3000
+    if case == "banded":
+        a, b = wide(n, n, 12, s, band=20), wide(n, 600_000, 8, s + 1, band=300)
+    elif case == "spread":
+        a, b = wide(n, n, 3, s), wide(n, 600_000, 2, s + 1)
+    else:
+        a = wide(n, n, 6, s)
+        b = sps.vstack([wide(n // 2, 600_000, 3, s + 1),
+                        wide(n - n // 2, 600_000, 40, s + 2, band=2000)]).tocsr()
+    C = scorch.einsum("ij,jk->ik", scorch.to_sparse(a, "csr", index_dtype=it),
+                      scorch.to_sparse(b, "csr", index_dtype=it))
+    ref = sps.csr_array(a @ b)
+    ref.sort_indices()
+    got = C.to_scipy()
+    assert np.array_equal(got.indptr, ref.indptr)
+    assert np.array_equal(got.indices, ref.indices)
+    assert np.array_equal(got.data, ref.data)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(0, 0), (1, 1), (0, 4), (4, 0), (7, 13), (13, 7),
+                                   (300, 40)], ids=str)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+def test_sddmm_pattern(fmt, shape, kind, it, dtype):
+    s = seed_of("fast-sddmm", fmt, shape, kind, it, dtype)
+    a = dense(shape, dtype, s, kind)
+    u = dense((shape[0], 5), dtype, s + 1, "full")
+    v = dense((shape[1], 5), dtype, s + 2, "full")
+    A = sp(a, fmt, it)
+    S = scorch.einsum("ij,ik,jk->ij", A, u, v)
+    assert isinstance(S, scorch.SparseTensor) and S.format == A.format
+    exact(S, a * (u @ v.t()))
+    assert S.nnz == A.nnz
+    for k in range(A.dim()):
+        for x, y in zip(S.indices(k), A.indices(k)):
+            if y is not None:
+                assert torch.equal(x.to(torch.int64), y.to(torch.int64))
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_pattern_copy_keeps_explicit_zeros(dtype):
+    """An explicit zero of A is an entry of the output (the pattern is data)."""
+    A = scorch.from_components((3, 4), "csr", pos=[None, torch.tensor([0, 2, 2, 3])],
+                               crd=[None, torch.tensor([1, 3, 0])],
+                               values=torch.tensor([0.0, 2.0, 3.0], dtype=dtype))
+    u, v = torch.ones(3, 2, dtype=dtype), torch.ones(4, 2, dtype=dtype)
+    S = scorch.einsum("ij,ik,jk->ij", A, u, v)
+    assert S.nnz == 3 and torch.equal(S.values(), torch.tensor([0.0, 4.0, 6.0], dtype=dtype))
+    D = scorch.einsum("ij,ij->ij", A, torch.full((3, 4), 2.0, dtype=dtype))
+    assert D.nnz == 3 and torch.equal(D.values(), torch.tensor([0.0, 4.0, 6.0], dtype=dtype))
+
+
+def test_pattern_copy_only_where_provable():
+    x = make_dense((150, 20), torch.float64, seed_of("fast-prov"), "empty_rows")
+    y = make_dense((150, 20), torch.float64, seed_of("fast-prov", 1))
+    A, B = sp(x, "csr", torch.int32), sp(y, "csr", torch.int32)
+    u, v = torch.ones(150, 3, dtype=torch.float64), torch.ones(20, 3, dtype=torch.float64)
+    assert "no count phase" in scorch.explain("ij,ik,jk->ij", A, u, v)
+    assert "no count phase" in scorch.explain("ij,ij->ij", A, y)
+    # an intersection (A * B) or a union (A + B) of two sparse operands counts
+    assert "no count phase" not in scorch.explain("ij,ij->ij", A, B)
+    exact(scorch.einsum("ij,ij->ij", A, B), x * y)
+    exact(A + B, x + y)
