@@ -239,15 +239,18 @@ class Bench:
 
     def time_all(self, fns, big=False):
         """Medians (s) of each candidate, timed round-robin (one call of each per round, after
-        one warm-up call each) so that drifting machine load hits every candidate alike."""
+        one warm-up call each) so that drifting machine load hits every candidate alike.  The
+        order rotates every round: whoever runs first after another library's call finds the
+        shared OpenMP pool asleep (tens of microseconds to wake), and that cost is shared."""
         repeat = (3 if self.args.quick else 5) if big else self.repeat
         budget = self.budget * (2 if big else 1) * len(fns)
         for fn in fns.values():
             fn()
         times = {k: [] for k in fns}
         spent = 0.0
+        items = list(fns.items())
         for r in range(repeat):
-            for k, fn in fns.items():
+            for k, fn in items[r % len(items):] + items[:r % len(items)]:
                 t0 = time.perf_counter()
                 fn()
                 dt = time.perf_counter() - t0

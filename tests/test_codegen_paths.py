@@ -138,3 +138,27 @@ def test_all_zero_matrix(dtype):
     assert torch.equal(got, torch.zeros(50, 24, dtype=dtype))
     got = scorch.einsum("ij,j->i", scorch.to_sparse(x, "csr"), X[:, 0])
     assert torch.equal(got, torch.zeros(50, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_parallel_threshold_by_work(dtype):
+    """Rows run on all threads only when the work (stored entries plus rows, times the
+    dense extents inside) pays for waking them; both sides of the threshold are right."""
+    g = torch.Generator().manual_seed(7)
+    for n, per_row, k in [(300, 3, 1), (3000, 20, 1), (300, 3, 64)]:
+        cols = torch.randint(0, n, (n * per_row,), generator=g)
+        rows = torch.arange(n).repeat_interleave(per_row)
+        rows[: n * per_row // 3] = 0            # a heavy first row: the split must balance
+        x = torch.zeros(n, n, dtype=dtype).index_put_((rows, cols), torch.ones(n * per_row,
+                                                      dtype=dtype), accumulate=True)
+        A = scorch.to_sparse(x, "csr")
+        X = torch.rand(n, k, dtype=dtype, generator=g)
+        if k == 1:
+            torch.testing.assert_close(scorch.einsum("ij,j->i", A, X[:, 0]), x @ X[:, 0],
+                                       **tol(dtype))
+        torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X, **tol(dtype))
+    U = scorch.to_sparse(make_dense((300, 300), dtype, 11, density=0.05), "csr",
+                         index_dtype=torch.int64)          # a kernel of its own
+    text = scorch.explain("ij,jk->ik", U, X)
+    lines = [l for l in text.splitlines() if "omp parallel" in l]
+    assert lines and ">= 32768)" in lines[0] and "* (Nk_" in lines[0], lines

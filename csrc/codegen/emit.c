@@ -345,11 +345,26 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             const char *vn = v->name;
             const char *split = m->fn->vars[s->bal].type == SC_IR_I64 ? "sc_k_split64" : "sc_k_split32";
             if (s->par == SC_IR_PAR_FOR) {
+                const char *pn = m->fn->vars[s->bal].name;
                 pr(m, "#pragma omp parallel num_threads(nt_) if((");
                 expr(m, s->b);
                 pr(m, ") - (");
                 expr(m, s->a);
-                sc_cg_printf(m->out, ") >= %d)\n", SC_IR_PAR_MIN);
+                sc_cg_printf(m->out, ") >= %d && ((int64_t)%s[", SC_IR_PAR_MIN, pn);
+                expr(m, s->b);
+                sc_cg_printf(m->out, "] - %s[", pn);
+                expr(m, s->a);
+                pr(m, "] + (");
+                expr(m, s->b);
+                pr(m, ") - (");
+                expr(m, s->a);
+                pr(m, "))");
+                if (s->work) {
+                    pr(m, " * (");
+                    expr(m, s->work);
+                    pr(m, ")");
+                }
+                sc_cg_printf(m->out, " >= %d)\n", SC_IR_PAR_WORK);
                 indent(m, ind);
             }
             pr(m, "{\n");

@@ -640,7 +640,7 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
 
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
-                                     const sc_ir_stmt *body)
+                                     const sc_ir_expr *work, const sc_ir_stmt *body)
 {
     if (b->st != SC_OK || !var_ok(b, pos))
         return NULL;
@@ -653,6 +653,7 @@ const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_
         return NULL;
     s->balanced = true;
     s->bal = pos;
+    s->work = work;
     return s;
 }
 

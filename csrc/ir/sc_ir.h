@@ -173,6 +173,7 @@ struct sc_ir_stmt {
     bool balanced;         /* FOR (PAR_FOR/OMP_FOR, step 1): contiguous per-thread ranges of
                               about equal weight pos[v+1] - pos[lo] + (v + 1 - lo) */
     sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
+    const sc_ir_expr *work; /* PAR_FOR when balanced: the work of one unit of weight */
     sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else */
@@ -286,10 +287,14 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
  * range per thread of about equal weight, the weight of iteration v being
  * pos[v + 1] - pos[v] + 1 (nonzeros of a compressed row plus one): each thread finds its
  * bounds by binary search on pos[lo..hi], which must be nondecreasing.  Power-law rows
- * then leave no thread idle.  An OMP_FOR ends with a barrier as "omp for" does. */
+ * then leave no thread idle.  An OMP_FOR ends with a barrier as "omp for" does.  A
+ * PAR_FOR runs on one thread unless it has SC_IR_PAR_MIN iterations and its total weight
+ * times work (the cost of one unit of weight: the dense extents inside, NULL for 1)
+ * reaches SC_IR_PAR_WORK: waking the other threads costs more than a small kernel. */
+#define SC_IR_PAR_WORK 32768
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
-                                     const sc_ir_stmt *body);
+                                     const sc_ir_expr *work, const sc_ir_stmt *body);
 const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body);
 const sc_ir_stmt *sc_ir_if(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *then,
                            const sc_ir_stmt *orelse);

@@ -965,6 +965,26 @@ static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_va
     }
 }
 
+/* The work per stored entry of a loop at depth d: the product of the extents of the
+ * deeper variables no sparse operand iterates (SpMM's columns, SDDMM's dot product);
+ * NULL when there are none. */
+static const sc_ir_expr *inner_work(lb *L, int32_t d)
+{
+    const sc_lower_problem *p = L->p;
+    const sc_ir_expr *w = NULL;
+    for (int32_t e = d + 1; e < L->n; e++) {
+        sc_expr_var v = L->order[e];
+        bool sparse = false;
+        for (int32_t a = 0; a < p->naccess && !sparse; a++)
+            for (int32_t k = 0; k < p->acc[a].order; k++)
+                if (p->acc[a].var[k] == v && p->ops[p->acc[a].operand].sparse)
+                    sparse = true;
+        if (!sparse)
+            w = w ? BIN(MUL, w, V(L->ext[v])) : V(L->ext[v]);
+    }
+    return w;
+}
+
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
 {
     if (L->b.st != SC_OK)
@@ -1060,7 +1080,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         /* rows weighed by their nonzeros; not with a workspace (SpGEMM-like: a row's
          * work follows the other operand's rows, which dynamic chunks absorb) */
         sc_ir_var bal = par != SC_IR_SEQ && L->q < 0 ? balance_pos(L, v) : -1;
-        sc_ir_push(B, &out, bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal, body)
+        sc_ir_push(B, &out, bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal,
+                                                          inner_work(L, d), body)
                                      : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body));
         return sc_ir_list_block(B, &out);
     }
