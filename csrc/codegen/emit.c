@@ -1,11 +1,13 @@
 /*
- * emit.c — the one C emitter: loop IR → C11 text with the sc_rt_kernel ABI.
+ * emit.c — the one C emitter: loop IR → C text with the sc_rt_kernel ABI.
  *
  * The text includes "scorch_rt.h", defines a few static helpers (allocation through
  * env with a size-overflow check, with or without zero fill, coordinate sorts, two-level
- * coordinate bitmaps) and one exported function.  Owned buffers are declared NULL at the top and freed on the single failure
- * path, which also clears out's arrays and copies the message into env->msg.  Scalars
- * are int64_t or the kernel's value type; operand arrays are const restrict pointers.
+ * coordinate bitmaps, 64/32/16-byte vector types of the C compiler's vector extension and
+ * their lane sums) and one exported function.  Owned buffers are declared NULL at the top
+ * and freed on the single failure path, which also clears out's arrays and copies the
+ * message into env->msg.  Scalars are int64_t or the kernel's value type; operand arrays
+ * are const restrict pointers; vector loads and stores go through unaligned views.
  */
 #include "sc_cg.h"
 
@@ -292,6 +294,21 @@ static void indent(em *m, int ind)
     sc_cg_printf(m->out, "%*s", 4 * ind, "");
 }
 
+static void stmt(em *m, const sc_ir_stmt *s, int ind);
+
+/* The rest of an if: "{" already printed; s->body, an else with s->orelse, "}". */
+static void then_else(em *m, const sc_ir_stmt *s, int ind)
+{
+    stmt(m, s->body, ind + 1);
+    indent(m, ind);
+    if (s->orelse) {
+        pr(m, "} else {\n");
+        stmt(m, s->orelse, ind + 1);
+        indent(m, ind);
+    }
+    pr(m, "}\n");
+}
+
 static void stmt(em *m, const sc_ir_stmt *s, int ind)
 {
     const sc_ir_func *fn = m->fn;
@@ -440,14 +457,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         pr(m, "if (");
         expr(m, s->a);
         pr(m, ") {\n");
-        stmt(m, s->body, ind + 1);
-        indent(m, ind);
-        if (s->orelse) {
-            pr(m, "} else {\n");
-            stmt(m, s->orelse, ind + 1);
-            indent(m, ind);
-        }
-        pr(m, "}\n");
+        then_else(m, s, ind);
         break;
     case SC_IR_S_PARALLEL:
         pr(m, "#pragma omp parallel num_threads(nt_)");
@@ -494,14 +504,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         sc_cg_printf(m->out, "if (sc_k_mark(%s, %s, ", fn->vars[s->bits].name, fn->vars[s->summary].name);
         expr(m, s->b);
         pr(m, ")) {\n");
-        stmt(m, s->body, ind + 1);
-        indent(m, ind);
-        if (s->orelse) {
-            pr(m, "} else {\n");
-            stmt(m, s->orelse, ind + 1);
-            indent(m, ind);
-        }
-        pr(m, "}\n");
+        then_else(m, s, ind);
         break;
     case SC_IR_S_PREFETCH:
         sc_cg_printf(m->out, "__builtin_prefetch(&%s[", v->name);
