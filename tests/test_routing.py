@@ -483,3 +483,33 @@ def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
         key = id(A)
         del A, view
         assert key not in _dispatch._VIEWS                   # gone with the tensor
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(40, 30), (3, 20, 30), (16, 30), (15, 30)])
+def test_linear_sparse_weight_batched(shape, dtype):
+    """From 16 batch rows F.linear runs as an SpMM on x^T (its result a transposed view):
+    same values, gradients to x, to the weight's values (its pattern) and to the bias."""
+    g = torch.Generator().manual_seed(sum(shape))
+    w = torch.randn(25, 30, generator=g, dtype=dtype)
+    w = w * (torch.rand(25, 30, generator=g) < 0.2)
+    W = scorch.to_sparse(w, "csr")
+    Wv = W.values().clone().requires_grad_()
+    Wg = W.with_values(Wv)
+    x = torch.randn(*shape, generator=g, dtype=dtype, requires_grad=True)
+    b = torch.randn(25, generator=g, dtype=dtype, requires_grad=True)
+    y = F.linear(x, Wg, b)
+    assert not isinstance(y, scorch.SparseTensor) and y.shape == (*shape[:-1], 25)
+    wd = w.clone().requires_grad_()
+    xd = x.detach().clone().requires_grad_()
+    bd = b.detach().clone().requires_grad_()
+    ref = F.linear(xd, wd, bd)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else {}
+    torch.testing.assert_close(y, ref, **tol)
+    gy = torch.randn(ref.shape, generator=g, dtype=dtype)
+    y.backward(gy)
+    ref.backward(gy)
+    torch.testing.assert_close(x.grad, xd.grad, **tol)
+    torch.testing.assert_close(b.grad, bd.grad, **tol)
+    mask = w != 0
+    torch.testing.assert_close(Wv.grad, wd.grad[mask], **tol)

@@ -692,7 +692,18 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
 def _linear(inp, weight, bias=None):
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or inp.dim() < 1:
         refuse("F.linear", inp, weight, why="weight must be 2-D and input at least 1-D")
-    y = _contract(_linear_expr(inp.dim()), (inp, weight))
+    if _is_sparse(weight) and not _is_sparse(inp) and inp.dim() >= 2 and \
+            inp.numel() >= _LINEAR_SPMM_MIN_BATCH * inp.shape[-1]:
+        # y = x W^T computed as (W x^T)^T: an SpMM over W's rows whose dense operand is
+        # contiguous along the batch, so the kernel runs in register tiles of the batch
+        # (one SpMV per batch row otherwise).  The result is a transposed view.
+        lead = inp.shape[:-1]
+        xt = inp.reshape(-1, inp.shape[-1]).t().contiguous()
+        y = _contract("kj,jb->kb", (weight, xt)).t()
+        if len(lead) != 1:
+            y = y.reshape(*lead, weight.shape[0])
+    else:
+        y = _contract(_linear_expr(inp.dim()), (inp, weight))
     if bias is None:
         return y
     if _is_sparse(bias):
@@ -700,6 +711,10 @@ def _linear(inp, weight, bias=None):
     if _is_sparse(y):
         return _add("F.linear", y, bias.expand(y.shape) if bias.shape != y.shape else bias)
     return y + bias
+
+
+# batch rows from which F.linear with a sparse weight runs as an SpMM on x^T
+_LINEAR_SPMM_MIN_BATCH = 16
 
 
 @functools.lru_cache(maxsize=None)
