@@ -487,9 +487,14 @@ def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape", [(40, 30), (3, 20, 30), (16, 30), (15, 30)])
-def test_linear_sparse_weight_batched(shape, dtype):
-    """From 16 batch rows F.linear runs as an SpMM on x^T (its result a transposed view):
-    same values, gradients to x, to the weight's values (its pattern) and to the bias."""
+@pytest.mark.parametrize("spmm_from", ["always", "default"])
+def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
+    """From 16 batch rows and enough work F.linear runs as an SpMM on x^T (its result a
+    transposed view): same values, gradients to x, to the weight's values (its pattern) and
+    to the bias, on both sides of the switch."""
+    from scorch import _torch_ops
+    if spmm_from == "always":
+        monkeypatch.setattr(_torch_ops, "_LINEAR_SPMM_MIN_WORK", 0)
     g = torch.Generator().manual_seed(sum(shape))
     w = torch.randn(25, 30, generator=g, dtype=dtype)
     w = w * (torch.rand(25, 30, generator=g) < 0.2)

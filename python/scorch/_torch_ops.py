@@ -693,7 +693,8 @@ def _linear(inp, weight, bias=None):
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or inp.dim() < 1:
         refuse("F.linear", inp, weight, why="weight must be 2-D and input at least 1-D")
     if _is_sparse(weight) and not _is_sparse(inp) and inp.dim() >= 2 and \
-            inp.numel() >= _LINEAR_SPMM_MIN_BATCH * inp.shape[-1]:
+            inp.numel() >= _LINEAR_SPMM_MIN_BATCH * inp.shape[-1] and \
+            weight.nnz * (inp.numel() // max(inp.shape[-1], 1)) >= _LINEAR_SPMM_MIN_WORK:
         # y = x W^T computed as (W x^T)^T: an SpMM over W's rows whose dense operand is
         # contiguous along the batch, so the kernel runs in register tiles of the batch
         # (one SpMV per batch row otherwise).  The result is a transposed view.
@@ -713,8 +714,10 @@ def _linear(inp, weight, bias=None):
     return y + bias
 
 
-# batch rows from which F.linear with a sparse weight runs as an SpMM on x^T
+# F.linear with a sparse weight runs as an SpMM on x^T from this many batch rows and this
+# many multiply-adds (below, the copy of x and the extra views cost more than they save)
 _LINEAR_SPMM_MIN_BATCH = 16
+_LINEAR_SPMM_MIN_WORK = 1 << 17
 
 
 @functools.lru_cache(maxsize=None)
