@@ -518,3 +518,21 @@ def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
     torch.testing.assert_close(b.grad, bd.grad, **tol)
     mask = w != 0
     torch.testing.assert_close(Wv.grad, wd.grad[mask], **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mm_with_column_major_dense(dtype):
+    """A @ X.t() (a column-major view) runs on a row-major copy of X: same result and
+    gradients as dense, X itself untouched."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(20, 30, generator=g, dtype=dtype) * (torch.rand(20, 30, generator=g) < 0.3)
+    A = scorch.to_sparse(a, "csr")
+    Y = torch.randn(40, 30, generator=g, dtype=dtype, requires_grad=True)
+    before = Y.detach().clone()
+    out = torch.mm(A, Y.t())
+    ref = a @ Y.detach().t()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(A @ Y.t(), ref)
+    out.sum().backward()
+    torch.testing.assert_close(Y.grad, (a.sum(0, keepdim=True).expand(40, 30)))
+    assert torch.equal(Y.detach(), before)

@@ -637,6 +637,11 @@ def _product(name, exprs, a, b):
             if not _is_sparse(x) and x.layout is not torch.strided:
                 refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
+    if b.dim() == 2 and type(a) is SparseTensor and not _is_sparse(b) and \
+            not b.is_contiguous():
+        # A @ X.t(): a row-major copy of X (one pass) lets the kernel run in register
+        # tiles along X's rows; on the column-major view it would be one SpMV per column
+        b = b.contiguous()
     if torch.is_grad_enabled() and (
             (a._values if isinstance(a, SparseTensor) else a).requires_grad or
             (b._values if isinstance(b, SparseTensor) else b).requires_grad):
