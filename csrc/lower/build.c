@@ -6,11 +6,17 @@
  * segment, or while-merges over several (one per lattice point, with an if/else chain of
  * cases inside, each case lowering its own specialised expression further down); unions
  * of three or more iterators use one loop in which absent operands read as zero.  Dense
- * levels are located.  Innermost reductions accumulate into a scalar (a dense one into
- * several independent accumulators, so it vectorises).
+ * levels are located.  Innermost reductions accumulate into a scalar: over a compressed
+ * segment into four independent ones, over a dense range into vectors (operands
+ * contiguous along it) or eight/four scalars; factors known before a reduction multiply
+ * its sum once.  Dense outputs are stored (not added into) when no reduction variable is
+ * bound above the write, and not zero-filled when every element is written; a dense
+ * output row inside reduction loops is computed in register tiles of vector accumulators
+ * (SpMM), the reduction loops running once per tile.
  * The parallel outermost loop over the rows of a csr-like operand gives each thread one
- * contiguous range of about equal nonzeros (bounds by binary search on its pos array);
- * other parallel loops take dynamic chunks.
+ * contiguous range of about equal nonzeros (bounds by binary search on its pos array),
+ * and runs on one thread when the work would not pay for waking the others; other
+ * parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
  * parallel when the outermost loop is a dense output level; an output that provably has
  * one operand's pattern skips the count and copies that operand's pos array.  Output
