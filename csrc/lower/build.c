@@ -863,22 +863,31 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
 }
 
 /*
- * The innermost loop of a scalar reduction over one compressed segment (SpMV's row
- * dot product): U entries per iteration into U independent accumulators, so the
- * additions do not wait on each other, then the remaining entries one at a time.
+ * The innermost sum over one compressed segment, U entries per iteration into U
+ * independent accumulators so the additions do not wait on each other, then the
+ * remaining entries one at a time.  Either a scalar sum (SpMV's row: U = 4) or the one
+ * vector of a one-vector register tile (SpMM's row at K = 16 f32: U = 2, the loop right
+ * above the tile's lanes).
  */
 static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                              const iter *i0, sc_ir_list *res)
 {
-    if (d != L->n - 1 || S->acc < 0 || S->tacc >= 0 || L->mode != FILL || !n)
+    bool vec = S->tvn == 1 && d == L->n - 2;
+    if (L->mode != FILL || !n || S->tacc >= 0 ||
+        !(vec || (d == L->n - 1 && S->acc >= 0 && S->tvn == 0)))
         return false;
-    enum { U = 4 };
+    int32_t U = vec ? 2 : 4;
     sc_ir_list loc = {0}, *out = &loc;
-    sc_ir_var part[U];
-    part[0] = S->acc;
+    sc_ir_var part[4];
+    part[0] = vec ? S->tv[0] : S->acc;
     for (int32_t u = 1; u < U; u++) {
-        part[u] = newv(L, "acc", L->vt);
-        sc_ir_push(B, out, sc_ir_decl(B, part[u], sc_ir_flt(B, 0.0, L->vt)));
+        if (vec) {
+            part[u] = sc_ir_new_vector(B, "acc", L->vt, S->vlanes);
+            sc_ir_push(B, out, sc_ir_decl(B, part[u], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), S->vlanes)));
+        } else {
+            part[u] = newv(L, "acc", L->vt);
+            sc_ir_push(B, out, sc_ir_decl(B, part[u], sc_ir_flt(B, 0.0, L->vt)));
+        }
     }
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
@@ -892,7 +901,10 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
         sc_ir_push(B, &body, sc_ir_decl(B, t.p, u ? BIN(ADD, V(pu), I(u)) : V(pu)));
         sc_ir_push(B, &body, sc_ir_decl(B, t.c, sc_ir_load(B, L->crd[t.operand][t.level], V(t.p))));
         st T = *S;
-        T.acc = part[u];
+        if (vec)
+            T.tv[0] = part[u];
+        else
+            T.acc = part[u];
         const sc_ir_stmt *cb = case_body(L, d, n, &T, &t, 1, 1, V(t.c), false);
         if (!cb)
             return false;
@@ -909,7 +921,7 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
         return false;
     sc_ir_push(B, &rb, cb);
     sc_ir_push(B, out, sc_ir_for(B, i0->p, V(nmain), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb)));
-    sc_ir_push(B, out, sc_ir_assign(B, S->acc, true, sum));
+    sc_ir_push(B, out, sc_ir_assign(B, part[0], true, sum));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
 }
