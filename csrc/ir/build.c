@@ -240,14 +240,22 @@ const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t)
     return e;
 }
 
+/* buf is a buffer and idx an integer scalar (what: "load", "prefetch", ...). */
+static bool element_of(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx, const char *what)
+{
+    if (!var_ok(b, buf) || !scalar_int(b, idx, what))
+        return false;
+    if (!b->fn->vars[buf].buffer) {
+        sc_ir_fail(b, SC_INTERNAL, "%s of an element of scalar %s", what, b->fn->vars[buf].name);
+        return false;
+    }
+    return true;
+}
+
 const sc_ir_expr *sc_ir_load(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
 {
-    if (!var_ok(b, buf) || !scalar_int(b, idx, "load index"))
+    if (!element_of(b, buf, idx, "load"))
         return NULL;
-    if (!b->fn->vars[buf].buffer) {
-        sc_ir_fail(b, SC_INTERNAL, "load from scalar %s", b->fn->vars[buf].name);
-        return NULL;
-    }
     sc_ir_expr *e = node(b, sizeof *e);
     if (!e)
         return NULL;
@@ -568,14 +576,18 @@ const sc_ir_stmt *sc_ir_assign(sc_ir_builder *b, sc_ir_var v, bool accumulate,
     return s;
 }
 
-const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
-                               bool accumulate, const sc_ir_expr *value)
+/* A scalar store (vector false) or a vector store of value into buf at idx. */
+static const sc_ir_stmt *store_stmt(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                                    bool accumulate, const sc_ir_expr *value, bool vector)
 {
     if (!var_ok(b, buf) || !scalar_int(b, idx, "store index") || !need(b, value, "store"))
         return NULL;
     const sc_ir_var_info *vi = &b->fn->vars[buf];
-    if (!vi->buffer || vi->readonly || vi->local_len || !value->lanes || vi->type != value->type) {
-        sc_ir_fail(b, SC_INTERNAL, "bad vector store into %s", vi->name);
+    bool ok = vi->buffer && !vi->readonly && !value->buffer &&
+              (vector ? value->lanes && !vi->local_len && vi->type == value->type
+                      : !value->lanes && sc_ir_is_float(vi->type) == sc_ir_is_float(value->type));
+    if (!ok) {
+        sc_ir_fail(b, SC_INTERNAL, "bad %sstore into %s", vector ? "vector " : "", vi->name);
         return NULL;
     }
     sc_ir_stmt *s = stmt(b, SC_IR_S_STORE);
@@ -585,29 +597,20 @@ const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr
     s->a = value;
     s->b = idx;
     s->accumulate = accumulate;
-    s->lanes = value->lanes;
+    s->lanes = vector ? value->lanes : 0;
     return s;
+}
+
+const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                               bool accumulate, const sc_ir_expr *value)
+{
+    return store_stmt(b, buf, idx, accumulate, value, true);
 }
 
 const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
                               bool accumulate, const sc_ir_expr *value)
 {
-    if (!var_ok(b, buf) || !scalar_int(b, idx, "store index") || !need(b, value, "store"))
-        return NULL;
-    const sc_ir_var_info *vi = &b->fn->vars[buf];
-    if (!vi->buffer || vi->readonly || value->buffer || value->lanes || vi->local_len < 0 ||
-        sc_ir_is_float(vi->type) != sc_ir_is_float(value->type)) {
-        sc_ir_fail(b, SC_INTERNAL, "bad store into %s", vi->name);
-        return NULL;
-    }
-    sc_ir_stmt *s = stmt(b, SC_IR_S_STORE);
-    if (!s)
-        return NULL;
-    s->var = buf;
-    s->a = value;
-    s->b = idx;
-    s->accumulate = accumulate;
-    return s;
+    return store_stmt(b, buf, idx, accumulate, value, false);
 }
 
 const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
@@ -813,12 +816,8 @@ const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
 
 const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
 {
-    if (!var_ok(b, buf) || !scalar_int(b, idx, "prefetch index"))
+    if (!element_of(b, buf, idx, "prefetch"))
         return NULL;
-    if (!b->fn->vars[buf].buffer) {
-        sc_ir_fail(b, SC_INTERNAL, "prefetch of scalar %s", b->fn->vars[buf].name);
-        return NULL;
-    }
     sc_ir_stmt *s = stmt(b, SC_IR_S_PREFETCH);
     if (!s)
         return NULL;
