@@ -531,15 +531,11 @@ static const sc_lower_node *mul_node(lb *L, const sc_lower_node *x, const sc_low
         return y;
     if (!y)
         return x;
-    sc_lower_node *m = sc_arena_alloc(L->arena, sizeof *m, L->err);
+    const sc_lower_node *m = sc_lower_mul(L->arena, x, y, L->err);
     if (!m) {
         L->b.st = SC_NOMEM;
         return x;
     }
-    memset(m, 0, sizeof *m);
-    m->kind = SC_LN_MUL;
-    m->a = x;
-    m->b = y;
     return m;
 }
 

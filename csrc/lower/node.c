@@ -25,6 +25,12 @@ static const sc_lower_node *mk(sc_arena *arena, sc_lower_node_kind k, const sc_l
     return n;
 }
 
+const sc_lower_node *sc_lower_mul(sc_arena *arena, const sc_lower_node *a,
+                                  const sc_lower_node *b, sc_error *err)
+{
+    return mk(arena, SC_LN_MUL, a, b, err);
+}
+
 uint64_t sc_lower_node_accesses(const sc_lower_node *n)
 {
     if (!n)

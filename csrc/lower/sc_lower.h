@@ -125,6 +125,9 @@ const sc_lower_node *sc_lower_specialize(sc_arena *arena, const sc_lower_node *n
                                          uint64_t zero_mask, sc_error *err);
 /* Mask of the accesses present in n. */
 uint64_t sc_lower_node_accesses(const sc_lower_node *n);
+/* The product node a * b from arena (NULL with err on NOMEM). */
+const sc_lower_node *sc_lower_mul(sc_arena *arena, const sc_lower_node *a,
+                                  const sc_lower_node *b, sc_error *err);
 
 /*
  * The merge lattice of expression n at variable v given, per access, how many levels
