@@ -374,12 +374,13 @@ static void row_end(lb *L, const st *S, sc_ir_list *out)
 /* ---- register tiles of a dense output (SpMM-like) ---- */
 
 /*
- * Rows of a dense output reached once, whose innermost loop runs over the output's last
- * (contiguous) dimension inside reduction loops (out(i,j) += A(i,k) * B(k,j), order
- * i k j): instead of adding into memory at every stored entry, run the reduction loops
- * once per tile of that dimension, accumulating into a local array the C compiler keeps
- * in vector registers, and store each tile once.  Tiles of TBIG, then of one vector
- * (TSMALL, both constant widths so the lane loops unroll and vectorise), then the rest.
+ * Rows of a dense output whose innermost loop runs over the output's last (contiguous)
+ * dimension inside reduction loops (out(i,j) += A(i,k) * B(k,j), order i k j): instead
+ * of adding into memory at every stored entry, the reduction loops run once per tile of
+ * that dimension, accumulating in registers, and each tile is stored once (see tiled).
+ *
+ * tile_one: a tile of width (at most cap) lanes in a local array, one lane loop per
+ * stored entry; for dense operands strided along the tile, and single lanes.
  */
 static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
                      const sc_ir_expr *base, int32_t cap, const sc_ir_expr *width,
@@ -426,6 +427,8 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     }
 }
 
+/* The tiles of one row: of 4 vectors, of one vector, then (vectors) a half, a quarter
+ * and single lanes, or (strided operands) the rest in one local-array tile. */
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
@@ -753,13 +756,8 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
 }
 
 /*
- * The innermost loop of a scalar reduction over a dense range (an SDDMM dot product):
- * UNROLL independent accumulators so the sum vectorises without reassociation flags,
- * then a remainder loop.  Only when no sparse level is located at v (all values at the
- * leaf come from dense operands or are already bound).
- */
-/*
- * The same reduction in vectors when every dense operand indexed by v is contiguous
+ * The dense innermost reduction of unrolled_reduction (below) in vectors when every
+ * dense operand indexed by v is contiguous
  * along v (SDDMM's rows): two vector accumulators over 2W elements per step, one more
  * vector step, a lane sum, then the scalar rest.
  */
@@ -816,6 +814,12 @@ static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st 
     return true;
 }
 
+/*
+ * The innermost loop of a scalar reduction over a dense range (an SDDMM dot product):
+ * UNROLL independent accumulators so the sum vectorises without reassociation flags,
+ * then a remainder loop.  Only when no sparse level is located at v (all values at the
+ * leaf come from dense operands or are already bound).
+ */
 static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                                sc_ir_list *out)
 {
@@ -1060,7 +1064,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
     int32_t chunk = par != SC_IR_SEQ ? 64 : 0;
     if (nit == 0 && S->tvn > 0 && d == L->n - 1) {
         /* the vectors of a vector register tile */
-        int32_t W = sc_ir_vec_lanes(L->vt);
+        int32_t W = S->vlanes;
         for (int32_t q = 0; q < S->tvn; q++) {
             st T = *S;
             T.vacc = S->tv[q];
