@@ -371,6 +371,34 @@ static void row_end(lb *L, const st *S, sc_ir_list *out)
         sc_ir_push(B, out, sc_ir_store(B, L->cnt[k], BIN(ADD, S->opos, I(1)), false, V(S->cnt[k])));
 }
 
+/* Whether some sparse operand has a level over v. */
+static bool sparse_iterates(const lb *L, sc_expr_var v)
+{
+    const sc_lower_problem *p = L->p;
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (p->ops[p->acc[a].operand].sparse)
+            for (int32_t k = 0; k < p->acc[a].order; k++)
+                if (p->acc[a].var[k] == v)
+                    return true;
+    return false;
+}
+
+/* How dense access ac reads along v: 0 not at all, 1 contiguously (v is its last level,
+ * not broadcast), -1 strided or broadcast. */
+static int along(const lb *L, const sc_lower_access *ac, sc_expr_var v)
+{
+    const sc_lower_problem *p = L->p;
+    const sc_format *f = &p->ops[ac->operand].fmt;
+    int r = 0;
+    for (int32_t k = 0; k < ac->order; k++)
+        if (ac->var[k] == v) {
+            if (f->lvl2dim[f->order - 1] != k || ((p->bcast[ac->operand] >> k) & 1))
+                return -1;
+            r = 1;
+        }
+    return r;
+}
+
 /* ---- register tiles of a dense output (SpMM-like) ---- */
 
 /*
@@ -478,25 +506,13 @@ static int32_t tile_depth(lb *L)
     if (p->out_sparse || L->n < 2 || L->m == 0)
         return -1;
     sc_expr_var j = L->order[L->n - 1];
-    if (L->out_level_of[j] != L->m - 1)
+    if (L->out_level_of[j] != L->m - 1 || sparse_iterates(L, j))
         return -1;
-    for (int32_t a = 0; a < p->naccess; a++) {
-        if (!p->ops[p->acc[a].operand].sparse)
-            continue;
-        for (int32_t d = 0; d < p->acc[a].order; d++)
-            if (p->acc[a].var[d] == j)
-                return -1;
-    }
     int32_t r = 0;
     L->tile_vec = true;
-    for (int32_t a = 0; a < p->naccess; a++) {
-        const sc_lower_access *ac = &p->acc[a];
-        const sc_format *f = &p->ops[ac->operand].fmt;
-        for (int32_t d = 0; d < ac->order; d++)
-            if (ac->var[d] == j && (f->lvl2dim[f->order - 1] != d ||
-                                    ((p->bcast[ac->operand] >> d) & 1)))
-                L->tile_vec = false; /* strided or broadcast along the tile */
-    }
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (!p->ops[p->acc[a].operand].sparse && along(L, &p->acc[a], j) < 0)
+            L->tile_vec = false; /* strided or broadcast along the tile */
     for (int32_t k = 0; k < L->m - 1; k++)
         if (L->depth_of[p->out_lvar[k]] + 1 > r)
             r = L->depth_of[p->out_lvar[k]] + 1;
@@ -757,9 +773,9 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
 
 /*
  * The dense innermost reduction of unrolled_reduction (below) in vectors when every
- * dense operand indexed by v is contiguous
- * along v (SDDMM's rows): two vector accumulators over 2W elements per step, one more
- * vector step, a lane sum, then the scalar rest.
+ * dense operand indexed by v is contiguous along v (SDDMM's rows): two vector
+ * accumulators over 2W elements per step, one more vector step, a lane sum, then the
+ * scalar rest.
  */
 static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                              sc_ir_list *out)
@@ -767,18 +783,14 @@ static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st 
     const sc_lower_problem *p = L->p;
     sc_expr_var v = L->order[d];
     bool any = false;
+    uint64_t present = sc_lower_node_accesses(n);
     for (int32_t a = 0; a < p->naccess; a++) {
-        const sc_lower_access *ac = &p->acc[a];
-        const sc_format *f = &p->ops[ac->operand].fmt;
-        if (!((sc_lower_node_accesses(n) >> a) & 1) || p->ops[ac->operand].sparse)
+        if (!((present >> a) & 1) || p->ops[p->acc[a].operand].sparse)
             continue;
-        for (int32_t k = 0; k < ac->order; k++) {
-            if (ac->var[k] != v)
-                continue;
-            if (f->lvl2dim[f->order - 1] != k || ((p->bcast[ac->operand] >> k) & 1))
-                return false;
-            any = true;
-        }
+        int how = along(L, &p->acc[a], v);
+        if (how < 0)
+            return false;
+        any |= how > 0;
     }
     if (!any)
         return false;
@@ -988,16 +1000,10 @@ static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_va
  * NULL when there are none. */
 static const sc_ir_expr *inner_work(lb *L, int32_t d)
 {
-    const sc_lower_problem *p = L->p;
     const sc_ir_expr *w = NULL;
     for (int32_t e = d + 1; e < L->n; e++) {
         sc_expr_var v = L->order[e];
-        bool sparse = false;
-        for (int32_t a = 0; a < p->naccess && !sparse; a++)
-            for (int32_t k = 0; k < p->acc[a].order; k++)
-                if (p->acc[a].var[k] == v && p->ops[p->acc[a].operand].sparse)
-                    sparse = true;
-        if (!sparse)
+        if (!sparse_iterates(L, v))
             w = w ? BIN(MUL, w, V(L->ext[v])) : V(L->ext[v]);
     }
     return w;
