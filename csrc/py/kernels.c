@@ -63,7 +63,175 @@ static sc_compiler *get_compiler(PyObject *module)
     return st->compiler;
 }
 
-/* ops: a list of (shape, fmt, pos, crd, vals, index) tuples → t[0..n-1]. */
+/* An operand description parsed once (prepare) and the description it borrows from. */
+typedef struct prepared {
+    sc_tensor t;
+    PyObject *desc;
+} prepared;
+
+#define OPERAND_CAPSULE "scorch.operand"
+
+static void free_prepared(PyObject *cap)
+{
+    prepared *p = PyCapsule_GetPointer(cap, OPERAND_CAPSULE);
+    if (p) {
+        Py_XDECREF(p->desc);
+        free(p);
+    }
+}
+
+/* desc = (shape, fmt, pos, crd, vals, index) → t, arrays borrowed from desc. */
+static int parse_desc(PyObject *module, PyObject *desc, sc_tensor *t)
+{
+    PyObject *shape, *fmt, *pos, *crd, *vals;
+    const char *index_name;
+    if (!PyArg_ParseTuple(desc, "OOOOOs", &shape, &fmt, &pos, &crd, &vals, &index_name))
+        return -1;
+    return sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, t);
+}
+
+/* prepare(desc) -> operand capsule: desc parsed now, and kept alive as long as the
+ * capsule, so that a run reads the tensor's arrays without parsing them again. */
+PyObject *sc_py_prepare(PyObject *module, PyObject *args)
+{
+    PyObject *desc;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &desc))
+        return NULL;
+    prepared *p = malloc(sizeof *p);
+    if (!p)
+        return PyErr_NoMemory();
+    if (parse_desc(module, desc, &p->t) < 0) {
+        free(p);
+        return NULL;
+    }
+    Py_INCREF(desc);
+    p->desc = desc;
+    PyObject *cap = PyCapsule_New(p, OPERAND_CAPSULE, free_prepared);
+    if (!cap) {
+        Py_DECREF(desc);
+        free(p);
+    }
+    return cap;
+}
+
+/* set_torch(torch.float32, torch.float64, torch.from_numpy) */
+PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
+{
+    PyObject *f32, *f64, *from_numpy;
+    if (!PyArg_ParseTuple(args, "OOO", &f32, &f64, &from_numpy))
+        return NULL;
+    static const char *const names[] = {"dtype", "shape", "data_ptr", "is_contiguous",
+                                        "is_cpu", "is_neg"};
+    PyObject *refs[SC_PY_TORCH_REFS] = {f32, f64, from_numpy};
+    for (int i = SC_PY_T_DTYPE; i < SC_PY_TORCH_REFS; i++) {
+        refs[i] = PyUnicode_InternFromString(names[i - SC_PY_T_DTYPE]);
+        if (!refs[i]) {
+            while (--i >= SC_PY_T_DTYPE)
+                Py_DECREF(refs[i]);
+            return NULL;
+        }
+    }
+    sc_py_state *st = sc_py_state_of(module);
+    for (int i = 0; i < SC_PY_TORCH_REFS; i++) {
+        if (i < SC_PY_T_DTYPE)
+            Py_INCREF(refs[i]);
+        Py_XSETREF(st->torch[i], refs[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* A boolean attribute (method: called) of x: 1, 0, or -1 with an error set. */
+static int torch_flag(PyObject *x, PyObject *name, bool call)
+{
+    PyObject *r = call ? PyObject_CallMethodNoArgs(x, name) : PyObject_GetAttr(x, name);
+    if (!r)
+        return -1;
+    int v = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return v;
+}
+
+/* A dense, contiguous CPU torch.Tensor of float32/float64 → t (all-dense levels in
+ * order), its data borrowed from x, read through torch's Python API (scorch does not
+ * link against torch). */
+static int parse_torch_dense(PyObject *module, Py_ssize_t i, PyObject *x, sc_tensor *t)
+{
+    PyObject *const *T = sc_py_state_of(module)->torch;
+    if (!T[SC_PY_T_F32]) {
+        PyErr_SetString(PyExc_RuntimeError, "scorch._C.set_torch was not called");
+        return -1;
+    }
+    memset(t, 0, sizeof *t);
+    /* (a negated view's memory holds the values before negation) */
+    int ok = torch_flag(x, T[SC_PY_T_IS_CPU], false);
+    ok = ok == 1 ? torch_flag(x, T[SC_PY_T_IS_CONTIGUOUS], true) : ok;
+    ok = ok == 1 ? !torch_flag(x, T[SC_PY_T_IS_NEG], true) : ok;
+    if (ok != 1) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "operand %zd: a dense operand must be a contiguous "
+                         "CPU tensor without a negative view bit", i);
+        return -1;
+    }
+    PyObject *dtype = PyObject_GetAttr(x, T[SC_PY_T_DTYPE]);
+    if (!dtype)
+        return -1;
+    Py_DECREF(dtype); /* (the dtype objects are singletons that torch keeps alive) */
+    if (dtype == T[SC_PY_T_F32]) {
+        t->dtype = SC_DTYPE_F32;
+    } else if (dtype == T[SC_PY_T_F64]) {
+        t->dtype = SC_DTYPE_F64;
+    } else {
+        PyErr_Format(PyExc_TypeError, "operand %zd: values must be float32 or float64", i);
+        return -1;
+    }
+    PyObject *shape = PyObject_GetAttr(x, T[SC_PY_T_SHAPE]);
+    if (!shape)
+        return -1;
+    int32_t order = 0;
+    int64_t total = 1;
+    int rc = 0;
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) < 1 ||
+        PyTuple_GET_SIZE(shape) > SC_MAX_ORDER) {
+        PyErr_Format(PyExc_ValueError, "operand %zd: a dense operand needs 1..%d dimensions",
+                     i, SC_MAX_ORDER);
+        rc = -1;
+    } else {
+        order = (int32_t)PyTuple_GET_SIZE(shape);
+        for (int32_t d = 0; d < order && rc == 0; d++) {
+            long long n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+            if (n < 0 && !PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "operand %zd: negative size", i);
+            if (PyErr_Occurred() || !sc_mul_ok(total, n, &total)) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_ValueError, "operand %zd: size overflows", i);
+                rc = -1;
+            }
+            t->dims[d] = n;
+        }
+    }
+    Py_DECREF(shape);
+    if (rc < 0)
+        return -1;
+    PyObject *ptr = PyObject_CallMethodNoArgs(x, T[SC_PY_T_DATA_PTR]);
+    if (!ptr)
+        return -1;
+    t->vals = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+    if (PyErr_Occurred())
+        return -1;
+    t->nvals = total;
+    t->index_type = SC_INDEX_I32;
+    t->fmt.order = order;
+    for (int32_t d = 0; d < order; d++) {
+        t->fmt.kind[d] = SC_LEVEL_DENSE;
+        t->fmt.unique[d] = 1;
+        t->fmt.lvl2dim[d] = d;
+    }
+    return 0;
+}
+
+/* ops: a list whose items are operand descriptions (shape, fmt, pos, crd, vals, index),
+ * prepared operands (capsules), or dense contiguous torch tensors → t[0..n-1]. */
 static int parse_ops(PyObject *module, PyObject *ops, sc_tensor *t, Py_ssize_t *n)
 {
     if (!PyList_Check(ops)) {
@@ -77,13 +245,18 @@ static int parse_ops(PyObject *module, PyObject *ops, sc_tensor *t, Py_ssize_t *
         return -1;
     }
     for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *shape, *fmt, *pos, *crd, *vals;
-        const char *index_name;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(ops, i), "OOOOOs", &shape, &fmt, &pos, &crd,
-                              &vals, &index_name))
+        PyObject *o = PyList_GET_ITEM(ops, i);
+        if (PyTuple_Check(o)) {
+            if (parse_desc(module, o, &t[i]) < 0)
+                return -1;
+        } else if (PyCapsule_CheckExact(o)) {
+            prepared *p = PyCapsule_GetPointer(o, OPERAND_CAPSULE);
+            if (!p)
+                return -1;
+            t[i] = p->t;
+        } else if (parse_torch_dense(module, i, o, &t[i]) < 0) {
             return -1;
-        if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &t[i]) < 0)
-            return -1;
+        }
     }
     return 0;
 }
@@ -154,12 +327,23 @@ static PyObject *dims_tuple(int32_t n, const int64_t *dims)
     return t;
 }
 
-/* run(kernel, ops, threads) -> (shape, (pos, crd, vals)) of the output */
+/* All levels dense, in dimension order. */
+static bool row_major_dense(const sc_format *f)
+{
+    for (int32_t l = 0; l < f->order; l++)
+        if (f->kind[l] != SC_LEVEL_DENSE || f->lvl2dim[l] != l)
+            return false;
+    return f->order > 0;
+}
+
+/* run(kernel, ops, threads, as_torch=False) -> (shape, (pos, crd, vals)) of the output;
+ * with as_torch, an output whose levels are dense in dimension order comes back as a
+ * torch.Tensor of its shape instead (owning the kernel's array, no copy). */
 PyObject *sc_py_run(PyObject *module, PyObject *args)
 {
     PyObject *cap, *ops;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOi", &cap, &ops, &threads))
+    int threads, as_torch = 0;
+    if (!PyArg_ParseTuple(args, "OOi|p", &cap, &ops, &threads, &as_torch))
         return NULL;
     const sc_kernel *k = kernel_of(cap);
     if (!k)
@@ -179,6 +363,15 @@ PyObject *sc_py_run(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
+    PyObject *from_numpy = sc_py_state_of(module)->torch[SC_PY_T_FROM_NUMPY];
+    if (as_torch && from_numpy && row_major_dense(&out.fmt)) {
+        PyObject *arr = sc_py_dense_result(&out); /* takes out's arrays */
+        if (!arr)
+            return NULL;
+        PyObject *r = PyObject_CallOneArg(from_numpy, arr);
+        Py_DECREF(arr);
+        return r;
+    }
     PyObject *shape = dims_tuple(out.fmt.order, out.dims);
     if (!shape) {
         sc_ctx ctx;

@@ -66,14 +66,13 @@ static void free_capsule(PyObject *cap)
     free(PyCapsule_GetPointer(cap, NULL));
 }
 
-/* A 1-D array of n elements of typenum that owns p (malloc'd by the core's default ctx).
+/* An nd-dimensional array of typenum that owns p (malloc'd by the core's default ctx).
  * On failure p is freed and NULL returned.  New reference. */
-static PyObject *owning_array(void *p, int64_t n, int typenum)
+static PyObject *owning_array_nd(void *p, int nd, npy_intp *dims, int typenum)
 {
-    npy_intp dims[1] = {(npy_intp)n};
     if (!p)
-        return PyArray_SimpleNew(1, dims, typenum);
-    PyObject *arr = PyArray_SimpleNewFromData(1, dims, typenum, p);
+        return PyArray_SimpleNew(nd, dims, typenum);
+    PyObject *arr = PyArray_SimpleNewFromData(nd, dims, typenum, p);
     if (!arr) {
         free(p);
         return NULL;
@@ -89,6 +88,12 @@ static PyObject *owning_array(void *p, int64_t n, int typenum)
         return NULL;
     }
     return arr;
+}
+
+static PyObject *owning_array(void *p, int64_t n, int typenum)
+{
+    npy_intp dims[1] = {(npy_intp)n};
+    return owning_array_nd(p, 1, dims, typenum);
 }
 
 int sc_py_npy_of_dtype(sc_dtype t) { return t == SC_DTYPE_F32 ? NPY_FLOAT32 : NPY_FLOAT64; }
@@ -272,6 +277,27 @@ fail:
     Py_XDECREF(crd);
     Py_XDECREF(vals);
     return NULL;
+}
+
+PyObject *sc_py_dense_result(sc_tensor *t)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    npy_intp dims[SC_MAX_ORDER];
+    int64_t total = 1;
+    for (int32_t d = 0; d < t->fmt.order; d++) {
+        dims[d] = (npy_intp)t->dims[d];
+        total *= t->dims[d];
+    }
+    if (total != t->nvals) {
+        sc_tensor_release(&ctx, t);
+        PyErr_SetString(PyExc_RuntimeError, "a dense result has the wrong number of values");
+        return NULL;
+    }
+    PyObject *arr = owning_array_nd(t->vals, t->fmt.order, dims, sc_py_npy_of_dtype(t->dtype));
+    t->vals = NULL;
+    sc_tensor_release(&ctx, t);
+    return arr;
 }
 
 /* Fill t from Python (shape, fmt, pos list, crd list, vals, index dtype name).  The
@@ -595,13 +621,19 @@ static int module_exec(PyObject *module)
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg)
 {
-    Py_VISIT(get_state(module)->compile_error);
+    sc_py_state *st = get_state(module);
+    Py_VISIT(st->compile_error);
+    for (int i = 0; i < SC_PY_TORCH_REFS; i++)
+        Py_VISIT(st->torch[i]);
     return 0;
 }
 
 static int module_clear(PyObject *module)
 {
-    Py_CLEAR(get_state(module)->compile_error);
+    sc_py_state *st = get_state(module);
+    Py_CLEAR(st->compile_error);
+    for (int i = 0; i < SC_PY_TORCH_REFS; i++)
+        Py_CLEAR(st->torch[i]);
     return 0;
 }
 

@@ -29,7 +29,15 @@ typedef struct sc_py_state {
     sc_compiler *compiler;   /* created on first compile (under the GIL); lives as long as
                                 the module */
     char *include_dir;       /* where scorch_rt.h is, set by the Python layer */
+    /* What a dense torch operand or result needs, set by the Python layer (set_torch):
+     * torch.float32, torch.float64, torch.from_numpy, then the attribute names read from
+     * a tensor (interned). */
+#define SC_PY_TORCH_REFS 9
+    PyObject *torch[SC_PY_TORCH_REFS];
 } sc_py_state;
+
+enum { SC_PY_T_F32, SC_PY_T_F64, SC_PY_T_FROM_NUMPY, SC_PY_T_DTYPE, SC_PY_T_SHAPE,
+       SC_PY_T_DATA_PTR, SC_PY_T_IS_CONTIGUOUS, SC_PY_T_IS_CPU, SC_PY_T_IS_NEG };
 
 sc_py_state *sc_py_state_of(PyObject *module);
 /* Set the Python exception for err; returns NULL. */
@@ -45,6 +53,9 @@ int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObjec
                        PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t);
 /* (pos list, crd list, vals) owning t's arrays (malloc'd); t is emptied. */
 PyObject *sc_py_tensor_result(sc_tensor *t);
+/* An N-D array (t's dims, C order) owning t's values; t (all-dense, level order = dims)
+ * is emptied. */
+PyObject *sc_py_dense_result(sc_tensor *t);
 
 /* kernels.c */
 #define SC_PY_MAX_OPERANDS 16
@@ -54,6 +65,8 @@ void sc_py_kernels_free(sc_py_state *st);
 PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args);
 PyObject *sc_py_compile(PyObject *module, PyObject *args);
 PyObject *sc_py_run(PyObject *module, PyObject *args);
+PyObject *sc_py_prepare(PyObject *module, PyObject *args);
+PyObject *sc_py_set_torch(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_times(PyObject *module, PyObject *args);
 PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
@@ -62,6 +75,8 @@ PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
     {"set_include_dir", sc_py_set_include_dir, METH_VARARGS, "where scorch_rt.h lives"},  \
     {"compile", sc_py_compile, METH_VARARGS, "compile an expression -> kernel handle"},   \
     {"run", sc_py_run, METH_VARARGS, "run a kernel on operands"},                          \
+    {"prepare", sc_py_prepare, METH_VARARGS, "an operand description parsed once"},       \
+    {"set_torch", sc_py_set_torch, METH_VARARGS, "torch's dtypes and from_numpy"},        \
     {"kernel_info", sc_py_kernel_info, METH_VARARGS,                                     \
      "(out shape, fmt, dtype, index, schedule, explain)"},                                 \
     {"kernel_times", sc_py_kernel_times, METH_VARARGS, "(front-end us, jit us)"},         \

@@ -31,6 +31,7 @@ def _include_dir() -> str:
 
 
 _C.set_include_dir(_include_dir())
+_C.set_torch(torch.float32, torch.float64, torch.from_numpy)
 
 
 class Schedule:
@@ -58,26 +59,20 @@ class Schedule:
 
 
 def _dense_operand(x: torch.Tensor, dtype):
-    """(desc, signature, what keeps the data alive) for a dense tensor; desc is
-    (shape, fmt, pos, crd, values array, index)."""
+    """(desc, signature, what keeps the data alive) for a dense tensor; desc is the
+    tensor itself when it is contiguous (the extension reads its data pointer and shape),
+    else (shape, fmt, pos, crd, values array, index) of a permuted view or a copy."""
     if not x.is_cpu:
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
-    if x.requires_grad:
-        x = x.detach()
     if x.dtype is not dtype:
         x = x.to(dtype)
     if x.is_contiguous():
-        # NumPy views: ravel() of a contiguous array is a view and costs a tenth of
-        # torch's reshape(-1).
-        arr = x.numpy()
-        shape = arr.shape
-        if not shape:
+        n = x.dim()
+        if not n:
             raise ValueError(_SCALAR_OPERAND)
-        kind = _DENSE_BY_NDIM.get(len(shape))
-        if kind is None:
-            kind = _DENSE_BY_NDIM[len(shape)] = _dense_kind(len(shape), None)
-        fmt, levels, sig = kind
-        return (shape, fmt, levels, levels, arr.ravel(), "int32"), sig, arr
+        return x, _DENSE_SIG[n], x
+    if x.requires_grad:
+        x = x.detach()
     n = x.dim()
     if n == 0:
         raise ValueError(_SCALAR_OPERAND)
@@ -107,12 +102,13 @@ def _dense_kind(ndim, perm):
     return fmt, [None] * ndim, ("d", perm)
 
 
-_DENSE_BY_NDIM: dict = {}   # ndim -> _dense_kind(ndim, None), without lru_cache's cost
+# ndim -> signature of a contiguous dense operand of that many dimensions
+_DENSE_SIG = {n: _dense_kind(n, None)[2] for n in range(1, _C.MAX_ORDER + 1)}
 
 
 def _sparse_operand(a: SparseTensor, dtype):
-    """(desc, signature, what keeps the data alive).  The description of a SparseTensor's
-    own arrays is computed once per tensor (its arrays never change identity)."""
+    """(desc, signature, what keeps the data alive).  A SparseTensor's own arrays are
+    described and parsed once per tensor (_C.prepare; its arrays never change identity)."""
     vals = a._values
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
@@ -120,7 +116,8 @@ def _sparse_operand(a: SparseTensor, dtype):
         return desc, sig, v
     cached = a._desc
     if cached is None:
-        cached = a._desc = _sparse_desc(a, vals)
+        desc, sig = _sparse_desc(a, vals)
+        cached = a._desc = (_C.prepare(desc), sig)
     return cached[0], cached[1], vals
 
 
@@ -180,9 +177,9 @@ _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
     kernel, how, fmt, index_dtype, _ = entry
-    shape, (pos, crd, vals) = _C.run(kernel, descs, torch.get_num_threads())
     if how == _OUT_DENSE:
-        return torch.from_numpy(vals.reshape(shape))
+        return _C.run(kernel, descs, torch.get_num_threads(), True)
+    shape, (pos, crd, vals) = _C.run(kernel, descs, torch.get_num_threads())
     if how == _OUT_SPARSE:
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
     if how == _OUT_SCALAR:

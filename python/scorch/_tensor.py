@@ -57,7 +57,7 @@ class SparseTensor(torch.Tensor):
         # Plain-Python copies for the hot path: reading .shape or .dtype on a subclass
         # goes through __torch_function__ (about 2 us each).
         self._shape = tuple(shape)
-        self._desc = None  # (dtype, operand description, signature) once computed
+        self._desc = None  # (prepared operand, signature) once computed (_compiler)
         self._transposed = None  # {Format: (values version, copy)}: _compiler._transposed
         return self
 

@@ -1,0 +1,116 @@
+"""The warm call path into the extension: SparseTensors cross as operands parsed once per
+tensor (_C.prepare), contiguous dense tensors as themselves (the extension reads their data
+pointer, shape and dtype through torch's Python API), and dense results come back as torch
+tensors owning the kernel's array.  What could go wrong there: a stale prepared operand,
+a dense operand read with the wrong layout, dtype or offset, a result that aliases."""
+import numpy as np
+import pytest
+import torch
+
+import scorch
+from scorch import _C, _compiler
+
+
+def _pair(dtype=torch.float32, n=7, m=5, k=3):
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(n, m, generator=g, dtype=dtype)
+    x[x < 0.5] = 0
+    return scorch.to_sparse(x, "csr"), x, torch.rand(m, k, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_in_place_change_of_values_is_seen(dtype):
+    A, x, X = _pair(dtype)
+    torch.testing.assert_close(A @ X, x @ X)
+    with torch.no_grad():
+        A._values.mul_(2)            # what an optimizer step does to a sparse weight
+    torch.testing.assert_close(A @ X, (2 * x) @ X)
+
+
+def test_dense_operand_views_with_offsets():
+    A, x, X = _pair(n=6, m=8, k=4)
+    big = torch.rand(20, 8)
+    for view in (big[5:13], big[3:11].clone(), big[::2][:8], big.t()[:, :8].t()[:8]):
+        view = view[:, :4] if view.shape[1] != 4 else view
+        torch.testing.assert_close(A @ view, x @ view)
+        torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, view), x @ view)
+    v = torch.rand(30)[7:15]                     # 1-D with a storage offset
+    torch.testing.assert_close(A @ v, x @ v)
+
+
+def test_result_owns_fresh_memory():
+    A, x, X = _pair()
+    r1, r2 = A @ X, A @ X
+    assert type(r1) is torch.Tensor and r1.is_contiguous()
+    assert r1.data_ptr() != r2.data_ptr() and r1.data_ptr() != X.data_ptr()
+    r1.add_(1)                                   # writable, and not shared with r2
+    torch.testing.assert_close(r2, x @ X)
+    torch.testing.assert_close(r1, x @ X + 1)
+
+
+def test_empty_and_one_by_one():
+    for n, m, k in [(0, 3, 2), (3, 0, 2), (3, 4, 0), (1, 1, 1)]:
+        x = torch.rand(n, m)
+        A, X = scorch.to_sparse(x, "csr"), torch.rand(m, k)
+        got = A @ X
+        assert got.shape == (n, k)
+        torch.testing.assert_close(got, x @ X)
+
+
+def test_mixed_dtypes_promote():
+    A, x, X = _pair(torch.float32)
+    got = A @ X.double()
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, x.double() @ X.double())
+
+
+def _kernel_and_descs(A, X):
+    entry, descs, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,jk->ik", (A, X), None,
+                                         None)
+    return entry[0], descs
+
+
+def test_extension_refuses_bad_dense_operands():
+    A, x, X = _pair()
+    kern, descs = _kernel_and_descs(A, X)
+    prepared = descs[0]
+    ok = _C.run(kern, [prepared, X], 1, True)
+    torch.testing.assert_close(ok, x @ X)
+    with pytest.raises(ValueError, match="contiguous"):
+        _C.run(kern, [prepared, torch.rand(3, 5).t()], 1, True)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _C.run(kern, [prepared, X.half()], 1, True)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _C.run(kern, [prepared, X.to(torch.int32)], 1, True)
+    with pytest.raises(ValueError, match="dimensions"):
+        _C.run(kern, [prepared, torch.tensor(1.0)], 1, True)
+    with pytest.raises(ValueError, match="negative view"):
+        _C.run(kern, [prepared, torch._neg_view(X)], 1, True)
+    with pytest.raises(ValueError, match="dtype float64"):   # the kernel's own check
+        _C.run(kern, [prepared, X.double()], 1, True)
+    with pytest.raises(ValueError, match="size mismatch"):
+        _C.run(kern, [prepared, torch.rand(4, 3)], 1, True)
+    with pytest.raises((TypeError, AttributeError)):
+        _C.run(kern, [prepared, np.zeros((5, 3), np.float32)], 1, True)
+    with pytest.raises(TypeError):
+        _C.prepare(("no",))
+    with pytest.raises(ValueError):              # a capsule, but not a prepared operand
+        _C.run(kern, [kern, X], 1, True)
+
+
+def test_prepared_operand_keeps_arrays_alive():
+    A, x, X = _pair()
+    kern, descs = _kernel_and_descs(A, X)
+    prepared = _C.prepare(_compiler._sparse_desc(A, A._values)[0])
+    del A
+    import gc
+    gc.collect()
+    torch.testing.assert_close(_C.run(kern, [prepared, X], 1, True), x @ X)
+
+
+def test_tuple_result_without_as_torch():
+    A, x, X = _pair()
+    kern, descs = _kernel_and_descs(A, X)
+    shape, (pos, crd, vals) = _C.run(kern, descs, 1)
+    assert tuple(shape) == (7, 3)
+    np.testing.assert_allclose(vals.reshape(shape), (x @ X).numpy(), rtol=1e-6)
