@@ -59,7 +59,7 @@ class Schedule:
 
 
 def _dense_operand(x: torch.Tensor, dtype):
-    """(desc, signature, what keeps the data alive) for a dense tensor; desc is the
+    """(desc, signature) for a dense tensor; desc is the
     tensor itself when it is contiguous (the extension reads its data pointer and shape),
     else (shape, fmt, pos, crd, values array, index) of a permuted view or a copy."""
     if not x.is_cpu:
@@ -70,7 +70,7 @@ def _dense_operand(x: torch.Tensor, dtype):
         n = x.dim()
         if not n:
             raise ValueError(_SCALAR_OPERAND)
-        return x, _DENSE_SIG[n], x
+        return x, _DENSE_SIG[n]
     if x.requires_grad:
         x = x.detach()
     n = x.dim()
@@ -83,7 +83,7 @@ def _dense_operand(x: torch.Tensor, dtype):
         perm, xp = tuple(range(n)), x.contiguous()
     data = xp.reshape(-1)
     fmt, levels, sig = _dense_kind(n, perm)
-    return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig, data
+    return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig
 
 
 _SCALAR_OPERAND = "scalar (0-D) operands are not supported; use a 1-element tensor"
@@ -107,18 +107,17 @@ _DENSE_SIG = {n: _dense_kind(n, None)[2] for n in range(1, _C.MAX_ORDER + 1)}
 
 
 def _sparse_operand(a: SparseTensor, dtype):
-    """(desc, signature, what keeps the data alive).  A SparseTensor's own arrays are
+    """(desc, signature).  A SparseTensor's own arrays are
     described and parsed once per tensor (_C.prepare; its arrays never change identity)."""
     vals = a._values
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
-        desc, sig = _sparse_desc(a, v)
-        return desc, sig, v
+        return _sparse_desc(a, v)
     cached = a._desc
     if cached is None:
         desc, sig = _sparse_desc(a, vals)
         cached = a._desc = (_C.prepare(desc), sig)
-    return cached[0], cached[1], vals
+    return cached
 
 
 def _sparse_desc(a: SparseTensor, vals):
@@ -131,33 +130,35 @@ def _sparse_desc(a: SparseTensor, vals):
 
 
 def _operands(operands):
-    """(descriptions, signature tuple: the common dtype then one entry per operand, what
-    keeps the data alive)."""
+    """(descriptions, signature tuple: the common dtype then one entry per operand).  The
+    descriptions keep the operands' data alive."""
     if not operands:
         raise ValueError("einsum needs at least one operand")
     dtype = None
     for x in operands:
         if isinstance(x, SparseTensor):
             d = x._values.dtype
-        elif isinstance(x, torch.Tensor) and x.layout is torch.strided:
+        elif isinstance(x, torch.Tensor) and x.layout is _STRIDED:
             d = x.dtype
         else:
             _bad_operand(operands)
-        if dtype is None:
-            dtype = d
-        elif d is not dtype:
-            dtype = torch.promote_types(dtype, d)
+        if d is not dtype:
+            dtype = d if dtype is None else torch.promote_types(dtype, d)
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
                         f"{dtype}")
-    descs, sigs, keep = [], [dtype], []
+    descs, sigs = [], [dtype]
     for x in operands:
-        d, sig, k = (_sparse_operand(x, dtype) if isinstance(x, SparseTensor)
-                     else _dense_operand(x, dtype))
+        if isinstance(x, SparseTensor):
+            d, sig = _sparse_operand(x, dtype)
+        else:
+            d, sig = _dense_operand(x, dtype)
         descs.append(d)
         sigs.append(sig)
-        keep.append(k)
-    return descs, tuple(sigs), keep
+    return descs, tuple(sigs)
+
+
+_STRIDED = torch.strided
 
 
 def _bad_operand(operands):
@@ -221,7 +222,7 @@ _KERNELS: dict = {}
 
 
 def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
-    """(kernel entry, operand descriptions, what keeps their data alive).
+    """(kernel entry, operand descriptions).
 
     Where the kernel would transpose a sparse operand before every run, the operand is
     transposed here instead, once (``_transposed`` keeps the copy on the operand), and the
@@ -229,7 +230,7 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
     output format).  ``pretranspose=False`` gives the kernel as asked (explain)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
-    descs, sigs, keep = _operands(operands)
+    descs, sigs = _operands(operands)
     sched = None if schedule is None else str(schedule)
     key = (lang, expr, sigs, _out_key(out_format), sched)
     entry = _KERNELS.get(key)
@@ -237,12 +238,10 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
         entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
     if not entry[4] or not pretranspose or not all(
             isinstance(operands[t], SparseTensor) for t, _ in entry[4]):
-        return entry, descs, keep
+        return entry, descs
     pre_descs, pre_sigs = list(descs), list(sigs)
     for t, fmt in entry[4]:
-        d, pre_sigs[t + 1], k = _sparse_operand(_transposed(operands[t], fmt), sigs[0])
-        pre_descs[t] = d
-        keep.append(k)
+        pre_descs[t], pre_sigs[t + 1] = _sparse_operand(_transposed(operands[t], fmt), sigs[0])
     out = entry[2] if out_format is None else out_format
     pre_key = (lang, expr, tuple(pre_sigs), _out_key(out), sched)
     pre = _KERNELS.get(pre_key)
@@ -251,8 +250,8 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
             pre = _KERNELS[pre_key] = _new_entry(lang, expr, pre_descs, out, sched)
         except Exception:   # then the kernel transposes on every run, as it was compiled
             _KERNELS[key] = entry[:4] + ((),)
-            return entry, descs, keep
-    return pre, pre_descs, keep
+            return entry, descs
+    return pre, pre_descs
 
 
 def _out_key(out_format):
@@ -322,10 +321,7 @@ def einsum(expr: str, *operands, out_format=None, schedule=None):
 
 def _einsum_run(expr, operands, out_format=None, schedule=None):
     """einsum with the operands as a sequence (the form scorch's own callers have)."""
-    entry, descs, keep = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
-    result = _run(entry, descs)
-    del keep
-    return result
+    return _run(*_compile(_LANG_EINSUM, expr, operands, out_format, schedule))
 
 
 class Kernel:
@@ -366,14 +362,11 @@ class Kernel:
 
     def __call__(self, *operands):
         self._check(operands)
-        entry, descs, keep = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                                      self.schedule)
-        result = _run(entry, descs)
-        del keep
-        return result
+        return _run(*_compile(_LANG_INDEX, self.notation, operands, self.out_format,
+                              self.schedule))
 
     def explain(self, *operands) -> str:
-        entry, _, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
+        entry, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
                                self.schedule, False)
         return _C.kernel_info(entry[0])[5]
 
@@ -409,5 +402,5 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
             raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
                                       "string")
         expr = _TORCH_EXPR[name]
-    entry, _, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule, False)
+    entry, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule, False)
     return _C.kernel_info(entry[0])[5]

@@ -379,10 +379,7 @@ def _add_kernel(a, b, sign):
 
 
 def _compile_index(text, *ops):
-    entry, descs, keep = _compile(_LANG_INDEX, text, ops, None, None)
-    res = _run(entry, descs)
-    del keep
-    return res
+    return _run(*_compile(_LANG_INDEX, text, ops, None, None))
 
 
 def _add(name, a, b, sign=1):
