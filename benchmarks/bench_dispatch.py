@@ -11,6 +11,11 @@
      torch.mm(SparseTensor, X)  the same through torch.mm
      F.linear(X', SparseTensor) the same through F.linear (X' = X^T, contiguous)
      SparseTensor @ X (grad)    A @ X with autograd recording (values require grad)
+     torch.einsum               torch.einsum("ij,jk->ik", SparseTensor, X); torch has no
+                                sparse einsum, so its own einsum on the dense A is shown
+                                too.  torch.einsum reaches any tensor subclass through
+                                torch.overrides.handle_torch_function (Python), ~5 us
+                                before scorch's code runs
      scorch.einsum              the compiler's Python API directly
      scorch.kernel              a reused compiled kernel
    The routes run in turn, round after round, so a busy machine slows them alike; each
@@ -96,6 +101,8 @@ def overhead(args):
               ("torch.mm(SparseTensor, X)", lambda: torch.mm(A, X)),
               ("F.linear(X', SparseTensor)", lambda: F.linear(Xt, A)),
               ("SparseTensor @ X (grad)", lambda: A_g @ X),
+              ("torch.einsum(SparseTensor, X)", lambda: torch.einsum("ij,jk->ik", A, X)),
+              ("torch.einsum(dense A, X)", lambda: torch.einsum("ij,jk->ik", x, X)),
               ("scorch.einsum", lambda: scorch.einsum("ij,jk->ik", A, X)),
               ("scorch.kernel", lambda: kern(A, X))]
     t = _rounds(routes, args.repeat, args.rounds, toggle)
@@ -104,7 +111,7 @@ def overhead(args):
           f"{args.repeat} calls, routes interleaved")
     ref = t["torch.sparse.mm"]
     for name, _ in routes:
-        print(f"  {name:<28} {t[name] * 1e6:9.2f} us   ratio {t[name] / ref:6.2f}")
+        print(f"  {name:<30} {t[name] * 1e6:9.2f} us   ratio {t[name] / ref:6.2f}")
 
 
 def _dense_child(mode, repeat, rounds):

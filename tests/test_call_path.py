@@ -114,3 +114,21 @@ def test_tuple_result_without_as_torch():
     shape, (pos, crd, vals) = _C.run(kern, descs, 1)
     assert tuple(shape) == (7, 3)
     np.testing.assert_allclose(vals.reshape(shape), (x @ X).numpy(), rtol=1e-6)
+
+
+def test_matmul_short_cut_shapes_and_autograd():
+    A, x, X = _pair(torch.float64)
+    torch.testing.assert_close(A @ X.t().contiguous().t(), x @ X)     # column-major X
+    torch.testing.assert_close(A @ X[:, 0], x @ X[:, 0])               # matrix @ vector
+    Xg = X.clone().requires_grad_()
+    with torch.no_grad():
+        r = A @ Xg
+    assert r.grad_fn is None and not r.requires_grad
+    r = A @ Xg                                                          # records: general route
+    assert r.requires_grad
+    r.sum().backward()
+    torch.testing.assert_close(Xg.grad, x.t() @ torch.ones(7, 3, dtype=torch.float64))
+    B = scorch.to_sparse(torch.stack([x, 2 * x]), "csf")
+    torch.testing.assert_close(B @ X, torch.stack([x, 2 * x]) @ X)     # batched @ matrix
+    with pytest.raises(NotImplementedError, match="dimensions"):
+        A @ torch.rand(2, 5, 3, 1, dtype=torch.float64)

@@ -76,6 +76,10 @@ class SparseTensor(torch.Tensor):
         torch functions enabled, no mode active, only SparseTensors and plain tensors."""
         if (type(other) in _PLAIN and type(self) is SparseTensor and _tf_enabled()
                 and not _tf_mode()):
+            if type(other) is torch.Tensor:
+                r = _SPARSE_DENSE_MATMUL(self, other)
+                if r is not None:
+                    return r
             with _NO_SUBCLASS_TF():
                 return _HANDLERS.get(_MATMUL, _MATMUL)(self, other)
         return _MATMUL(self, other)
@@ -271,6 +275,7 @@ class SparseTensor(torch.Tensor):
 
 
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
+_SPARSE_DENSE_MATMUL = None   # SparseTensor @ plain tensor without autograd: _torch_ops
 _NO_SUBCLASS_TF = torch._C.DisableTorchFunctionSubclass
 _MATMUL, _RMATMUL = torch.Tensor.__matmul__, torch.Tensor.__rmatmul__
 _PLAIN = (torch.Tensor, SparseTensor)
