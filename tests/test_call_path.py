@@ -132,3 +132,18 @@ def test_matmul_short_cut_shapes_and_autograd():
     torch.testing.assert_close(B @ X, torch.stack([x, 2 * x]) @ X)     # batched @ matrix
     with pytest.raises(NotImplementedError, match="dimensions"):
         A @ torch.rand(2, 5, 3, 1, dtype=torch.float64)
+
+
+def test_kernel_cache_key_sees_size_class():
+    """The scheduler chose a kernel's loop order from its first operands' sizes and nnz;
+    an operand of a very different size class gets its own entry (and schedule)."""
+    g = torch.Generator().manual_seed(5)
+    sparse_x = torch.rand(300, 300, generator=g) * (torch.rand(300, 300, generator=g) < 0.001)
+    dense_x = torch.rand(300, 300, generator=g) + 0.5
+    X = torch.rand(300, 4, generator=g)
+    keys = []
+    for x in (sparse_x, dense_x, dense_x * 2):
+        A = scorch.to_sparse(x, "csc")
+        torch.testing.assert_close(A @ X, x @ X)
+        keys.append(A._desc[1])
+    assert keys[0] != keys[1] and keys[1] == keys[2]

@@ -126,7 +126,15 @@ def _sparse_desc(a: SparseTensor, vals):
     fmt = a._format.as_tuple()
     index = _INDEX_NAMES[a.index_dtype]
     desc = (a._shape, fmt, pos, crd, vals.detach().numpy(), index)
-    return desc, ("s", fmt, index)
+    return desc, ("s", fmt, index, _size_class(a._shape, vals.shape[0]))
+
+
+def _size_class(shape, nnz):
+    """What the scheduler's cost model sees of a sparse operand, to the nearest power of
+    two: its sizes and stored-entry count.  Part of the kernel-cache key, so a kernel whose
+    schedule was chosen for one matrix is not reused for one of a very different size or
+    density (correctness never depends on it: any kernel runs any operand of its format)."""
+    return tuple(int(n).bit_length() for n in shape) + (int(nnz).bit_length(),)
 
 
 def _operands(operands):
@@ -215,7 +223,8 @@ def _output_order(lang, expr: str) -> int:
     return len([t for t in inside.split(",") if t.strip()])
 
 
-# (lang, expr, operand signatures, out format, schedule) -> (kernel, what _run does with
+# (lang, expr, operand signatures (a sparse operand's include its _size_class), out format,
+# schedule) -> (kernel, what _run does with
 # its result, out Format, index dtype, ((operand, Format it is transposed to), ...)): a
 # warm call skips the C compiler's lookup and the description of the result.
 _KERNELS: dict = {}
