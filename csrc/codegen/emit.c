@@ -45,7 +45,27 @@ static const char *const PRELUDE[] = {
     "    sc_vf64h h[2];\n    sc_vf64q q[2];\n"
     "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
     "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n"
-    "    return q[0][0] + q[0][1];\n}\n"
+    "    return q[0][0] + q[0][1];\n}\n",
+    /* the first n lanes of a vector from / to memory (1 <= n <= lanes), nothing past them
+     * touched: masked moves with AVX-512, lane by lane elsewhere */
+    "#ifdef __AVX512F__\n"
+    "#define SC_MASK(n) ((1u << (n)) - 1u)\n"
+    "static inline sc_vf32 sc_vloadn_f32(const float *p, int64_t n)\n"
+    "{ return __builtin_ia32_loadups512_mask(p, (sc_vf32){0}, (unsigned short)SC_MASK(n)); }\n"
+    "static inline void sc_vstoren_f32(float *p, sc_vf32 v, int64_t n)\n"
+    "{ __builtin_ia32_storeups512_mask(p, v, (unsigned short)SC_MASK(n)); }\n"
+    "static inline sc_vf64 sc_vloadn_f64(const double *p, int64_t n)\n"
+    "{ return __builtin_ia32_loadupd512_mask(p, (sc_vf64){0}, (unsigned char)SC_MASK(n)); }\n"
+    "static inline void sc_vstoren_f64(double *p, sc_vf64 v, int64_t n)\n"
+    "{ __builtin_ia32_storeupd512_mask(p, v, (unsigned char)SC_MASK(n)); }\n"
+    "#else\n"
+    "#define SC_VN(T, S)                                                           \\\n"
+    "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
+    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
+    "static inline void sc_vstoren_##S(T *p, sc_v##S v, int64_t n)                 \\\n"
+    "{ for (int64_t i = 0; i < n; i++) p[i] = v[i]; }\n"
+    "SC_VN(float, f32)\nSC_VN(double, f64)\n"
+    "#endif\n"
     "static void *sc_k_alloc_raw(sc_rt_env *env, int64_t n, size_t size)\n{\n"
     "    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / size)\n        return NULL;\n"
     "    return env->alloc(env->user, n ? (size_t)n * size : size);\n}\n"
@@ -195,6 +215,14 @@ static void expr(em *m, const sc_ir_expr *e)
         pr(m, "]");
         break;
     case SC_IR_E_VLOAD:
+        if (e->b) {
+            sc_cg_printf(m->out, "sc_vloadn_%s(&%s[", vtag(e->type, e->lanes), fn->vars[e->var].name);
+            expr(m, e->a);
+            pr(m, "], ");
+            expr(m, e->b);
+            pr(m, ")");
+            break;
+        }
         sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type, e->lanes), fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, "])");
@@ -341,6 +369,24 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         pr(m, ";\n");
         break;
     case SC_IR_S_STORE:
+        if (s->lanes && s->c) { /* p = first n lanes of (value, or p's lanes + value) */
+            const char *t = vtag(v->type, s->lanes);
+            sc_cg_printf(m->out, "sc_vstoren_%s(&%s[", t, v->name);
+            expr(m, s->b);
+            pr(m, "], ");
+            if (s->accumulate) {
+                sc_cg_printf(m->out, "sc_vloadn_%s(&%s[", t, v->name);
+                expr(m, s->b);
+                pr(m, "], ");
+                expr(m, s->c);
+                pr(m, ") + ");
+            }
+            expr(m, s->a);
+            pr(m, ", ");
+            expr(m, s->c);
+            pr(m, ");\n");
+            break;
+        }
         if (s->lanes) {
             sc_cg_printf(m->out, "*(sc_v%su *)&%s[", vtag(v->type, s->lanes), v->name);
             expr(m, s->b);

@@ -282,6 +282,17 @@ const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr 
     return e;
 }
 
+const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                                const sc_ir_expr *count)
+{
+    if (!scalar_int(b, count, "vector load count") || !var_ok(b, buf))
+        return NULL;
+    const sc_ir_expr *l = sc_ir_vload(b, buf, idx, sc_ir_vec_lanes(b->fn->vars[buf].type));
+    if (l)
+        ((sc_ir_expr *)l)->b = count;
+    return l;
+}
+
 const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes)
 {
     if (!need(b, x, "splat"))
@@ -605,6 +616,22 @@ const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr
                                bool accumulate, const sc_ir_expr *value)
 {
     return store_stmt(b, buf, idx, accumulate, value, true);
+}
+
+const sc_ir_stmt *sc_ir_vstore_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                                 bool accumulate, const sc_ir_expr *value,
+                                 const sc_ir_expr *count)
+{
+    if (!scalar_int(b, count, "vector store count") || !need(b, value, "store"))
+        return NULL;
+    if (value->lanes != sc_ir_vec_lanes(value->type)) {
+        sc_ir_fail(b, SC_INTERNAL, "a counted vector store needs a full-width vector");
+        return NULL;
+    }
+    const sc_ir_stmt *s = store_stmt(b, buf, idx, accumulate, value, true);
+    if (s)
+        ((sc_ir_stmt *)s)->c = count;
+    return s;
 }
 
 const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,

@@ -43,7 +43,13 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
     case SC_IR_E_VLOAD:
         put(s, "%s[", fn->vars[e->var].name);
         expr(s, fn, e->a);
-        put(s, e->kind == SC_IR_E_VLOAD ? " +%d lanes]" : "]", (int)e->lanes);
+        if (e->kind == SC_IR_E_VLOAD && e->b) {
+            put(s, " +%d lanes, first ", (int)e->lanes);
+            expr(s, fn, e->b);
+            put(s, "]");
+        } else {
+            put(s, e->kind == SC_IR_E_VLOAD ? " +%d lanes]" : "]", (int)e->lanes);
+        }
         break;
     case SC_IR_E_HSUM:
         put(s, "hsum(");
@@ -143,6 +149,10 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         expr(s, fn, st->b);
         if (st->lanes)
             put(s, " +%d lanes", (int)st->lanes);
+        if (st->lanes && st->c) {
+            put(s, ", first ");
+            expr(s, fn, st->c);
+        }
         put(s, "] %s ", st->accumulate ? "+=" : "=");
         expr(s, fn, st->a);
         put(s, "\n");

@@ -146,7 +146,8 @@ struct sc_ir_expr {
     sc_ir_op op;     /* BIN */
     sc_ir_arg arg;   /* ARG */
     int32_t level;   /* ARG */
-    const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count) */
+    const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count; VLOAD:
+                                    b = the lanes read, NULL: all) */
     bool uninit;     /* ALLOC: contents left undefined (no zero fill) */
     int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
                         VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
@@ -165,7 +166,7 @@ struct sc_ir_stmt {
     const sc_ir_expr *a;   /* DECL init, ASSIGN/STORE value, FOR lo, WHILE/IF/REQUIRE/PARALLEL cond,
                               SORT/COLLECT count, OUT_SET value */
     const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT start */
-    const sc_ir_expr *c;   /* FOR step */
+    const sc_ir_expr *c;   /* FOR step; vector STORE: the lanes written (NULL: all) */
     sc_ir_par par;         /* FOR */
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
     sc_ir_arg field;       /* OUT_SET */
@@ -257,6 +258,11 @@ const sc_ir_expr *sc_ir_alloc_uninit(sc_ir_builder *b, sc_ir_type type, const sc
 /* The vector of buf[idx .. idx + lanes) (buf of a float type; no alignment needed). */
 const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
                               int32_t lanes);
+/* The full-width vector whose first count lanes are buf[idx .. idx + count) and whose
+ * other lanes are 0 (1 <= count <= the full lane count at run time): nothing past
+ * buf[idx + count) is read. */
+const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                                const sc_ir_expr *count);
 /* The vector of lanes lanes each of which is the scalar x. */
 const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes);
 /* The sum of the lanes of the full-width vector x (a scalar). */
@@ -277,6 +283,11 @@ const sc_ir_stmt *sc_ir_store(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr 
 /* buf[idx .. idx + lanes) = (or +=) the vector value. */
 const sc_ir_stmt *sc_ir_vstore(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
                                bool accumulate, const sc_ir_expr *value);
+/* buf[idx .. idx + count) = (or +=) the first count lanes of the full-width vector value
+ * (1 <= count <= its lanes at run time); nothing past buf[idx + count) is touched. */
+const sc_ir_stmt *sc_ir_vstore_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                                 bool accumulate, const sc_ir_expr *value,
+                                 const sc_ir_expr *count);
 /* for (v = lo; v < hi; v += step) body; v is declared by the loop.  A PAR_FOR runs
  * single-threaded when hi - lo is below SC_IR_PAR_MIN iterations. */
 #define SC_IR_PAR_MIN 128

@@ -48,6 +48,8 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
             return st;
         if (!v->fn->vars[e->var].buffer)
             return bad(v, "load from a scalar", e->var);
+        if (e->kind == SC_IR_E_VLOAD && e->b && (st = expr(v, e->b)) != SC_OK)
+            return st;
         return expr(v, e->a);
     case SC_IR_E_BIN:
         if ((st = expr(v, e->a)) != SC_OK)
@@ -115,6 +117,8 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
         if (!v->fn->vars[s->var].buffer || v->fn->vars[s->var].readonly)
             return bad(v, "store into a read-only or scalar variable", s->var);
         if ((st = expr(v, s->b)) != SC_OK)
+            return st;
+        if (s->lanes && s->c && (st = expr(v, s->c)) != SC_OK)
             return st;
         return expr(v, s->a);
     case SC_IR_S_FOR: {

@@ -91,6 +91,8 @@ typedef struct st {
     bool vec;
     sc_expr_var vtile; /* with vec: the variable along which dense operands load vectors */
     int32_t vlanes;    /* with vec or tvn: the lanes of those vectors */
+    const sc_ir_expr *vcount; /* with tvn: NULL, or the lanes of a last partial tile (the
+                                 loads and stores along it touch only those) */
     bool seen_sparse; /* a loop above iterates stored entries (some coordinates skipped) */
     bool seen_red;    /* a reduction variable is bound above (a coordinate revisited) */
 } st;
@@ -139,6 +141,8 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
             addr = BIN(ADD, addr, BIN(MUL, S->cv[ac->var[d]], L->stride[ac->operand][d]));
             tiled |= ac->var[d] == S->vtile;
         }
+        if (S->vec && tiled && S->vcount)
+            return sc_ir_vload_n(B, L->vals[ac->operand], addr, S->vcount);
         if (S->vec && tiled)
             return sc_ir_vload(B, L->vals[ac->operand], addr, S->vlanes);
         return sc_ir_load(B, L->vals[ac->operand], addr);
@@ -194,8 +198,11 @@ static void write_out(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val
          * bound above; every one is reached only when no loop above skips coordinates */
         if (S->seen_red || S->seen_sparse)
             L->need_zero = true;
-        sc_ir_push(B, out, val->lanes ? sc_ir_vstore(B, L->ovals, addr, S->seen_red, val)
-                                      : sc_ir_store(B, L->ovals, addr, S->seen_red, val));
+        if (val->lanes && S->vcount)
+            sc_ir_push(B, out, sc_ir_vstore_n(B, L->ovals, addr, S->seen_red, val, S->vcount));
+        else
+            sc_ir_push(B, out, val->lanes ? sc_ir_vstore(B, L->ovals, addr, S->seen_red, val)
+                                          : sc_ir_store(B, L->ovals, addr, S->seen_red, val));
         return;
     }
     const sc_ir_expr *coord[SC_MAX_ORDER];
@@ -434,15 +441,18 @@ static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
 }
 
 /* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
- * reduction loops, one vector store each. */
+ * reduction loops, one vector store each.  count (g = 1, W full): the tile is the last,
+ * partial one of count lanes, read and written only there. */
 static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
-                         const sc_ir_expr *base, int32_t g, int32_t W, sc_ir_list *out)
+                         const sc_ir_expr *base, int32_t g, int32_t W,
+                         const sc_ir_expr *count, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
     st T = *S;
     T.tvn = g;
     T.tbase = base;
     T.vlanes = W;
+    T.vcount = count;
     for (int32_t q = 0; q < g; q++) {
         T.tv[q] = sc_ir_new_vector(B, "acc", L->vt, W);
         sc_ir_push(B, out, sc_ir_decl(B, T.tv[q], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
@@ -451,12 +461,13 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     for (int32_t q = 0; q < g; q++) {
         st U = *S;
         U.cv[j] = BIN(ADD, base, I(q * W));
+        U.vcount = count;
         write_out(L, &U, out, V(T.tv[q]));
     }
 }
 
-/* The tiles of one row: of 4 vectors, of one vector, then (vectors) a half, a quarter
- * and single lanes, or (strided operands) the rest in one local-array tile. */
+/* The tiles of one row: of 4 vectors, of one vector, then the rest: (vectors) one
+ * partial vector of the remaining lanes, or (strided operands) one local-array tile. */
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
@@ -468,35 +479,20 @@ static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_l
     sc_ir_var jb = newv(L, "jt", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
     sc_ir_list b1 = {0}, b2 = {0};
     if (L->tile_vec) {
-        tile_vectors(L, r, n, S, V(jb), 4, small, &b1);
-        tile_vectors(L, r, n, S, V(js), 1, small, &b2);
+        tile_vectors(L, r, n, S, V(jb), 4, small, NULL, &b1);
+        tile_vectors(L, r, n, S, V(js), 1, small, NULL, &b2);
     } else {
         tile_one(L, r, n, S, V(jb), big, I(big), &b1);
         tile_one(L, r, n, S, V(js), small, I(small), &b2);
     }
     sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
     sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
-    if (!L->tile_vec) {
-        sc_ir_list rest = {0};
+    sc_ir_list rest = {0};
+    if (L->tile_vec)
+        tile_vectors(L, r, n, S, V(ns), 1, small, BIN(SUB, N, V(ns)), &rest);
+    else
         tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
-        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
-        return;
-    }
-    /* the rest: a half vector, a quarter vector, then single lanes */
-    sc_ir_var jr = newv(L, "jr", SC_IR_I64);
-    sc_ir_push(B, out, sc_ir_decl(B, jr, V(ns)));
-    for (int32_t w = small / 2; w >= small / 4; w /= 2) {
-        sc_ir_list h = {0};
-        tile_vectors(L, r, n, S, V(jr), 1, w, &h);
-        sc_ir_push(B, &h, sc_ir_assign(B, jr, true, I(w)));
-        sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(w), BIN(SUB, N, V(jr))), sc_ir_list_block(B, &h), NULL));
-    }
-    for (int32_t q = 1; q < small / 4; q++) {
-        sc_ir_list one = {0};
-        tile_one(L, r, n, S, V(jr), 1, I(1), &one);
-        sc_ir_push(B, &one, sc_ir_assign(B, jr, true, I(1)));
-        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(jr), N), sc_ir_list_block(B, &one), NULL));
-    }
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
 }
 
 /* The depth at which a register tile starts, or -1 (see tiled). */

@@ -8,7 +8,8 @@
  * merge lattice allows — min over a product's factors, the sum (capped at the extent)
  * over a sum's terms, the extent for dense operands and literals, and for a sparse
  * operand est(vars bound with v) / est(vars bound), est(S) = min(prod of S's extents,
- * nnz) (uniformly spread entries).  Added: converting each discordant sparse operand
+ * nnz) (uniformly spread entries); a loop of extent 1 costs nothing (so a size-1
+ * dimension never displaces the rows from the outermost, parallel loop).  Added: converting each discordant sparse operand
  * (~10 nnz log nnz), a penalty for dense accesses with a non-unit stride in the innermost
  * loop, and the scatter and sort traffic of a sparse output's workspace.  Sparse
  * constrained indices end up outermost because that is what makes the counts small.
@@ -81,7 +82,8 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
     for (int32_t d = 0; d < p->nvars; d++) {
         sc_expr_var v = order[d];
         cnt *= fanout(p, p->rhs, v, bound);
-        cost += cnt;
+        if (p->extent[v] != 1)
+            cost += cnt; /* (a loop of one iteration adds none) */
         bound |= 1u << v;
         if (d == s.ws_depth - 1 || (s.ws_depth == 0 && d == 0))
             cnt_at_ws = cnt;

@@ -477,12 +477,14 @@ static void test_goldens(void)
         "sc_vf32 acc_", /* register tiles of the dense output row: vector accumulators */
         "+= 64) {", "+= 16) {",
         "+= (v_", "(*(const sc_vf32u *)&B_vals_",
-        "*(sc_vf32u *)&out_vals_", "float acc_", /* and a partial tile */
+        "*(sc_vf32u *)&out_vals_",
+        "sc_vloadn_f32(&B_vals_", "sc_vstoren_f32(&out_vals_", /* one partial vector tile */
         "sc_k_alloc_raw(env, out_size_",
         " += 2) {"}; /* one-vector tiles: two accumulators over alternate nonzeros */
-    golden(&spmm, g5, 9);
-    static const char *const g5n[] = {")] += (v_"}; /* no read-modify-write of out */
-    absent(&spmm, g5n, 1);
+    golden(&spmm, g5, 10);
+    static const char *const g5n[] = {")] += (v_", /* no read-modify-write of out */
+                                      "sc_vf32h acc_", "float acc_"}; /* nor narrower tiles */
+    absent(&spmm, g5n, 3);
     static const char *const g1n[] = {"#pragma omp parallel for", "schedule(dynamic"};
     absent(&spmv, g1n, 2);
     tcase sddmm = {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
