@@ -875,8 +875,12 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
  * independent accumulators so the additions do not wait on each other, then the
  * remaining entries one at a time.  Either a scalar sum (SpMV's row: U = 4) or the one
  * vector of a one-vector register tile (SpMM's row at K = 16 f32: U = 2, the loop right
- * above the tile's lanes).
+ * above the tile's lanes).  A scalar segment shorter than SHORT_SEGMENT runs as the one
+ * plain loop: for rows of a few entries the unrolled loop's setup and its reduction of the
+ * partial sums cost more than they save.
  */
+#define SHORT_SEGMENT 8
+
 static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                              const iter *i0, sc_ir_list *res)
 {
@@ -899,7 +903,10 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
     }
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
-    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(U)), I(U)))));
+    const sc_ir_expr *len = BIN(SUB, V(i0->e), V(lo)), *main = BIN(MUL, BIN(DIV, len, I(U)), I(U));
+    if (!vec)
+        main = sc_ir_select(B, BIN(LT, len, I(SHORT_SEGMENT)), I(0), main);
+    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(ADD, V(lo), main)));
     sc_ir_var pu = newv(L, "pu", SC_IR_I64);
     sc_ir_list body = {0};
     for (int32_t u = 0; u < U; u++) {
