@@ -3,8 +3,8 @@
  *
  * The text includes "scorch_rt.h", defines a few static helpers (allocation through
  * env with a size-overflow check, with or without zero fill, coordinate sorts, two-level
- * coordinate bitmaps, 64/32/16-byte vector types of the C compiler's vector extension and
- * their lane sums) and one exported function.  Owned buffers are declared NULL at the top
+ * coordinate bitmaps, 64/32/16-byte vector types of the C compiler's vector extension,
+ * their lane sums, and moves of a vector's first n lanes) and one exported function.  Owned buffers are declared NULL at the top
  * and freed on the single failure path, which also clears out's arrays and copies the
  * message into env->msg.  Scalars are int64_t or the kernel's value type; operand arrays
  * are const restrict pointers; vector loads and stores go through unaligned views.
@@ -26,7 +26,7 @@ static const char *const PRELUDE[] = {
     "typedef double sc_vf64 __attribute__((vector_size(64)));\n"
     "typedef float sc_vf32u __attribute__((vector_size(64), aligned(4), may_alias));\n"
     "typedef double sc_vf64u __attribute__((vector_size(64), aligned(8), may_alias));\n"
-    /* half and quarter vectors (partial tiles, lane sums) */
+    /* half and quarter vectors (lane sums) */
     "typedef float sc_vf32h __attribute__((vector_size(32)));\n"
     "typedef float sc_vf32q __attribute__((vector_size(16)));\n"
     "typedef double sc_vf64h __attribute__((vector_size(32)));\n"
