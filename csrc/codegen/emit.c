@@ -188,6 +188,19 @@ static const char *vtag(sc_ir_type t, int32_t lanes)
     return lanes == w ? "f32" : lanes == w / 2 ? "f32h" : "f32q";
 }
 
+static void expr(em *m, const sc_ir_expr *e);
+
+/* sc_vloadn_<tag>(&buf[idx], count): the first count lanes of buf[idx..]. */
+static void vloadn(em *m, const char *tag, const char *buf, const sc_ir_expr *idx,
+                   const sc_ir_expr *count)
+{
+    sc_cg_printf(m->out, "sc_vloadn_%s(&%s[", tag, buf);
+    expr(m, idx);
+    pr(m, "], ");
+    expr(m, count);
+    pr(m, ")");
+}
+
 static void expr(em *m, const sc_ir_expr *e)
 {
     const sc_ir_func *fn = m->fn;
@@ -216,11 +229,7 @@ static void expr(em *m, const sc_ir_expr *e)
         break;
     case SC_IR_E_VLOAD:
         if (e->b) {
-            sc_cg_printf(m->out, "sc_vloadn_%s(&%s[", vtag(e->type, e->lanes), fn->vars[e->var].name);
-            expr(m, e->a);
-            pr(m, "], ");
-            expr(m, e->b);
-            pr(m, ")");
+            vloadn(m, vtag(e->type, e->lanes), fn->vars[e->var].name, e->a, e->b);
             break;
         }
         sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type, e->lanes), fn->vars[e->var].name);
@@ -375,11 +384,8 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             expr(m, s->b);
             pr(m, "], ");
             if (s->accumulate) {
-                sc_cg_printf(m->out, "sc_vloadn_%s(&%s[", t, v->name);
-                expr(m, s->b);
-                pr(m, "], ");
-                expr(m, s->c);
-                pr(m, ") + ");
+                vloadn(m, t, v->name, s->b, s->c);
+                pr(m, " + ");
             }
             expr(m, s->a);
             pr(m, ", ");
