@@ -241,6 +241,17 @@ static void expr(em *m, const sc_ir_expr *e)
         expr(m, e->a);
         pr(m, ")");
         break;
+    case SC_IR_E_FOLD:
+        sc_cg_printf(m->out, "sc_fold%d_%s(", (int)e->ival, vtag(e->type, e->lanes));
+        expr(m, e->a);
+        pr(m, ", ");
+        expr(m, e->b);
+        pr(m, ")");
+        break;
+    case SC_IR_E_LANE:
+        expr(m, e->a);
+        sc_cg_printf(m->out, "[%d]", (int)e->ival);
+        break;
     case SC_IR_E_SPLAT:
         sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(e->type, e->lanes));
         expr(m, e->a);
@@ -599,6 +610,40 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
     }
 }
 
+/* The FOLD steps (see sc_ir_fold) of each vector type: two two-source lane shuffles (the
+ * low and the high half of every source block) and one addition.  The masks are
+ * constants here, so each shuffle is one permute instruction.  Macros, not functions: a
+ * function returning a 64-byte vector draws a psABI warning where AVX-512 is off; the
+ * lowering passes variables, so the arguments' repetition costs nothing. */
+static void fold_helpers(sc_cg_buf *b)
+{
+    sc_cg_printf(b, "#if defined(__clang__) || __GNUC__ >= 12\n"
+                    "#define SC_K_SHUF(x, y, T, ...) __builtin_shufflevector(x, y, __VA_ARGS__)\n"
+                    "#else\n"
+                    "#define SC_K_SHUF(x, y, T, ...) __builtin_shuffle(x, y, (T){__VA_ARGS__})\n"
+                    "#endif\n"
+                    "typedef int32_t sc_vi32 __attribute__((vector_size(64)));\n"
+                    "typedef int64_t sc_vi64 __attribute__((vector_size(64)));\n");
+    static const sc_ir_type types[] = {SC_IR_F32, SC_IR_F64};
+    for (int t = 0; t < 2; t++) {
+        int32_t W = sc_ir_vec_lanes(types[t]);
+        const char *tag = vtag(types[t], W), *it = types[t] == SC_IR_F32 ? "sc_vi32" : "sc_vi64";
+        for (int32_t w = W / 2; w >= 1; w /= 2) {
+            sc_cg_printf(b, "#define sc_fold%d_%s(x, y) (", (int)w, tag);
+            for (int32_t half = 0; half < 2; half++) {
+                sc_cg_printf(b, "%sSC_K_SHUF(x, y, %s", half ? " + " : "", it);
+                for (int32_t l = 0; l < W; l++) {
+                    int32_t blk = l / w, per = W / (2 * w);
+                    int32_t src = (blk < per ? 0 : W) + (blk % per) * 2 * w + half * w + l % w;
+                    sc_cg_printf(b, ", %d", (int)src);
+                }
+                sc_cg_printf(b, ")");
+            }
+            sc_cg_printf(b, ")\n");
+        }
+    }
+}
+
 sc_status sc_cg_emit(const sc_ctx *ctx, const sc_ir_func *fn, char **src, size_t *len,
                      sc_error *err)
 {
@@ -609,6 +654,7 @@ sc_status sc_cg_emit(const sc_ctx *ctx, const sc_ir_func *fn, char **src, size_t
     em m = {&b, fn, err, SC_OK};
     for (size_t i = 0; i < sizeof PRELUDE / sizeof PRELUDE[0]; i++)
         sc_cg_append(&b, PRELUDE[i], strlen(PRELUDE[i]));
+    fold_helpers(&b);
     sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env);\n",
                  fn->name);
     sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env)\n{\n",

@@ -328,6 +328,47 @@ const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x)
     return e;
 }
 
+const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_expr *y,
+                             int32_t w)
+{
+    if (!need(b, x, "fold") || !need(b, y, "fold"))
+        return NULL;
+    int32_t full = sc_ir_vec_lanes(x->type);
+    if (x->lanes != full || y->lanes != full || y->type != x->type || w < 1 || w >= full ||
+        (w & (w - 1)) != 0) {
+        sc_ir_fail(b, SC_INTERNAL, "fold of partial or mixed vectors, or block width %d", (int)w);
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_FOLD;
+    e->type = x->type;
+    e->lanes = full;
+    e->ival = w;
+    e->a = x;
+    e->b = y;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane)
+{
+    if (!need(b, x, "lane"))
+        return NULL;
+    if (!x->lanes || lane < 0 || lane >= x->lanes) {
+        sc_ir_fail(b, SC_INTERNAL, "lane %d of a %d-lane value", (int)lane, (int)x->lanes);
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_LANE;
+    e->type = x->type;
+    e->ival = lane;
+    e->a = x;
+    return e;
+}
+
 const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
                             const sc_ir_expr *y)
 {

@@ -56,6 +56,18 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         expr(s, fn, e->a);
         put(s, ")");
         break;
+    case SC_IR_E_FOLD:
+        put(s, "fold%d(", (int)e->ival);
+        expr(s, fn, e->a);
+        put(s, ", ");
+        expr(s, fn, e->b);
+        put(s, ")");
+        break;
+    case SC_IR_E_LANE:
+        put(s, "lane%d(", (int)e->ival);
+        expr(s, fn, e->a);
+        put(s, ")");
+        break;
     case SC_IR_E_SPLAT:
         put(s, "splat(");
         expr(s, fn, e->a);

@@ -48,7 +48,9 @@ typedef enum {
     X(NONNULL, "nonnull")   \
     X(VLOAD, "vload")       \
     X(SPLAT, "splat")       \
-    X(HSUM, "hsum")
+    X(HSUM, "hsum")           \
+    X(FOLD, "fold")           \
+    X(LANE, "lane")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -141,7 +143,7 @@ struct sc_ir_expr {
     sc_ir_type type; /* result type (element type of a buffer-valued ARG/ALLOC) */
     bool buffer;     /* the value is a pointer (ARG of pos/crd/vals, ALLOC, buffer VAR) */
     sc_ir_var var;   /* VAR; LOAD: the buffer */
-    int64_t ival;    /* INT; ARG: operand */
+    int64_t ival;    /* INT; ARG: operand; FOLD: output block width; LANE: the lane */
     double fval;     /* FLT */
     sc_ir_op op;     /* BIN */
     sc_ir_arg arg;   /* ARG */
@@ -267,6 +269,17 @@ const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
 const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes);
 /* The sum of the lanes of the full-width vector x (a scalar). */
 const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x);
+
+/* One step of the lane sums of several full-width vectors at once (a transpose-and-add):
+ * x and y hold blocks of 2w lanes, each block the partial sums of one dot product; the
+ * result holds blocks of w lanes, x's blocks first, then y's, block t of it the halves of
+ * its source block added lane by lane.  Starting from G vectors (2w = all lanes) and
+ * folding pairs with w = lanes / 2, / 4, ..., lane g of the last vector ends as the sum
+ * of vector g's lanes.  w is a power of two below the full lane count (ival = w). */
+const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_expr *y,
+                             int32_t w);
+/* Lane `lane` (a constant) of the vector x (a scalar). */
+const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane);
 
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);

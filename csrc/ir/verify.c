@@ -52,6 +52,7 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
             return st;
         return expr(v, e->a);
     case SC_IR_E_BIN:
+    case SC_IR_E_FOLD:
         if ((st = expr(v, e->a)) != SC_OK)
             return st;
         return expr(v, e->b);
@@ -61,6 +62,7 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
     case SC_IR_E_ALLOC:
     case SC_IR_E_SPLAT:
     case SC_IR_E_HSUM:
+    case SC_IR_E_LANE:
         return expr(v, e->a);
     case SC_IR_E_SELECT:
         if ((st = expr(v, e->a)) != SC_OK || (st = expr(v, e->b)) != SC_OK)

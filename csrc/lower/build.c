@@ -80,6 +80,9 @@ typedef struct st {
     const sc_ir_expr *opos;
     sc_ir_var cnt[SC_MAX_ORDER]; /* per output level: running entry counter */
     sc_ir_var acc;
+    /* non-NULL: the sum of the reduction below the binding of dlast, already computed
+     * (grouped_dots); the write multiplies it by the known factors */
+    const sc_ir_expr *dot;
     /* register tile: the local accumulator array (-1: none), the tile's first coordinate
      * of the innermost variable, its width, and the lane index inside the tile loop */
     sc_ir_var tacc;
@@ -604,12 +607,19 @@ static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_li
                 known = NULL;
                 rest = n;
             }
-            S->acc = newv(L, "acc", L->vt);
-            sc_ir_push(B, out, sc_ir_decl(B, S->acc, sc_ir_flt(B, 0.0, L->vt)));
-            sc_ir_push(B, out, lower_at(L, d + 1, rest, S));
-            sc_ir_var a = S->acc;
-            S->acc = -1;
-            write_out(L, S, out, known ? BIN(MUL, value(L, S, known), V(a)) : V(a));
+            if (S->dot) {
+                if (!known)
+                    sc_ir_fail(B, SC_INTERNAL, "a grouped dot product without known factors");
+                write_out(L, S, out, BIN(MUL, value(L, S, known), S->dot));
+                S->dot = NULL;
+            } else {
+                S->acc = newv(L, "acc", L->vt);
+                sc_ir_push(B, out, sc_ir_decl(B, S->acc, sc_ir_flt(B, 0.0, L->vt)));
+                sc_ir_push(B, out, lower_at(L, d + 1, rest, S));
+                sc_ir_var a = S->acc;
+                S->acc = -1;
+                write_out(L, S, out, known ? BIN(MUL, value(L, S, known), V(a)) : V(a));
+            }
         } else {
             write_out(L, S, out, NULL);
         }
@@ -773,11 +783,11 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
  * accumulators over 2W elements per step, one more vector step, a lane sum, then the
  * scalar rest.
  */
-static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
-                             sc_ir_list *out)
+/* Whether a sum of n over v can load vectors along v: every dense operand in n that is
+ * indexed by v reads contiguously along it, and at least one is. */
+static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
 {
     const sc_lower_problem *p = L->p;
-    sc_expr_var v = L->order[d];
     bool any = false;
     uint64_t present = sc_lower_node_accesses(n);
     for (int32_t a = 0; a < p->naccess; a++) {
@@ -788,7 +798,14 @@ static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st 
             return false;
         any |= how > 0;
     }
-    if (!any)
+    return any;
+}
+
+static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                             sc_ir_list *out)
+{
+    sc_expr_var v = L->order[d];
+    if (!vector_dot(L, v, n))
         return false;
     int32_t W = sc_ir_vec_lanes(L->vt);
     const sc_ir_expr *N = V(L->ext[v]);
@@ -937,6 +954,135 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
     sc_ir_push(B, &rb, cb);
     sc_ir_push(B, out, sc_ir_for(B, i0->p, V(nmain), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb)));
     sc_ir_push(B, out, sc_ir_assign(B, part[0], true, sum));
+    sc_ir_push(B, res, sc_ir_list_block(B, &loc));
+    return true;
+}
+
+/*
+ * A loop over one compressed segment (coordinate v at depth d = dlast) whose entries each
+ * end in a dense dot product over the innermost variable (SDDMM: A(i,j) · Σ_k B(i,k)
+ * C(j,k)): GROUP entries at a time, their dot products in GROUP vector accumulators (one
+ * loop over the reduction variable reading the shared operand once per step for all of
+ * them), then one transpose-and-add tree of FOLD steps gives all GROUP lane sums in one
+ * vector, instead of a lane sum per entry; the scalar rest of the reduction is added per
+ * lane and each entry is written with its known factors as usual.  The segment's last
+ * entries (fewer than GROUP) take the one-entry path.
+ */
+enum { GROUP = 8 };
+
+static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                         const iter *i0, sc_ir_list *res)
+{
+    const sc_lower_problem *p = L->p;
+    if (L->mode != FILL || !n || d != L->dlast || d != L->n - 2 || S->acc >= 0 ||
+        S->tacc >= 0 || S->tvn > 0 || S->dot || (p->out_sparse && L->q >= 0))
+        return false;
+    sc_expr_var v = L->order[d], kv = L->order[d + 1];
+    if (L->out_level_of[kv] >= 0 || sparse_iterates(L, kv))
+        return false;
+    /* the split after_bind makes once the entry's own access is bound */
+    st T = *S;
+    int32_t a0 = i0->access;
+    if (++T.nbound[a0] == p->acc[a0].order && T.val[a0] < 0)
+        T.val[a0] = 0; /* a stand-in: only bound_at looks at it */
+    const sc_lower_node *known = NULL, *rest = NULL;
+    split_factors(L, n, &T, d, &known, &rest);
+    if (!known || !rest || !vector_dot(L, kv, rest))
+        return false;
+    uint64_t present = sc_lower_node_accesses(rest);
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (((present >> a) & 1) && p->ops[p->acc[a].operand].sparse)
+            return false;
+    int32_t W = sc_ir_vec_lanes(L->vt);
+    sc_ir_list loc = {0}, *out = &loc;
+    const sc_ir_expr *N = V(L->ext[kv]);
+    sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
+    sc_ir_var n1 = newv(L, "N1", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
+    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
+    sc_ir_push(B, out, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
+    sc_ir_var pu = newv(L, "pu", SC_IR_I64);
+    sc_ir_list body = {0};
+    iter t[GROUP];
+    sc_ir_var acc[GROUP];
+    for (int32_t g = 0; g < GROUP; g++) {
+        t[g] = *i0;
+        t[g].p = newv(L, "p", SC_IR_I64);
+        t[g].c = newv(L, vname(L, v), SC_IR_I64);
+        sc_ir_push(B, &body, sc_ir_decl(B, t[g].p, g ? BIN(ADD, V(pu), I(g)) : V(pu)));
+        sc_ir_push(B, &body, sc_ir_decl(B, t[g].c, sc_ir_load(B, L->crd[t[g].operand][t[g].level], V(t[g].p))));
+    }
+    for (int32_t g = 0; g < GROUP; g++) {
+        acc[g] = sc_ir_new_vector(B, "vacc", L->vt, W);
+        sc_ir_push(B, &body, sc_ir_decl(B, acc[g], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
+    }
+    /* the vector steps of the reduction, all entries of the group in each */
+    sc_ir_var k = newv(L, vname(L, kv), SC_IR_I64);
+    sc_ir_list kb = {0};
+    T = *S;
+    T.vec = true;
+    T.vtile = kv;
+    T.vlanes = W;
+    T.cv[kv] = V(k);
+    for (int32_t g = 0; g < GROUP; g++) {
+        T.cv[v] = V(t[g].c);
+        sc_ir_push(B, &kb, sc_ir_assign(B, acc[g], true, value(L, &T, rest)));
+    }
+    sc_ir_push(B, &body, sc_ir_for(B, k, I(0), V(n1), I(W), SC_IR_SEQ, 0, sc_ir_list_block(B, &kb)));
+    /* the lane sums: pairs folded to blocks of W/2 lanes, then W/4, ...; once one vector
+     * remains, it is folded with itself (each step a variable, so the text stays linear) */
+    const sc_ir_expr *level[GROUP];
+    int32_t cnt = GROUP;
+    for (int32_t g = 0; g < GROUP; g++)
+        level[g] = V(acc[g]);
+    sc_ir_var sums = -1;
+    for (int32_t w = W / 2; w >= 1; w /= 2) {
+        int32_t half = cnt > 1 ? cnt / 2 : 1;
+        for (int32_t g = 0; g < half; g++) {
+            sums = sc_ir_new_vector(B, "fold", L->vt, W);
+            sc_ir_push(B, &body, sc_ir_decl(B, sums, cnt > 1 ? sc_ir_fold(B, level[2 * g], level[2 * g + 1], w)
+                                                          : sc_ir_fold(B, level[0], level[0], w)));
+            level[g] = V(sums);
+        }
+        cnt = half;
+    }
+    sc_ir_var dot[GROUP];
+    sc_ir_list tail = {0};
+    T = *S;
+    for (int32_t g = 0; g < GROUP; g++) {
+        dot[g] = newv(L, "dot", L->vt);
+        sc_ir_push(B, &body, sc_ir_decl(B, dot[g], sc_ir_lane(B, V(sums), g)));
+        sc_ir_var k2 = newv(L, vname(L, kv), SC_IR_I64);
+        T.cv[v] = V(t[g].c);
+        T.cv[kv] = V(k2);
+        sc_ir_push(B, &tail, sc_ir_for(B, k2, V(n1), N, I(1), SC_IR_SEQ, 0,
+                                       sc_ir_assign(B, dot[g], true, value(L, &T, rest))));
+    }
+    sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &tail), NULL));
+    for (int32_t g = 0; g < GROUP; g++) {
+        T = *S;
+        T.dot = V(dot[g]);
+        const sc_ir_stmt *cb = case_body(L, d, n, &T, &t[g], 1, 1, V(t[g].c), false);
+        if (!cb)
+            return false;
+        sc_ir_push(B, &body, cb);
+    }
+    /* the last entries one at a time; a segment shorter than a group runs only that
+     * loop, in a branch of its own (its registers not shared with the group's code) */
+    const sc_ir_stmt *one[2];
+    for (int32_t r = 0; r < 2; r++) {
+        sc_ir_list rb = {0};
+        sc_ir_push(B, &rb, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
+        const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
+        if (!cb)
+            return false;
+        sc_ir_push(B, &rb, cb);
+        one[r] = sc_ir_for(B, i0->p, r ? V(nmain) : V(lo), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb));
+    }
+    sc_ir_list grouped = {0};
+    sc_ir_push(B, &grouped, sc_ir_for(B, pu, V(lo), V(nmain), I(GROUP), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    sc_ir_push(B, &grouped, one[1]);
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(lo), V(nmain)), sc_ir_list_block(B, &grouped), one[0]));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
 }
@@ -1113,7 +1259,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         return sc_ir_list_block(B, &out);
     }
     if (nit == 1 && !lat.universe && it[0].unique && par == SC_IR_SEQ &&
-        unrolled_segment(L, d, n, S, &it[0], &out))
+        (grouped_dots(L, d, n, S, &it[0], &out) || unrolled_segment(L, d, n, S, &it[0], &out)))
         return sc_ir_list_block(B, &out);
     if (nit == 1 && !lat.universe && it[0].unique) {
         sc_ir_list body = {0};

@@ -498,8 +498,10 @@ static void test_goldens(void)
         "C_vals_",
         "out_crd_", "= (v_",
         "sc_vf32 vacc_", "sc_hsum_f32(", /* the dot product in vectors, then a lane sum */
-        "(*(const sc_vf32u *)&C_vals_"};
-    golden(&sddmm, g2, 12);
+        "(*(const sc_vf32u *)&C_vals_",
+        /* groups of 8 entries: 8 vector sums, one transpose-and-add tree of lane sums */
+        " += 8) {", "= sc_fold8_f32(vacc_", "= sc_fold1_f32(fold_", "#define sc_fold4_f64(x, y)"};
+    golden(&sddmm, g2, 16);
     static const char *const g2n[] = {"phase 1: count", "cnt_"};
     absent(&sddmm, g2n, 2);
     /* an intersection of two sparse operands keeps the count phase */

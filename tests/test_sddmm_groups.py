@@ -1,0 +1,77 @@
+"""SDDMM's grouped dot products (GROUP = 8 entries of a row at a time, their lane sums by
+one transpose-and-add tree; the segment's last entries one at a time) against the dense
+result: every dot-product length around the vector widths (16 float32 / 8 float64 lanes,
+the scalar rest), rows of 0..17 entries so that every remainder of a group occurs, empty,
+1x1, all-zero and rectangular operands, csr and csr with int64 indices, serial and
+parallel row loops, and a sampled factor that is not a bare operand."""
+import numpy as np
+import pytest
+import torch
+
+import scorch
+from conftest import seed_of
+
+DT = [torch.float32, torch.float64]
+KS = [1, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 64]
+
+
+def pattern(n, m, seed, per_row=None):
+    """An n x m dense matrix whose row i has per_row(i) nonzeros (capped by m)."""
+    rng = np.random.default_rng(seed)
+    a = np.zeros((n, m))
+    for i in range(n):
+        c = min(m, per_row(i) if per_row else int(rng.integers(0, 18)))
+        cols = rng.choice(m, size=c, replace=False)
+        a[i, cols] = rng.uniform(-1, 1, c)
+    return a
+
+
+def check(a, K, dtype, it=torch.int32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.from_numpy(a).to(dtype)
+    u = torch.rand(a.shape[0], K, generator=g, dtype=dtype) - 0.5
+    v = torch.rand(a.shape[1], K, generator=g, dtype=dtype) - 0.5
+    A = scorch.to_sparse(a, "csr", index_dtype=it) if it != torch.int32 else scorch.to_sparse(a, "csr")
+    S = scorch.einsum("ij,ik,jk->ij", A, u, v)
+    assert S.nnz == A.nnz
+    ref = a * (u @ v.t())
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(S.to_dense(), ref, rtol=tol, atol=tol * max(1, K))
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("K", KS)
+def test_every_row_length_and_K(dtype, K):
+    # rows of 0..17 entries, twice over (every remainder of a group of 8, 0..2 groups)
+    check(pattern(36, 40, seed_of("grp", K), lambda i: i % 18), K, dtype)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("K", [3, 16, 33])
+@pytest.mark.parametrize("shape", [(0, 0), (1, 1), (0, 5), (5, 0), (3, 40), (40, 3), (300, 70)])
+def test_shapes(dtype, K, shape):
+    check(pattern(*shape, seed_of("grp-shape", K, shape)), K, dtype)
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_all_zero_and_full_rows(dtype):
+    check(np.zeros((9, 12)), 16, dtype)
+    check(pattern(200, 64, seed_of("grp-full"), lambda i: 64), 17, dtype)  # parallel rows
+
+
+def test_int64_indices():
+    check(pattern(150, 30, seed_of("grp-i64")), 16, torch.float32, torch.int64)
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_sampled_factor_product_and_explain(dtype):
+    """Known factors that are a product (A(i,j)·D(i,j)) multiply the grouped sums."""
+    a = torch.from_numpy(pattern(20, 25, seed_of("grp-scale"), lambda i: 9 + i % 9)).to(dtype)
+    d = torch.rand(20, 25, dtype=dtype)
+    u, v = torch.rand(20, 16, dtype=dtype), torch.rand(25, 16, dtype=dtype)
+    A = scorch.to_sparse(a, "csr")
+    out = scorch.einsum("ij,ij,ik,jk->ij", A, d, u, v)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(out.to_dense(), a * d * (u @ v.t()), rtol=tol, atol=tol)
+    src = scorch.explain("ij,ik,jk->ij", A, u, v)
+    assert "sc_fold1_" in src and "pmain_" in src and "sc_hsum_" in src
