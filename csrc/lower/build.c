@@ -48,6 +48,7 @@ typedef struct lb {
     sc_ir_type vt;
     /* operands */
     sc_ir_var pos[64][SC_MAX_ORDER], crd[64][SC_MAX_ORDER], vals[64];
+    sc_ir_var clen[64][SC_MAX_ORDER]; /* a level's number of entries (its crd's length) */
     const sc_ir_expr *stride[64][SC_MAX_ORDER];
     sc_ir_var ext[SC_LOWER_MAX_VARS];
     /* output */
@@ -990,9 +991,11 @@ static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
  * Software prefetch in a loop over one compressed segment (coordinate v, iterator i0)
  * whose body locates a dense first level of another sparse operand at v and walks its
  * compressed second level (a row of B per nonzero of A in SpGEMM): the row
- * PREFETCH_AHEAD iterations ahead (its crd and, in the fill, its vals) and the pos entry
- * twice as far ahead are requested, so the random rows' latencies overlap.  Indices stay
- * within the segment; a row start may be one past the end of crd (never accessed).
+ * PREFETCH_AHEAD entries ahead (its crd and, in the fill, its vals) and the pos entry
+ * twice as far ahead are requested, so the random rows' latencies overlap.  The entries
+ * ahead run on into the next segments (the rows a thread takes next: short rows of A
+ * get their B rows requested too); indices stay within the level's entries; a row start
+ * may be one past the end of crd (never accessed).
  */
 enum { PREFETCH_AHEAD = 4 };
 
@@ -1018,7 +1021,7 @@ static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_va
             (t < 64 && p->bcast[t]))
             continue;
         sc_ir_var crd = L->crd[i0->operand][i0->level];
-        const sc_ir_expr *last = BIN(SUB, V(i0->e), I(1));
+        const sc_ir_expr *last = BIN(SUB, BIN(MAX, V(i0->e), V(L->clen[i0->operand][i0->level])), I(1));
         sc_ir_var c1 = newv(L, "pf", SC_IR_I64), r1 = newv(L, "pf", SC_IR_I64);
         sc_ir_push(B, out, sc_ir_decl(B, c1, sc_ir_load(B, crd, BIN(MIN, BIN(ADD, V(i0->p), I(PREFETCH_AHEAD)), last))));
         sc_ir_push(B, out, sc_ir_decl(B, r1, sc_ir_load(B, L->pos[t][1], V(c1))));
@@ -1280,6 +1283,10 @@ static void prologue(lb *L, sc_ir_list *out)
                 snprintf(nm, sizeof nm, "%s%d_crd", oname(L, t), (int)k);
                 L->crd[t][k] = sc_ir_new_var(B, nm, it, true, true, false);
                 sc_ir_push(B, out, sc_ir_decl(B, L->crd[t][k], sc_ir_arg_ref(B, SC_IR_ARG_CRD, t, k, it)));
+                snprintf(nm, sizeof nm, "%s%d_len", oname(L, t), (int)k);
+                L->clen[t][k] = newv(L, nm, SC_IR_I64);
+                sc_ir_push(B, out, sc_ir_decl(B, L->clen[t][k],
+                                              sc_ir_arg_ref(B, SC_IR_ARG_CRD_LEN, t, k, SC_IR_I64)));
             }
         }
         snprintf(nm, sizeof nm, "%s_vals", oname(L, t));

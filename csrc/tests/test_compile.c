@@ -521,10 +521,12 @@ static void test_goldens(void)
         "row_start_", "sc_k_alloc_raw(env, bound_",
         "/* close the gaps between the threads' runs of rows */",
         "#pragma omp atomic write",
-        /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead */
+        /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead, running on into A's
+         * next rows (up to A's number of entries) */
         "__builtin_prefetch(&B1_crd_", "__builtin_prefetch(&B_vals_",
-        "__builtin_prefetch(&B1_pos_3[A1_crd_1[sc_min((A1_p_"};
-    golden(&spgemm, g3, 18);
+        "__builtin_prefetch(&B1_pos_4[A1_crd_1[sc_min((A1_p_",
+        "int64_t A1_len_2 = ops[0]->crd_len[1];", ", A1_len_2) - 1))];"};
+    golden(&spgemm, g3, 20);
     /* no count phase (no touched list), no byte marks, no per-row clearing of values, no
      * int64 sort, no dynamic chunks */
     static const char *const g3n[] = {"ws_list_", "phase 1: count", "ws_mark_", "] = (float)0.0;",
