@@ -19,7 +19,9 @@
  * parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
  * parallel when the outermost loop is a dense output level; an output that provably has
- * one operand's pattern skips the count and copies that operand's pos array.  Output
+ * one operand's pattern skips the count and copies that operand's pos array; a csr-like
+ * output through a Gustavson workspace (SpGEMM) skips it too: rows get slots of their
+ * multiply count's size, each thread packs its rows, the gaps between threads are closed.  Output
  * indices nested inside a reduction go through a per-thread dense workspace: over the
  * last output level only (Gustavson), a two-level bitmap of touched coordinates that the
  * fill appends straight into the output row and orders there; over several levels, byte
