@@ -112,6 +112,98 @@ def test_spgemm_wide_against_scipy(case, it):
     assert np.array_equal(got.data, ref.data)
 
 
+def one_pass_case(case, seed):
+    """(A, B, expr) for the one-pass SpGEMM assembly: rows bounded by their multiply
+    counts, packed per thread, gaps between the threads' runs closed afterwards."""
+    rng = np.random.default_rng(seed)
+    if case == "tiny_and_huge":   # bounds from 0 to ~10^4 per row, big overestimates
+        a = sps.vstack([wide(300, 400, 1, seed), sps.csr_array((200, 400)),
+                        wide(100, 400, 60, seed + 1, band=5), wide(300, 400, 2, seed + 2)])
+        return sps.csr_array(a), wide(400, 500, 40, seed + 3, band=30), "ij,jk->ik"
+    if case == "all_collide":     # every product lands on the same 3 columns
+        a = wide(2000, 50, 30, seed)
+        b = sps.csr_array((rng.integers(1, 5, 150).astype(np.float64),
+                           (np.repeat(np.arange(50), 3), np.tile([7, 8, 9], 50))),
+                          shape=(50, 20))
+        return a, b, "ij,jk->ik"
+    if case == "aat":             # rectangular A·Aᵀ, read as ij,kj->ik
+        a = wide(900, 3000, 25, seed)
+        return a, a, "ij,kj->ik"
+    if case == "no_entries":      # many rows, nothing to multiply
+        return sps.csr_array((3000, 40)), wide(40, 60, 5, seed), "ij,jk->ik"
+    a = wide(2500, 2500, 8, seed)  # "uniform": bound close to the entry count
+    return a, wide(2500, 2500, 8, seed + 1), "ij,jk->ik"
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ["tiny_and_huge", "all_collide", "aat", "no_entries",
+                                  "uniform"])
+def test_spgemm_one_pass(case, threads, it, dtype):
+    """Exactly scipy's product (pattern, sorted unique coordinates, values) on one thread
+    and on two (rows balanced by multiply count, runs packed and moved together), and
+    the output's arrays hold exactly its entries."""
+    a, b, expr = one_pass_case(case, seed_of("fast-spgemm-one-pass", case))
+    npdt = np.float32 if dtype == torch.float32 else np.float64
+    a, b = a.astype(npdt), b.astype(npdt)
+    A = scorch.to_sparse(a, "csr", index_dtype=it)
+    B = A if b is a else scorch.to_sparse(b, "csr", index_dtype=it)
+    nt = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    # A·Aᵀ's automatic order depends on the operands it was first compiled for (an earlier
+    # test's small ones take the inner-product order, which stores every column): forced
+    sched = "order(i,j,k) parallel(i) workspace(k)" if case == "aat" else None
+    try:
+        C = scorch.einsum(expr, A, B, schedule=sched)
+    finally:
+        torch.set_num_threads(nt)
+    ref = sps.csr_array(a @ (b.T if expr == "ij,kj->ik" else b))
+    ref.sort_indices()
+    assert isinstance(C, scorch.SparseTensor) and C.format.name == "csr"
+    pos, crd = C.indices(1)
+    assert pos.dtype == it and crd.numel() == ref.nnz and C.values().numel() == ref.nnz
+    got = C.to_scipy()
+    assert np.array_equal(got.indptr, ref.indptr)
+    assert np.array_equal(got.indices, ref.indices)
+    assert np.array_equal(got.data, ref.data)
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_spgemm_merge_in_the_row_keeps_the_count_phase(dtype):
+    """A·(B∘C): the loop over an output row co-iterates two rows, whose multiply count is
+    no bound the lowering takes: the count phase stays, and the result is exact."""
+    s = seed_of("fast-spgemm-merge-row", dtype)
+    a = make_dense((300, 40), dtype, s, "empty_rows")
+    b, c = make_dense((40, 90), dtype, s + 1), make_dense((40, 90), dtype, s + 2)
+    A, B, C = (scorch.to_sparse(x, "csr") for x in (a, b, c))
+    assert "phase 1: count" in scorch.explain("ij,jk,jk->ik", A, B, C)
+    exact(scorch.einsum("ij,jk,jk->ik", A, B, C), a @ (b * c))
+
+
+def test_spgemm_one_pass_skipped_rows_in_parallel():
+    """A dcsr left operand visits only its stored rows (dynamic chunks on two threads):
+    the rows in between stay empty and each chunk starts at its own bound offset."""
+    s = seed_of("fast-spgemm-one-pass-dcsr")
+    a = wide(4000, 300, 20, s)
+    a = sps.csr_array(a.multiply(np.arange(4000)[:, None] % 3 == 0))
+    a.eliminate_zeros()
+    b = wide(300, 700, 30, s + 1)
+    nt = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        C = scorch.einsum("ij,jk->ik", scorch.to_sparse(a, "dcsr"), scorch.to_sparse(b, "csr"),
+                          out_format="csr")
+    finally:
+        torch.set_num_threads(nt)
+    ref = sps.csr_array(a @ b)
+    ref.sort_indices()
+    got = C.to_scipy()
+    assert np.array_equal(got.indptr, ref.indptr)
+    assert np.array_equal(got.indices, ref.indices)
+    assert np.array_equal(got.data, ref.data)
+
+
 @pytest.mark.parametrize("dtype", DT)
 @pytest.mark.parametrize("it", IT)
 @pytest.mark.parametrize("kind", KINDS)

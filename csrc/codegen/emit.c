@@ -314,6 +314,9 @@ static void expr(em *m, const sc_ir_expr *e)
         case SC_IR_ARG_DIM:
             sc_cg_printf(m->out, "%s->dims[%d]", who, (int)e->level);
             break;
+        case SC_IR_ARG_CRD_LEN:
+            sc_cg_printf(m->out, "%s->crd_len[%d]", who, (int)e->level);
+            break;
         case SC_IR_ARG_THREADS:
             pr(m, "nt_");
             break;

@@ -82,12 +82,14 @@ typedef enum {
 } sc_ir_op;
 
 /* Fields of the kernel arguments an ARG expression reads: X(ENUM, name).
- * operand -1 means the output tensor; level is the level (pos, crd) or dimension (dim). */
+ * operand -1 means the output tensor; level is the level (pos, crd, crd_len: the number
+ * of entries of that level) or dimension (dim). */
 #define SC_IR_ARGS(X)       \
     X(POS, "pos")           \
     X(CRD, "crd")           \
     X(VALS, "vals")         \
     X(DIM, "dims")          \
+    X(CRD_LEN, "crd_len")   \
     X(THREADS, "num_threads")
 
 typedef enum {

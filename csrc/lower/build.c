@@ -19,7 +19,9 @@
  * parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
  * parallel when the outermost loop is a dense output level; an output that provably has
- * one operand's pattern skips the count and copies that operand's pos array.  Output
+ * one operand's pattern skips the count and copies that operand's pos array; a csr-like
+ * output through a Gustavson workspace (SpGEMM) skips it too: rows get slots of their
+ * multiply count's size, each thread packs its rows, the gaps between threads are closed.  Output
  * indices nested inside a reduction go through a per-thread dense workspace: over the
  * last output level only (Gustavson), a two-level bitmap of touched coordinates that the
  * fill appends straight into the output row and orders there; over several levels, byte
@@ -31,7 +33,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { COUNT, FILL };
+/* The passes over the loop nest: count each row's entries, fill them, or (BOUND) add up
+ * each row's multiply count, an upper bound on its entries (no workspace, no values). */
+enum { COUNT, FILL, BOUND };
 
 typedef struct lb {
     sc_ir_builder b;
@@ -46,6 +50,7 @@ typedef struct lb {
     sc_ir_type vt;
     /* operands */
     sc_ir_var pos[64][SC_MAX_ORDER], crd[64][SC_MAX_ORDER], vals[64];
+    sc_ir_var clen[64][SC_MAX_ORDER]; /* a level's number of entries (its crd's length) */
     const sc_ir_expr *stride[64][SC_MAX_ORDER];
     sc_ir_var ext[SC_LOWER_MAX_VARS];
     /* output */
@@ -61,6 +66,13 @@ typedef struct lb {
     sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok, ws_bits, ws_sum;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
+    /* one-pass assembly (csr-like output through a Gustavson workspace): cnt[D] holds the
+     * prefix sums of the rows' multiply counts; each thread fills its rows one after the
+     * other from the bound offset of its first row (nrun: its next free slot, prevr: the
+     * row it filled last), rstart[r] records where row r went, out_pos[r + 1] its length;
+     * bound_ok: the BOUND pass could bound every row; ftot: the sum of all bounds */
+    bool onepass, bound_ok;
+    sc_ir_var nrun, prevr, rstart, ftot;
     /* dense output: depth at which a register tile over the innermost loop starts (-1:
      * none), and whether some write leaves part of the output to its zero fill */
     int32_t tile_at;
@@ -285,6 +297,8 @@ static void drain(lb *L, const st *S, sc_ir_list *out)
 {
     const sc_lower_problem *p = L->p;
     int32_t m = L->m;
+    if (L->mode == BOUND)
+        return;
     if (L->gus) {
         /* count: the row has ws_n entries; fill: its coordinates are
          * out_crd[n - ws_n .. n), ordered by the collect, then gathered */
@@ -361,22 +375,40 @@ static void drain(lb *L, const st *S, sc_ir_list *out)
 
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S);
 
-/* Row wrapper of a sparse output: counters for the row at S->opos around inner. */
+/* Row wrapper of a sparse output: counters for the row at S->opos around inner.  In the
+ * one-pass fill a row continues the thread's run when it follows the row filled last,
+ * else starts at its bound offset; either way it cannot reach the next row's slots. */
 static void row_begin(lb *L, st *S, sc_ir_list *out)
 {
     int32_t last = L->flat ? L->D : L->m - 1;
+    if (L->mode == FILL && L->onepass) {
+        sc_ir_push(B, out, sc_ir_if(B, BIN(NE, S->opos, BIN(ADD, V(L->prevr), I(1))),
+                                    sc_ir_assign(B, L->nrun, false, sc_ir_load(B, L->cnt[last], S->opos)),
+                                    NULL));
+        sc_ir_push(B, out, sc_ir_assign(B, L->prevr, false, S->opos));
+        sc_ir_push(B, out, sc_ir_store(B, L->rstart, S->opos, false, V(L->nrun)));
+        S->cnt[last] = newv(L, "n", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, S->cnt[last], V(L->nrun)));
+        return;
+    }
     for (int32_t k = L->D; k <= last; k++) {
         S->cnt[k] = newv(L, "n", SC_IR_I64);
-        const sc_ir_expr *init = L->mode == COUNT ? I(0) : sc_ir_load(B, L->cnt[k], S->opos);
+        const sc_ir_expr *init = L->mode != FILL ? I(0) : sc_ir_load(B, L->cnt[k], S->opos);
         sc_ir_push(B, out, sc_ir_decl(B, S->cnt[k], init));
     }
 }
 
 static void row_end(lb *L, const st *S, sc_ir_list *out)
 {
-    if (L->mode != COUNT)
-        return;
     int32_t last = L->flat ? L->D : L->m - 1;
+    if (L->mode == FILL && L->onepass) {
+        sc_ir_push(B, out, sc_ir_store(B, L->opos[last], BIN(ADD, S->opos, I(1)), false,
+                                       BIN(SUB, V(S->cnt[last]), V(L->nrun))));
+        sc_ir_push(B, out, sc_ir_assign(B, L->nrun, false, V(S->cnt[last])));
+        return;
+    }
+    if (L->mode == FILL)
+        return;
     for (int32_t k = L->D; k <= last; k++)
         sc_ir_push(B, out, sc_ir_store(B, L->cnt[k], BIN(ADD, S->opos, I(1)), false, V(S->cnt[k])));
 }
@@ -1110,16 +1142,25 @@ static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
  * Software prefetch in a loop over one compressed segment (coordinate v, iterator i0)
  * whose body locates a dense first level of another sparse operand at v and walks its
  * compressed second level (a row of B per nonzero of A in SpGEMM): the row
- * PREFETCH_AHEAD iterations ahead (its crd and, in the fill, its vals) and the pos entry
- * twice as far ahead are requested, so the random rows' latencies overlap.  Indices stay
- * within the segment; a row start may be one past the end of crd (never accessed).
+ * PREFETCH_AHEAD entries ahead (its crd and, in the fill, its vals) and the pos entry
+ * twice as far ahead are requested, so the random rows' latencies overlap.  The entries
+ * ahead run on into the next segments (the rows a thread takes next: short rows of A
+ * get their B rows requested too); indices stay within the level's entries; a row start
+ * may be one past the end of crd (never accessed).
  */
 enum { PREFETCH_AHEAD = 4 };
+
+/* A one-pass sparse output (SpGEMM) runs its rows on all threads only when their
+ * multiply counts add up to this many: ~0.2 ms of work on one thread, more than waking
+ * the others costs on a busy machine. */
+enum { SPGEMM_PAR_WORK = 1 << 16 };
 
 static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_var v,
                           const iter *i0, sc_ir_list *out)
 {
     const sc_lower_problem *p = L->p;
+    if (L->mode == BOUND)
+        return;
     uint64_t present = n ? sc_lower_node_accesses(n) : 0;
     for (int32_t a = 0; a < p->naccess; a++) {
         const sc_lower_access *ac = &p->acc[a];
@@ -1131,7 +1172,7 @@ static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_va
             (t < 64 && p->bcast[t]))
             continue;
         sc_ir_var crd = L->crd[i0->operand][i0->level];
-        const sc_ir_expr *last = BIN(SUB, V(i0->e), I(1));
+        const sc_ir_expr *last = BIN(SUB, BIN(MAX, V(i0->e), V(L->clen[i0->operand][i0->level])), I(1));
         sc_ir_var c1 = newv(L, "pf", SC_IR_I64), r1 = newv(L, "pf", SC_IR_I64);
         sc_ir_push(B, out, sc_ir_decl(B, c1, sc_ir_load(B, crd, BIN(MIN, BIN(ADD, V(i0->p), I(PREFETCH_AHEAD)), last))));
         sc_ir_push(B, out, sc_ir_decl(B, r1, sc_ir_load(B, L->pos[t][1], V(c1))));
@@ -1213,6 +1254,20 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             sc_ir_push(B, &out, sc_ir_decl(B, it[i].p, lo));
         sc_ir_push(B, &out, sc_ir_decl(B, it[i].e, hi));
     }
+    if (L->mode == BOUND && L->m > 0 && v == p->out_lvar[L->m - 1]) {
+        /* each iteration here yields at most one new entry of the row (coordinate v):
+         * add up the iterations instead of running them */
+        const sc_ir_expr *len = NULL;
+        if (nit == 0)
+            len = V(L->ext[v]);
+        else if (nit == 1 && !lat.universe && it[0].unique)
+            len = BIN(SUB, V(it[0].e), it[0].lo);
+        else
+            L->bound_ok = false;
+        if (len)
+            sc_ir_push(B, &out, sc_ir_assign(B, S->cnt[L->m - 1], true, len));
+        return sc_ir_list_block(B, &out);
+    }
     sc_ir_par par = SC_IR_SEQ;
     if (d == 0 && L->par)
         par = p->out_sparse ? SC_IR_OMP_FOR : SC_IR_PAR_FOR;
@@ -1253,6 +1308,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         /* rows weighed by their nonzeros; not with a workspace (SpGEMM-like: a row's
          * work follows the other operand's rows, which dynamic chunks absorb) */
         sc_ir_var bal = par != SC_IR_SEQ && L->q < 0 ? balance_pos(L, v) : -1;
+        if (par != SC_IR_SEQ && L->onepass && L->mode == FILL && L->D == 1)
+            bal = L->cnt[1]; /* rows weighed by their multiply counts */
         sc_ir_push(B, &out, bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal,
                                                           inner_work(L, d), body)
                                      : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body));
@@ -1377,6 +1434,10 @@ static void prologue(lb *L, sc_ir_list *out)
                 snprintf(nm, sizeof nm, "%s%d_crd", oname(L, t), (int)k);
                 L->crd[t][k] = sc_ir_new_var(B, nm, it, true, true, false);
                 sc_ir_push(B, out, sc_ir_decl(B, L->crd[t][k], sc_ir_arg_ref(B, SC_IR_ARG_CRD, t, k, it)));
+                snprintf(nm, sizeof nm, "%s%d_len", oname(L, t), (int)k);
+                L->clen[t][k] = newv(L, nm, SC_IR_I64);
+                sc_ir_push(B, out, sc_ir_decl(B, L->clen[t][k],
+                                              sc_ir_arg_ref(B, SC_IR_ARG_CRD_LEN, t, k, SC_IR_I64)));
             }
         }
         snprintf(nm, sizeof nm, "%s_vals", oname(L, t));
@@ -1426,6 +1487,12 @@ static const sc_ir_stmt *nest(lb *L, const st *S0)
     const sc_lower_problem *p = L->p;
     st S = *S0;
     sc_ir_list out = {0};
+    if (L->onepass && L->mode == FILL) {
+        L->nrun = newv(L, "nrun", SC_IR_I64);
+        L->prevr = newv(L, "prevr", SC_IR_I64);
+        sc_ir_push(B, &out, sc_ir_decl(B, L->nrun, I(0)));
+        sc_ir_push(B, &out, sc_ir_decl(B, L->prevr, I(-2)));
+    }
     if (p->out_sparse && L->D == 0) {
         S.opos = I(0);
         row_begin(L, &S, &out);
@@ -1530,7 +1597,10 @@ static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_
     L->ws_ok = saved[4];
     L->ws_bits = saved[5];
     L->ws_sum = saved[6];
-    return sc_ir_parallel(B, BIN(LE, I(SC_IR_PAR_MIN), V(L->nrows)), sc_ir_list_block(B, &region));
+    const sc_ir_expr *cond = BIN(LE, I(SC_IR_PAR_MIN), V(L->nrows));
+    if (L->onepass)
+        cond = BIN(AND, cond, BIN(LE, I(SPGEMM_PAR_WORK), V(L->ftot)));
+    return sc_ir_parallel(B, cond, sc_ir_list_block(B, &region));
 }
 
 static sc_ir_var owned_alloc(lb *L, sc_ir_list *top, const char *name, sc_ir_type t,
@@ -1600,6 +1670,86 @@ static int32_t pattern_operand(const lb *L)
     return L->pos[ac->operand][m - 1] >= 0 ? ac->operand : -1;
 }
 
+/*
+ * One-pass assembly of a csr-like output (dense levels, then one compressed level filled
+ * through a Gustavson workspace; SpGEMM): a BOUND pass adds up each row's multiply count
+ * (the lengths of the segments the innermost loop would walk), an upper bound on its
+ * entries; their prefix sums give every row a slot that no earlier row of the same run
+ * can overrun.  The fill then packs each thread's contiguous rows one after the other
+ * from the slot of its first row, and one sequential pass closes the gaps between the
+ * threads' runs (none on one thread).  The output's crd/vals keep their bound size (the
+ * pages past the entries are never touched).  No count pass: it cost a third of the
+ * time.  false (nothing emitted) when some row's entries cannot be bounded that way.
+ */
+static bool onepass_output(lb *L, sc_ir_list *top, const st *S, sc_ir_var fail,
+                           const sc_ir_expr *wsize)
+{
+    const sc_lower_problem *p = L->p;
+    sc_ir_type oit = sc_ir_idx_type(p->out_itype);
+    int32_t k = L->m - 1;
+    L->bound_ok = true;
+    L->mode = BOUND;
+    bool par = L->par;
+    L->par = false;
+    const sc_ir_stmt *bound = nest(L, S);
+    L->par = par;
+    if (!bound || !L->bound_ok)
+        return false;
+    const sc_ir_expr *rows1 = BIN(ADD, V(L->nrows), I(1));
+    sc_ir_push(B, top, sc_ir_comment(B, "phase 1: bound the entries of each row by its multiply count"));
+    sc_ir_push(B, top, bound);
+    sc_ir_var r = newv(L, "r", SC_IR_I64);
+    sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
+                                 sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
+                                             sc_ir_load(B, L->cnt[k], V(r)))));
+    L->ftot = newv(L, "bound", SC_IR_I64);
+    sc_ir_push(B, top, sc_ir_decl(B, L->ftot, sc_ir_load(B, L->cnt[k], V(L->nrows))));
+    /* zero-filled: rows the fill never visits (an outer level that skips some) are
+     * empty */
+    L->rstart = owned_alloc(L, top, "row_start", SC_IR_I64, V(L->nrows));
+    L->opos[k] = owned_alloc(L, top, "out_pos", oit, rows1);
+    L->ocrd[k] = owned_alloc_uninit(L, top, "out_crd", oit, V(L->ftot));
+    L->ovals = owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->ftot));
+    sc_ir_push(B, top, sc_ir_comment(B, "phase 2: fill each thread's rows one after the other"));
+    L->mode = FILL;
+    L->onepass = true;
+    sc_ir_push(B, top, phase(L, S, fail, wsize));
+    L->onepass = false;
+    sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
+    sc_ir_push(B, top, sc_ir_comment(B, "close the gaps between the threads' runs of rows"));
+    sc_ir_var nnz = newv(L, "nnz", SC_IR_I64), r2 = newv(L, "r", SC_IR_I64);
+    sc_ir_var s0 = newv(L, "s", SC_IR_I64), c = newv(L, "c", SC_IR_I64), t = newv(L, "t", SC_IR_I64);
+    sc_ir_push(B, top, sc_ir_decl(B, nnz, I(0)));
+    sc_ir_list body = {0}, mv = {0};
+    sc_ir_push(B, &body, sc_ir_decl(B, s0, sc_ir_load(B, L->rstart, V(r2))));
+    sc_ir_push(B, &body, sc_ir_decl(B, c, sc_ir_load(B, L->opos[k], BIN(ADD, V(r2), I(1)))));
+    sc_ir_push(B, &mv, sc_ir_store(B, L->ocrd[k], BIN(ADD, V(nnz), V(t)), false,
+                                   sc_ir_load(B, L->ocrd[k], BIN(ADD, V(s0), V(t)))));
+    sc_ir_push(B, &mv, sc_ir_store(B, L->ovals, BIN(ADD, V(nnz), V(t)), false,
+                                   sc_ir_load(B, L->ovals, BIN(ADD, V(s0), V(t)))));
+    sc_ir_push(B, &body, sc_ir_if(B, BIN(NE, V(s0), V(nnz)),
+                                  sc_ir_for(B, t, I(0), V(c), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &mv)),
+                                  NULL));
+    sc_ir_push(B, &body, sc_ir_store(B, L->opos[k], V(r2), false, V(nnz)));
+    sc_ir_push(B, &body, sc_ir_assign(B, nnz, true, V(c)));
+    sc_ir_push(B, top, sc_ir_for(B, r2, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    if (p->out_itype == SC_INDEX_I32)
+        sc_ir_push(B, top, sc_ir_require(B, BIN(LE, V(nnz), I(INT32_MAX)), SC_RUNTIME,
+                                         "the output has more entries than int32 indices can address"));
+    sc_ir_push(B, top, sc_ir_store(B, L->opos[k], V(L->nrows), false, V(nnz)));
+    sc_ir_push(B, top, sc_ir_free(B, L->cnt[k]));
+    sc_ir_push(B, top, sc_ir_free(B, L->rstart));
+    if (!L->par)
+        ws_free(L, top);
+    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_POS, k, V(L->opos[k])));
+    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_POS, k, rows1));
+    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_CRD, k, V(L->ocrd[k])));
+    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_CRD, k, V(nnz)));
+    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
+    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(nnz)));
+    return true;
+}
+
 static void sparse_output(lb *L, sc_ir_list *top, const st *S)
 {
     const sc_lower_problem *p = L->p;
@@ -1634,6 +1784,8 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     }
     sc_ir_var fail = newv(L, "ws_fail", SC_IR_BOOL);
     sc_ir_push(B, top, sc_ir_decl(B, fail, I(0)));
+    if (pat < 0 && L->gus && D >= 1 && D == m - 1 && onepass_output(L, top, S, fail, wsize))
+        return;
     if (pat >= 0) {
         char c[96];
         snprintf(c, sizeof c, "the output has %s's pattern: no count phase, its pos array copied",
@@ -1710,6 +1862,7 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
     L->m = p->out_order;
     L->q = p->out_sparse ? s->ws_depth : -1;
     L->ws_ok = L->ws_n = L->ws_mark = L->ws_list = L->ws_vals = -1;
+    L->nrun = L->prevr = L->rstart = L->ftot = -1;
     if (s->norder != p->nvars)
         return sc_fail(err, SC_INTERNAL, "lower", "schedule without a complete loop order");
     for (int32_t v = 0; v < SC_LOWER_MAX_VARS; v++)

@@ -510,26 +510,32 @@ static void test_goldens(void)
     golden(&mul, g6, 1);
     tcase spgemm = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g3[] = {
-        "#pragma omp parallel num_threads(nt_)",
-        "#pragma omp for schedule(dynamic, 64)",
+        /* one pass: rows bounded by their multiply counts, no count phase */
+        "/* phase 1: bound the entries of each row by its multiply count */",
+        "+= (B1_end_",
+        "#pragma omp parallel num_threads(nt_) if(((128 <= nrows_",
+        "<= bound_", /* one thread when the multiply count is small */
+        "= sc_k_split64(cnt_", /* threads' rows balanced by multiply count */
         "uint64_t *restrict ws_bits_", /* two-level bitmap, zero-filled once per thread */
         "sc_k_alloc(env, ((ws_s_",
-        "int32_t *restrict ws_list_", /* count phase: int32 touched list, no zero fill */
-        "sc_k_alloc_raw(env, ws_s_",
         "if (sc_k_mark(ws_bits_",
-        "sc_k_collect32(ws_list_", /* count phase: unmark only */
-        "sc_k_collect32(out_crd_",  /* fill phase: ordered in the output's own slot */
+        "sc_k_collect32(out_crd_",  /* ordered in the output's own slot */
         "] = (v_",                  /* first touch assigns */
         "] += (v_",
-        "out_crd_", "sc_k_alloc_raw(env, nnz_",
+        "row_start_", "sc_k_alloc_raw(env, bound_",
+        "/* close the gaps between the threads' runs of rows */",
         "#pragma omp atomic write",
-        /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead */
+        /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead, running on into A's
+         * next rows (up to A's number of entries) */
         "__builtin_prefetch(&B1_crd_", "__builtin_prefetch(&B_vals_",
-        "__builtin_prefetch(&B1_pos_3[A1_crd_1[sc_min((A1_p_"};
-    golden(&spgemm, g3, 17);
-    /* no byte marks, no per-row clearing of values, no int64 sort */
-    static const char *const g3n[] = {"ws_mark_", "] = (float)0.0;", "sc_k_sort("};
-    absent(&spgemm, g3n, 3);
+        "__builtin_prefetch(&B1_pos_4[A1_crd_1[sc_min((A1_p_",
+        "int64_t A1_len_2 = ops[0]->crd_len[1];", ", A1_len_2) - 1))];"};
+    golden(&spgemm, g3, 20);
+    /* no count phase (no touched list), no byte marks, no per-row clearing of values, no
+     * int64 sort, no dynamic chunks */
+    static const char *const g3n[] = {"ws_list_", "phase 1: count", "ws_mark_", "] = (float)0.0;",
+                                      "sc_k_sort(", "schedule(dynamic"};
+    absent(&spgemm, g3n, 6);
     /* a workspace over two output levels (3-D output) keeps marks + sorted int64 list */
     tcase ws2 = {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "dcc", NULL};
     static const char *const g7[] = {"uint8_t *restrict ws_mark_", "sc_k_sort(ws_list_"};

@@ -391,13 +391,14 @@ static void test_build_and_verify(void)
     char txt[8192];
     size_t n = sc_ir_print(&fn, txt, sizeof txt);
     CHECK(n > 0 && n < sizeof txt);
-    CHECK(strstr(txt, "parallel if (128 <= nrows") != NULL);
-    /* Gustavson workspace: bitmap marks, the count phase unmarks its touched list, the
-     * fill orders the row's coordinates in place in the output */
+    CHECK(strstr(txt, "parallel if ((128 <= nrows") != NULL);
+    /* Gustavson workspace: rows bounded by their multiply counts (no count phase),
+     * bitmap marks, the fill orders the row's coordinates in place in the output, whose
+     * arrays have the bound's size */
     CHECK(strstr(txt, "mark k_") != NULL);
-    CHECK(strstr(txt, "collect ws_list_") != NULL);
+    CHECK(strstr(txt, "collect ws_list_") == NULL);
     CHECK(strstr(txt, "collect sorted out_crd_") != NULL);
-    CHECK(strstr(txt, "alloc_uninit<int32_t>(nnz_") != NULL);
+    CHECK(strstr(txt, "alloc_uninit<int32_t>(bound_") != NULL);
     CHECK(strstr(txt, "sort ws_list") == NULL);
     CHECK(strstr(txt, "prefetch B1_crd_") != NULL);
     CHECK(strstr(txt, "omp for i") != NULL);
