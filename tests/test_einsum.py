@@ -2,6 +2,8 @@
 issue, float32 and float64, int32 and int64 indices, seeded inputs with empty rows."""
 import threading
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -298,3 +300,21 @@ def test_second_process_reuses_the_disk_cache(tmp_path):
     first, second = (tuple(map(int, r.stdout.split())) for r in runs)
     assert first[0] >= 1                      # the first process compiled
     assert second == (0, first[0])            # the second only loaded from disk
+
+
+@pytest.mark.parametrize("expr", ["ij,jk->ik", "ij,kj->ik"])
+def test_sparse_product_stores_only_its_entries(expr):
+    """Whatever the operands' sizes steer the automatic order to, a csr·csr product holds
+    exactly the coordinates that have a product (no order that walks an output column
+    densely and stores every one, zeros included)."""
+    import scipy.sparse as sps
+    rng = np.random.default_rng(7)
+    a = sps.random(400, 50, density=0.6, format="csr", random_state=rng, dtype=np.float64)
+    rows = np.repeat(np.arange(50), 3)
+    b = sps.csr_array((np.ones(150), (rows, np.tile([7, 8, 9], 50))), shape=(50, 20))
+    if expr == "ij,kj->ik":
+        b = sps.random(30, 50, density=0.05, format="csr", random_state=rng)
+    ref = sps.csr_array(a @ (b.T if expr == "ij,kj->ik" else b))
+    C = scorch.einsum(expr, scorch.to_sparse(a, "csr"), scorch.to_sparse(b, "csr"))
+    assert C.nnz == ref.nnz
+    np.testing.assert_allclose(C.to_dense().numpy(), ref.toarray(), rtol=1e-12)

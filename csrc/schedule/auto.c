@@ -11,7 +11,8 @@
  * nnz) (uniformly spread entries); a loop of extent 1 costs nothing (so a size-1
  * dimension never displaces the rows from the outermost, parallel loop).  Added: converting each discordant sparse operand
  * (~10 nnz log nnz), a penalty for dense accesses with a non-unit stride in the innermost
- * loop, and the scatter and sort traffic of a sparse output's workspace.  Sparse
+ * loop, the scatter and sort traffic of a sparse output's workspace, and a penalty above
+ * all else for a sparse output that would store every coordinate of a dense loop.  Sparse
  * constrained indices end up outermost because that is what makes the counts small.
  */
 #include "sched_internal.h"
@@ -65,6 +66,25 @@ static double fanout(const sc_lower_problem *p, const sc_lower_node *n, sc_expr_
     }
 }
 
+/* A sparse output without a workspace whose compressed level's index is walked densely
+ * (no sparse operand thins its loop) stores every coordinate of that loop, zeros
+ * included (A·B in order i,k,j: every (i,k)): a result that much denser than the
+ * product.  Such an order costs more than any other (a penalty, not +inf, so that the
+ * least bad one still wins when all of them do it). */
+static double densified_output(const sc_lower_problem *p, const sc_expr_var *order)
+{
+    uint32_t bound = 0;
+    for (int32_t d = 0; d < p->nvars; d++) {
+        sc_expr_var v = order[d];
+        for (int32_t k = 0; k < p->out_order; k++)
+            if (p->out_lvar[k] == v && p->out_fmt.kind[k] != SC_LEVEL_DENSE &&
+                p->extent[v] > 1 && fanout(p, p->rhs, v, bound) >= (double)p->extent[v])
+                return 1e18;
+        bound |= 1u << v;
+    }
+    return 0;
+}
+
 double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
 {
     sc_sched s;
@@ -109,6 +129,8 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
                 cost += 0.5 * cnt;
         }
     }
+    if (p->out_sparse && s.ws_depth < 0)
+        cost += densified_output(p, order);
     if (s.ws_depth >= 0) {
         double out = cnt < cnt_at_ws * 1e9 ? cnt : cnt_at_ws;
         cost += cnt + 0.5 * out * (1.0 + log2(out + 1.0) / 4.0);
