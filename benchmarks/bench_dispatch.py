@@ -11,6 +11,7 @@
      torch.mm(SparseTensor, X)  the same through torch.mm
      F.linear(X', SparseTensor) the same through F.linear (X' = X^T, contiguous)
      SparseTensor @ X (grad)    A @ X with autograd recording (values require grad)
+     torch.sparse.mm (grad)     torch's own, with A requiring grad (its C++ autograd node)
      torch.einsum               torch.einsum("ij,jk->ik", SparseTensor, X); torch has no
                                 sparse einsum, so its own einsum on the dense A is shown
                                 too.  torch.einsum reaches any tensor subclass through
@@ -86,6 +87,7 @@ def overhead(args):
     X = torch.rand(n, k, generator=g)
     Xt = X.t().contiguous()
     A_t = x.to_sparse_csr()
+    A_tg = x.to_sparse_csr().requires_grad_()
     A = scorch.to_sparse(x, "csr")
     A_g = A.with_values(A.values().clone().requires_grad_())
     kern = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", A="csr", B="dense")
@@ -101,6 +103,7 @@ def overhead(args):
               ("torch.mm(SparseTensor, X)", lambda: torch.mm(A, X)),
               ("F.linear(X', SparseTensor)", lambda: F.linear(Xt, A)),
               ("SparseTensor @ X (grad)", lambda: A_g @ X),
+              ("torch.sparse.mm (grad)", lambda: torch.sparse.mm(A_tg, X)),
               ("torch.einsum(SparseTensor, X)", lambda: torch.einsum("ij,jk->ik", A, X)),
               ("torch.einsum(dense A, X)", lambda: torch.einsum("ij,jk->ik", x, X)),
               ("scorch.einsum", lambda: scorch.einsum("ij,jk->ik", A, X)),
