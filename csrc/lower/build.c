@@ -9,8 +9,10 @@
  * levels are located.  Innermost reductions accumulate into a scalar: over a compressed
  * segment into four independent ones, over a dense range into vectors (operands
  * contiguous along it) or eight/four scalars; factors known before a reduction multiply
- * its sum once.  Dense outputs are stored (not added into) when no reduction variable is
- * bound above the write, and not zero-filled when every element is written; a dense
+ * its sum once.  Entries of a compressed segment that each end in a vector dot product
+ * (SDDMM) are taken 8 at a time, their lane sums by one transpose-and-add tree.  Dense
+ * outputs are stored (not added into) when no reduction variable is bound above the
+ * write, and not zero-filled when every element is written; a dense
  * output row inside reduction loops is computed in register tiles of vector accumulators
  * (SpMM), the reduction loops running once per tile.
  * The parallel outermost loop over the rows of a csr-like operand gives each thread one
