@@ -783,12 +783,6 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
     sc_ir_push(B, out, sc_ir_while(B, cond, sc_ir_assign(B, it->q, true, I(1))));
 }
 
-/*
- * The dense innermost reduction of unrolled_reduction (below) in vectors when every
- * dense operand indexed by v is contiguous along v (SDDMM's rows): two vector
- * accumulators over 2W elements per step, one more vector step, a lane sum, then the
- * scalar rest.
- */
 /* Whether a sum of n over v can load vectors along v: every dense operand in n that is
  * indexed by v reads contiguously along it, and at least one is. */
 static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
@@ -807,6 +801,12 @@ static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
     return any;
 }
 
+/*
+ * The dense innermost reduction of unrolled_reduction (below) in vectors when every
+ * dense operand indexed by v is contiguous along v (SDDMM's rows): two vector
+ * accumulators over 2W elements per step, one more vector step, a lane sum, then the
+ * scalar rest.
+ */
 static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                              sc_ir_list *out)
 {
