@@ -998,8 +998,6 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
     sc_ir_var n1 = newv(L, "N1", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
-    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
-    sc_ir_push(B, out, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
     sc_ir_var pu = newv(L, "pu", SC_IR_I64);
     sc_ir_list body = {0};
     iter t[GROUP];
@@ -1079,9 +1077,11 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         one[r] = sc_ir_for(B, i0->p, r ? V(nmain) : V(lo), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb));
     }
     sc_ir_list grouped = {0};
+    sc_ir_push(B, &grouped, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
+    sc_ir_push(B, &grouped, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
     sc_ir_push(B, &grouped, sc_ir_for(B, pu, V(lo), V(nmain), I(GROUP), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
     sc_ir_push(B, &grouped, one[1]);
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(lo), V(nmain)), sc_ir_list_block(B, &grouped), one[0]));
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(GROUP), BIN(SUB, V(i0->e), V(lo))), sc_ir_list_block(B, &grouped), one[0]));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
 }
