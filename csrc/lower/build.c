@@ -9,8 +9,10 @@
  * levels are located.  Innermost reductions accumulate into a scalar: over a compressed
  * segment into four independent ones, over a dense range into vectors (operands
  * contiguous along it) or eight/four scalars; factors known before a reduction multiply
- * its sum once.  Dense outputs are stored (not added into) when no reduction variable is
- * bound above the write, and not zero-filled when every element is written; a dense
+ * its sum once.  Entries of a compressed segment that each end in a vector dot product
+ * (SDDMM) are taken 8 at a time, their lane sums by one transpose-and-add tree.  Dense
+ * outputs are stored (not added into) when no reduction variable is bound above the
+ * write, and not zero-filled when every element is written; a dense
  * output row inside reduction loops is computed in register tiles of vector accumulators
  * (SpMM), the reduction loops running once per tile.
  * The parallel outermost loop over the rows of a csr-like operand gives each thread one
@@ -820,12 +822,6 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
     sc_ir_push(B, out, sc_ir_while(B, cond, sc_ir_assign(B, it->q, true, I(1))));
 }
 
-/*
- * The dense innermost reduction of unrolled_reduction (below) in vectors when every
- * dense operand indexed by v is contiguous along v (SDDMM's rows): two vector
- * accumulators over 2W elements per step, one more vector step, a lane sum, then the
- * scalar rest.
- */
 /* Whether a sum of n over v can load vectors along v: every dense operand in n that is
  * indexed by v reads contiguously along it, and at least one is. */
 static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
@@ -844,6 +840,12 @@ static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
     return any;
 }
 
+/*
+ * The dense innermost reduction of unrolled_reduction (below) in vectors when every
+ * dense operand indexed by v is contiguous along v (SDDMM's rows): two vector
+ * accumulators over 2W elements per step, one more vector step, a lane sum, then the
+ * scalar rest.
+ */
 static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                              sc_ir_list *out)
 {
@@ -1042,8 +1044,6 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
     sc_ir_var n1 = newv(L, "N1", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
-    sc_ir_push(B, out, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
-    sc_ir_push(B, out, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
     sc_ir_var pu = newv(L, "pu", SC_IR_I64);
     sc_ir_list body = {0};
     iter t[GROUP];
@@ -1123,9 +1123,11 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         one[r] = sc_ir_for(B, i0->p, r ? V(nmain) : V(lo), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb));
     }
     sc_ir_list grouped = {0};
+    sc_ir_push(B, &grouped, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
+    sc_ir_push(B, &grouped, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
     sc_ir_push(B, &grouped, sc_ir_for(B, pu, V(lo), V(nmain), I(GROUP), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
     sc_ir_push(B, &grouped, one[1]);
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(lo), V(nmain)), sc_ir_list_block(B, &grouped), one[0]));
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(GROUP), BIN(SUB, V(i0->e), V(lo))), sc_ir_list_block(B, &grouped), one[0]));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
 }

@@ -374,6 +374,52 @@ static void test_bitmap_ir(void)
     sc_arena_release(&ar);
 }
 
+/* FOLD / LANE: full-width vectors of one type, a power-of-two block width below the lane
+ * count, a lane inside the vector; printed and verified like the other expressions. */
+static void test_fold_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "fold", SC_DTYPE_F32, &err);
+    sc_ir_var x = sc_ir_new_vector(&bld, "x", SC_IR_F32, 16);
+    sc_ir_var s = sc_ir_new_var(&bld, "s", SC_IR_F32, false, false, false);
+    const sc_ir_expr *z = sc_ir_splat(&bld, sc_ir_flt(&bld, 0.0, SC_IR_F32), 16);
+    const sc_ir_expr *xr = sc_ir_var_ref(&bld, x);
+    const sc_ir_stmt *items[2] = {
+        sc_ir_decl(&bld, x, sc_ir_fold(&bld, z, z, 8)),
+        sc_ir_decl(&bld, s, sc_ir_lane(&bld, sc_ir_fold(&bld, xr, xr, 1), 7))};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 2)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    char t[1024];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "fold8(splat(") != NULL);
+    CHECK(strstr(t, "lane7(fold1(x_0, x_0))") != NULL);
+    /* width 16 of a 16-lane vector, 3 (not a power of two), a half vector, mixed types */
+    static const int32_t bad_w[] = {16, 3, 0};
+    for (int i = 0; i < 3; i++) {
+        sc_ir_builder_init(&bld, &ar, &f, "fold2", SC_DTYPE_F32, &err);
+        const sc_ir_expr *v = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 16);
+        CHECK(sc_ir_fold(&bld, v, v, bad_w[i]) == NULL && bld.st == SC_INTERNAL);
+    }
+    sc_ir_builder_init(&bld, &ar, &f, "fold3", SC_DTYPE_F32, &err);
+    const sc_ir_expr *h = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 8);
+    CHECK(sc_ir_fold(&bld, h, h, 2) == NULL && strstr(err.msg, "fold of partial or mixed"));
+    sc_ir_builder_init(&bld, &ar, &f, "fold4", SC_DTYPE_F32, &err);
+    const sc_ir_expr *a = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 16);
+    const sc_ir_expr *d = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F64), 8);
+    CHECK(sc_ir_fold(&bld, a, d, 4) == NULL && bld.st == SC_INTERNAL);
+    sc_ir_builder_init(&bld, &ar, &f, "lane", SC_DTYPE_F32, &err);
+    CHECK(sc_ir_lane(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 0) == NULL &&
+          strstr(err.msg, "lane 0 of a 0-lane value"));
+    sc_ir_builder_init(&bld, &ar, &f, "lane2", SC_DTYPE_F32, &err);
+    a = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 16);
+    CHECK(sc_ir_lane(&bld, a, 16) == NULL && bld.st == SC_INTERNAL);
+    sc_arena_release(&ar);
+}
+
 static void test_build_and_verify(void)
 {
     prob P;
@@ -441,5 +487,6 @@ int main(void)
     test_loop_orders();
     test_schedule_text();
     test_build_and_verify();
+    test_fold_ir();
     return check_report("test_lower");
 }
