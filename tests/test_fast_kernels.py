@@ -71,6 +71,18 @@ def test_spgemm_formats(fa, fb, fo, kind, dtype):
     exact(C, a @ b)
 
 
+def same_as_scipy(C, ref):
+    """C (a csr SparseTensor) holds exactly scipy's product ref: pattern, sorted
+    coordinates, values."""
+    ref = sps.csr_array(ref)
+    ref.sort_indices()
+    got = C.to_scipy()
+    assert np.array_equal(got.indptr, ref.indptr)
+    assert np.array_equal(got.indices, ref.indices)
+    assert np.array_equal(got.data, ref.data)
+    return ref
+
+
 def wide(n_rows, n_cols, per_row, seed, band=None):
     """scipy csr with per_row entries per row of small integer values: uniformly spread
     over n_cols (band None) or within band columns of the diagonal."""
@@ -104,12 +116,7 @@ def test_spgemm_wide_against_scipy(case, it):
                         wide(n - n // 2, 600_000, 40, s + 2, band=2000)]).tocsr()
     C = scorch.einsum("ij,jk->ik", scorch.to_sparse(a, "csr", index_dtype=it),
                       scorch.to_sparse(b, "csr", index_dtype=it))
-    ref = sps.csr_array(a @ b)
-    ref.sort_indices()
-    got = C.to_scipy()
-    assert np.array_equal(got.indptr, ref.indptr)
-    assert np.array_equal(got.indices, ref.indices)
-    assert np.array_equal(got.data, ref.data)
+    same_as_scipy(C, a @ b)
 
 
 def one_pass_case(case, seed):
@@ -151,22 +158,14 @@ def test_spgemm_one_pass(case, threads, it, dtype):
     B = A if b is a else scorch.to_sparse(b, "csr", index_dtype=it)
     nt = torch.get_num_threads()
     torch.set_num_threads(threads)
-    # A·Aᵀ's automatic order depends on the operands it was first compiled for (an earlier
-    # test's small ones take the inner-product order, which stores every column): forced
-    sched = "order(i,j,k) parallel(i) workspace(k)" if case == "aat" else None
     try:
-        C = scorch.einsum(expr, A, B, schedule=sched)
+        C = scorch.einsum(expr, A, B)     # (A·Aᵀ: the workspace order, chosen automatically)
     finally:
         torch.set_num_threads(nt)
-    ref = sps.csr_array(a @ (b.T if expr == "ij,kj->ik" else b))
-    ref.sort_indices()
     assert isinstance(C, scorch.SparseTensor) and C.format.name == "csr"
+    ref = same_as_scipy(C, a @ (b.T if expr == "ij,kj->ik" else b))
     pos, crd = C.indices(1)
     assert pos.dtype == it and crd.numel() == ref.nnz and C.values().numel() == ref.nnz
-    got = C.to_scipy()
-    assert np.array_equal(got.indptr, ref.indptr)
-    assert np.array_equal(got.indices, ref.indices)
-    assert np.array_equal(got.data, ref.data)
 
 
 @pytest.mark.parametrize("dtype", DT)
@@ -196,12 +195,7 @@ def test_spgemm_one_pass_skipped_rows_in_parallel():
                           out_format="csr")
     finally:
         torch.set_num_threads(nt)
-    ref = sps.csr_array(a @ b)
-    ref.sort_indices()
-    got = C.to_scipy()
-    assert np.array_equal(got.indptr, ref.indptr)
-    assert np.array_equal(got.indices, ref.indices)
-    assert np.array_equal(got.data, ref.data)
+    same_as_scipy(C, a @ b)
 
 
 @pytest.mark.parametrize("dtype", DT)

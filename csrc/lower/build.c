@@ -932,6 +932,20 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
     return true;
 }
 
+/* for (p = from; p < the segment's end; p++): the entry at p (its coordinate loaded),
+ * one at a time; NULL if its body cannot be built. */
+static const sc_ir_stmt *one_at_a_time(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                                       const iter *i0, const sc_ir_expr *from)
+{
+    sc_ir_list rb = {0};
+    sc_ir_push(B, &rb, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
+    const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
+    if (!cb)
+        return NULL;
+    sc_ir_push(B, &rb, cb);
+    return sc_ir_for(B, i0->p, from, V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb));
+}
+
 /*
  * The innermost sum over one compressed segment, U entries per iteration into U
  * independent accumulators so the additions do not wait on each other, then the
@@ -991,13 +1005,10 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
     const sc_ir_expr *sum = V(part[1]);
     for (int32_t u = 2; u < U; u++)
         sum = BIN(ADD, sum, V(part[u]));
-    sc_ir_list rb = {0};
-    sc_ir_push(B, &rb, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
-    const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
-    if (!cb)
+    const sc_ir_stmt *rest = one_at_a_time(L, d, n, S, i0, V(nmain));
+    if (!rest)
         return false;
-    sc_ir_push(B, &rb, cb);
-    sc_ir_push(B, out, sc_ir_for(B, i0->p, V(nmain), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb)));
+    sc_ir_push(B, out, rest);
     sc_ir_push(B, out, sc_ir_assign(B, part[0], true, sum));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
@@ -1113,15 +1124,9 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     /* the last entries one at a time; a segment shorter than a group runs only that
      * loop, in a branch of its own (its registers not shared with the group's code) */
     const sc_ir_stmt *one[2];
-    for (int32_t r = 0; r < 2; r++) {
-        sc_ir_list rb = {0};
-        sc_ir_push(B, &rb, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
-        const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
-        if (!cb)
+    for (int32_t r = 0; r < 2; r++)
+        if (!(one[r] = one_at_a_time(L, d, n, S, i0, r ? V(nmain) : V(lo))))
             return false;
-        sc_ir_push(B, &rb, cb);
-        one[r] = sc_ir_for(B, i0->p, r ? V(nmain) : V(lo), V(i0->e), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &rb));
-    }
     sc_ir_list grouped = {0};
     sc_ir_push(B, &grouped, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
     sc_ir_push(B, &grouped, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
