@@ -108,8 +108,8 @@ typedef struct st {
     bool vec;
     sc_expr_var vtile; /* with vec: the variable along which dense operands load vectors */
     int32_t vlanes;    /* with vec or tvn: the lanes of those vectors */
-    const sc_ir_expr *vcount; /* with tvn: NULL, or the lanes of the tile's last vector,
-                                 which is partial (its loads and stores touch only those) */
+    const sc_ir_expr *vcount; /* with tvn: NULL, or the lanes of a last partial tile (the
+                                 loads and stores along it touch only those) */
     bool seen_sparse; /* a loop above iterates stored entries (some coordinates skipped) */
     bool seen_red;    /* a reduction variable is bound above (a coordinate revisited) */
 } st;
@@ -478,8 +478,8 @@ static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
 }
 
 /* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
- * reduction loops, one vector store each.  count (W full): the tile is a row's last, and
- * its last vector has only count lanes, read and written only there. */
+ * reduction loops, one vector store each.  count (g = 1, W full): the tile is the last,
+ * partial one of count lanes, read and written only there. */
 static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
                          const sc_ir_expr *base, int32_t g, int32_t W,
                          const sc_ir_expr *count, sc_ir_list *out)
@@ -498,48 +498,37 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     for (int32_t q = 0; q < g; q++) {
         st U = *S;
         U.cv[j] = BIN(ADD, base, I(q * W));
-        U.vcount = q == g - 1 ? count : NULL;
+        U.vcount = count;
         write_out(L, &U, out, V(T.tv[q]));
     }
 }
 
-/* The tiles of one row: of 4 vectors, then the rest in one tile: (vectors) of as many
- * vectors as it needs, the last partial, or (strided operands) of one vector, then the
- * rest in one local-array tile. */
+/* The tiles of one row: of 4 vectors, of one vector, then the rest: (vectors) one
+ * partial vector of the remaining lanes, or (strided operands) one local-array tile. */
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
     int32_t small = sc_ir_vec_lanes(L->vt), big = 4 * small;
     const sc_ir_expr *N = V(L->ext[j]);
-    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64);
+    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64), ns = newv(L, "Nvec", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
-    sc_ir_var jb = newv(L, "jt", SC_IR_I64);
-    sc_ir_list b1 = {0};
-    if (L->tile_vec)
-        tile_vectors(L, r, n, S, V(jb), 4, small, NULL, &b1);
-    else
-        tile_one(L, r, n, S, V(jb), big, I(big), &b1);
-    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
-    if (L->tile_vec) {
-        /* the rest, R = N - Nbig < 4 vectors: one pass with ceil(R / small) vectors */
-        sc_ir_var rest = newv(L, "Nrest", SC_IR_I64);
-        sc_ir_push(B, out, sc_ir_decl(B, rest, BIN(SUB, N, V(nb))));
-        const sc_ir_stmt *chain = NULL;
-        for (int32_t g = 1; g <= 4; g++) {
-            sc_ir_list t = {0};
-            tile_vectors(L, r, n, S, V(nb), g, small, BIN(SUB, V(rest), I((g - 1) * small)), &t);
-            const sc_ir_expr *lo = BIN(LT, I((g - 1) * small), V(rest));
-            chain = sc_ir_if(B, lo, sc_ir_list_block(B, &t), chain);
-        }
-        sc_ir_push(B, out, chain);
-        return;
-    }
-    sc_ir_var ns = newv(L, "Nvec", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
-    sc_ir_list b2 = {0}, rest = {0};
-    tile_one(L, r, n, S, V(js), small, I(small), &b2);
+    sc_ir_var jb = newv(L, "jt", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
+    sc_ir_list b1 = {0}, b2 = {0};
+    if (L->tile_vec) {
+        tile_vectors(L, r, n, S, V(jb), 4, small, NULL, &b1);
+        tile_vectors(L, r, n, S, V(js), 1, small, NULL, &b2);
+    } else {
+        tile_one(L, r, n, S, V(jb), big, I(big), &b1);
+        tile_one(L, r, n, S, V(js), small, I(small), &b2);
+    }
+    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
     sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
-    tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
+    sc_ir_list rest = {0};
+    if (L->tile_vec)
+        tile_vectors(L, r, n, S, V(ns), 1, small, BIN(SUB, N, V(ns)), &rest);
+    else
+        tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
     sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
 }
 
@@ -1298,7 +1287,6 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             T.vacc = S->tv[q];
             T.vec = true;
             T.vtile = v;
-            T.vcount = q == S->tvn - 1 ? S->vcount : NULL;
             const sc_ir_stmt *body = case_body(L, d, n, &T, it, 0, 0, BIN(ADD, S->tbase, I(q * W)), false);
             if (body)
                 sc_ir_push(B, &out, body);

@@ -475,7 +475,7 @@ static void test_goldens(void)
     tcase spmm = {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g5[] = {
         "sc_vf32 acc_", /* register tiles of the dense output row: vector accumulators */
-        "+= 64) {", "Nrest_", /* tiles of 4 vectors, then the rest in one tile */
+        "+= 64) {", "+= 16) {",
         "+= (v_", "(*(const sc_vf32u *)&B_vals_",
         "*(sc_vf32u *)&out_vals_",
         "sc_vloadn_f32(&B_vals_", "sc_vstoren_f32(&out_vals_", /* one partial vector tile */
