@@ -28,7 +28,8 @@ def rows_of_every_length(n_rows, n_cols, dtype, seed):
 
 
 # widths around the f32 tiles (16, 64) and the f64 ones (8, 32)
-WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 80, 100, 129]
+WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 48, 49, 63, 64, 65, 80,
+          100, 112, 129]
 
 
 @pytest.mark.parametrize("dtype", DT)
