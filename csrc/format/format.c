@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static void identity(sc_format *f, int32_t order)
+void sc_fmt_dense(int32_t order, sc_format *f)
 {
     memset(f, 0, sizeof *f);
     f->order = order;
@@ -25,7 +25,7 @@ static void identity(sc_format *f, int32_t order)
 
 static bool named(const char *name, int32_t order, sc_format *f)
 {
-    identity(f, order);
+    sc_fmt_dense(order, f);
     if (!strcmp(name, "dense"))
         return true;
     if (!strcmp(name, "csf")) {
@@ -99,7 +99,7 @@ sc_status sc_fmt_parse(const char *spec, int32_t order, sc_format *out, sc_error
         return sc_fmt_check(out, err);
     }
 
-    identity(out, order);
+    sc_fmt_dense(order, out);
     int32_t n = 0;
     const char *s = spec;
     while (*s) {

@@ -32,6 +32,9 @@ enum {
  */
 sc_status sc_fmt_parse(const char *spec, int32_t order, sc_format *out, sc_error *err);
 
+/* The all-dense format of the given order, levels in dimension order (the "dense" name). */
+void sc_fmt_dense(int32_t order, sc_format *out);
+
 /* Structural legality of a format (order range, permutation, singleton placement). */
 sc_status sc_fmt_check(const sc_format *f, sc_error *err);
 

@@ -16,6 +16,7 @@
  *     dense; otherwise dense indices first (in output order), then compressed ones.
  */
 #include "sc_lower.h"
+#include "../format/sc_format.h"
 
 #include <string.h>
 
@@ -88,16 +89,6 @@ static void from_access(const sc_lower_problem *p, int32_t a, sc_format *out)
     }
 }
 
-static void dense(const sc_lower_problem *p, sc_format *out)
-{
-    memset(out, 0, sizeof *out);
-    out->order = p->out_order;
-    for (int32_t k = 0; k < out->order; k++) {
-        out->kind[k] = SC_LEVEL_DENSE;
-        out->unique[k] = 1;
-        out->lvl2dim[k] = k;
-    }
-}
 
 void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
 {
@@ -106,7 +97,7 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
         from_access(p, a, out);
         return;
     }
-    dense(p, out);
+    sc_fmt_dense(p->out_order, out);
     for (int32_t i = 0; i < p->naccess; i++) {
         const sc_lower_access *ac = &p->acc[i];
         if (p->ops[ac->operand].sparse)

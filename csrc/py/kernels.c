@@ -221,12 +221,7 @@ static int parse_torch_dense(PyObject *module, Py_ssize_t i, PyObject *x, sc_ten
         return -1;
     t->nvals = total;
     t->index_type = SC_INDEX_I32;
-    t->fmt.order = order;
-    for (int32_t d = 0; d < order; d++) {
-        t->fmt.kind[d] = SC_LEVEL_DENSE;
-        t->fmt.unique[d] = 1;
-        t->fmt.lvl2dim[d] = d;
-    }
+    sc_fmt_dense(order, &t->fmt);
     return 0;
 }
 

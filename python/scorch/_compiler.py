@@ -59,9 +59,9 @@ class Schedule:
 
 
 def _dense_operand(x: torch.Tensor, dtype):
-    """(desc, signature) for a dense tensor; desc is the
-    tensor itself when it is contiguous (the extension reads its data pointer and shape),
-    else (shape, fmt, pos, crd, values array, index) of a permuted view or a copy."""
+    """(desc, signature) for a dense tensor; desc is the tensor itself when it is
+    contiguous (the extension reads its data pointer and shape), else (shape, fmt, pos,
+    crd, values array, index) of a permuted view or a copy."""
     if not x.is_cpu:
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
     if x.dtype is not dtype:
@@ -107,8 +107,8 @@ _DENSE_SIG = {n: _dense_kind(n, None)[2] for n in range(1, _C.MAX_ORDER + 1)}
 
 
 def _sparse_operand(a: SparseTensor, dtype):
-    """(desc, signature).  A SparseTensor's own arrays are
-    described and parsed once per tensor (_C.prepare; its arrays never change identity)."""
+    """(desc, signature).  A SparseTensor's own arrays are described and parsed once per
+    tensor (_C.prepare; its arrays never change identity)."""
     vals = a._values
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
@@ -186,9 +186,10 @@ _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
     kernel, how, fmt, index_dtype, _ = entry
+    threads = torch.get_num_threads()
     if how == _OUT_DENSE:
-        return _C.run(kernel, descs, torch.get_num_threads(), True)
-    shape, (pos, crd, vals) = _C.run(kernel, descs, torch.get_num_threads())
+        return _C.run(kernel, descs, threads, True)
+    shape, (pos, crd, vals) = _C.run(kernel, descs, threads)
     if how == _OUT_SPARSE:
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
     if how == _OUT_SCALAR:
@@ -223,10 +224,10 @@ def _output_order(lang, expr: str) -> int:
     return len([t for t in inside.split(",") if t.strip()])
 
 
-# (lang, expr, operand signatures (a sparse operand's include its _size_class), out format,
-# schedule) -> (kernel, what _run does with
-# its result, out Format, index dtype, ((operand, Format it is transposed to), ...)): a
-# warm call skips the C compiler's lookup and the description of the result.
+# (lang, expr, operand signatures (a sparse operand's includes its _size_class), out
+# format, schedule) -> (kernel, what _run does with its result, out Format, index dtype,
+# ((operand, Format it is transposed to), ...)): a warm call skips the C compiler's lookup
+# and the description of the result.
 _KERNELS: dict = {}
 
 

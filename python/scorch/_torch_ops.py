@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ._compiler import _LANG_INDEX, _compile, _einsum_run, _run
+from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run
 from ._compiler import einsum as _raw_einsum
 from ._format import _format_from_tuple
 from . import _tensor
@@ -632,14 +632,14 @@ def sparse_dense_product(exprs, a, b):
     if expr is None or b.layout is not _STRIDED or (
             torch.is_grad_enabled() and (a._values.requires_grad or b.requires_grad)):
         return None
-    if not b.is_contiguous() and b.dim() == 2:
-        # A @ X.t(): a row-major copy of X (one pass) lets the kernel run in register
-        # tiles along X's rows; on the column-major view it would be one SpMV per column
-        b = b.contiguous()
-    return _einsum_run(expr, (a, b))
+    return _einsum_run(expr, (a, _row_major(b)))
 
 
-_STRIDED = torch.strided
+def _row_major(b):
+    """A @ X.t(): a row-major copy of a 2-D dense X (one pass) lets the kernel run in
+    register tiles along X's rows; on the column-major view it would be one SpMV per
+    column."""
+    return b.contiguous() if b.dim() == 2 and not b.is_contiguous() else b
 
 
 def _product(name, exprs, a, b):
@@ -658,9 +658,8 @@ def _product(name, exprs, a, b):
             if not _is_sparse(x) and x.layout is not torch.strided:
                 refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
-    if b.dim() == 2 and type(a) is SparseTensor and not _is_sparse(b) and \
-            not b.is_contiguous():
-        b = b.contiguous()       # (as in sparse_dense_product)
+    if type(a) is SparseTensor and not _is_sparse(b):
+        b = _row_major(b)
     if torch.is_grad_enabled() and (
             (a._values if isinstance(a, SparseTensor) else a).requires_grad or
             (b._values if isinstance(b, SparseTensor) else b).requires_grad):
