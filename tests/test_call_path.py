@@ -147,3 +147,58 @@ def test_kernel_cache_key_sees_size_class():
         torch.testing.assert_close(A @ X, x @ X)
         keys.append(A._desc[1])
     assert keys[0] != keys[1] and keys[1] == keys[2]
+
+
+# ---- the remembered kernel (SparseTensor._kernels) ------------------------------------
+
+def test_remembered_kernel_follows_each_call_s_operands():
+    """The second call of an expression on the same A runs the kernel the first call
+    compiled; dense operands that do not fit it (another dtype, a strided view, other
+    sizes) must take the general route, not a wrong kernel."""
+    A, x, X = _pair(n=6, m=8, k=4)
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
+    assert "ij,jk->ik" in A._kernels
+    X64 = X.double()
+    got = scorch.einsum("ij,jk->ik", A, X64)              # promotes to float64
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, x.double() @ X64)
+    Xt = torch.rand(4, 8).t()                            # column-major view
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, Xt), x @ Xt)
+    X5 = torch.rand(8, 5)                                # other dense sizes, same kernel
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X5), x @ X5)
+    with pytest.raises(ValueError):
+        scorch.einsum("ij,jk->ik", A, torch.rand(7, 4))  # j disagrees
+    v = torch.rand(8)
+    torch.testing.assert_close(scorch.einsum("ij,j->i", A, v), x @ v)   # another expression
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
+    with torch.no_grad():
+        A._values.mul_(3)
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), (3 * x) @ X)
+
+
+def test_remembered_kernel_is_per_tensor():
+    A, x, X = _pair(n=6, m=8, k=4)
+    B = scorch.to_sparse(torch.eye(8)[:, :8], "csc")      # another format, same expression
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", B, X), X)
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
+
+
+def test_scorch_einsum_records_autograd():
+    A, x, X = _pair(torch.float64, n=6, m=8, k=4)
+    A.requires_grad_()
+    X.requires_grad_()
+    Y = scorch.einsum("ij,jk->ik", A, X)
+    assert Y.requires_grad
+    Y.square().sum().backward()
+    xd = x.clone().requires_grad_()
+    Xd = X.detach().clone().requires_grad_()
+    (xd @ Xd).square().sum().backward()
+    torch.testing.assert_close(X.grad, Xd.grad)
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * (x != 0))
+    with pytest.raises(ValueError, match="schedule"):
+        scorch.einsum("ij,jk->ik", A, X, schedule="order(i,j,k)")
+    with torch.no_grad():
+        Y = scorch.einsum("ij,jk->ik", A, X, schedule="order(i,j,k)")
+    assert not Y.requires_grad
+    torch.testing.assert_close(Y, x @ X.detach())

@@ -48,6 +48,16 @@ static const char *const PRELUDE[] = {
     "    return q[0][0] + q[0][1];\n}\n",
     /* the first n lanes of a vector from / to memory (1 <= n <= lanes), nothing past them
      * touched: masked moves with AVX-512, lane by lane elsewhere */
+    /* a loop the C compiler must not vectorize (IR "scalar"): a pragma before it where
+     * the compiler has one, an empty asm statement in its body otherwise (gcc < 14 has no
+     * per-loop switch; its vectorizer gives up on a loop with an asm statement) */
+    "#if defined(__clang__)\n"
+    "#define SC_NOVEC _Pragma(\"clang loop vectorize(disable)\")\n#define SC_NOVEC_BODY\n"
+    "#elif defined(__GNUC__) && __GNUC__ >= 14\n"
+    "#define SC_NOVEC _Pragma(\"GCC novector\")\n#define SC_NOVEC_BODY\n"
+    "#else\n"
+    "#define SC_NOVEC\n#define SC_NOVEC_BODY __asm__(\"\");\n"
+    "#endif\n"
     "#ifdef __AVX512F__\n"
     "#define SC_MASK(n) ((1u << (n)) - 1u)\n"
     "static inline sc_vf32 sc_vloadn_f32(const float *p, int64_t n)\n"
@@ -496,6 +506,10 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             pr(m, "\n");
             indent(m, ind);
         }
+        if (s->scalar) {
+            pr(m, "SC_NOVEC\n");
+            indent(m, ind);
+        }
         sc_cg_printf(m->out, "for (%s %s = ", ctype(v->type), v->name);
         expr(m, s->a);
         sc_cg_printf(m->out, "; %s < ", v->name);
@@ -506,6 +520,10 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             sc_cg_printf(m->out, "; %s += ", v->name);
             expr(m, s->c);
             pr(m, ") {\n");
+        }
+        if (s->scalar) {
+            indent(m, ind + 1);
+            pr(m, "SC_NOVEC_BODY\n");
         }
         stmt(m, s->body, ind + 1);
         indent(m, ind);

@@ -711,6 +711,18 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
     return s;
 }
 
+const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s)
+{
+    if (!need(b, s, "scalar loop"))
+        return NULL;
+    if (s->kind != SC_IR_S_FOR) {
+        sc_ir_fail(b, SC_INTERNAL, "only a loop can be marked scalar");
+        return NULL;
+    }
+    ((sc_ir_stmt *)s)->scalar = true;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
                                      const sc_ir_expr *work, const sc_ir_stmt *body)

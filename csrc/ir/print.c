@@ -181,6 +181,8 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         }
         if (st->balanced)
             put(s, " balanced by %s", fn->vars[st->bal].name);
+        if (st->scalar)
+            put(s, " scalar");
         put(s, ":\n");
         stmt(s, fn, st->body, ind + 1);
         break;

@@ -942,7 +942,9 @@ static const sc_ir_stmt *one_at_a_time(lb *L, int32_t d, const sc_lower_node *n,
  * vector of a one-vector register tile (SpMM's row at K = 16 f32: U = 2, the loop right
  * above the tile's lanes).  A scalar segment shorter than SHORT_SEGMENT runs as the one
  * plain loop: for rows of a few entries the unrolled loop's setup and its reduction of the
- * partial sums cost more than they save.
+ * partial sums cost more than they save.  Scalar sums run as scalar loops: gcc would
+ * otherwise vectorize them with gathers and an in-order lane reduction (f32 SpMV 1.5-1.8x
+ * slower on bcsstk16 and wiki-Vote).
  */
 #define SHORT_SEGMENT 8
 
@@ -990,14 +992,16 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
             return false;
         sc_ir_push(B, &body, cb);
     }
-    sc_ir_push(B, out, sc_ir_for(B, pu, V(lo), V(nmain), I(U), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    /* scalar sums: not for the C compiler to vectorize again (see sc_ir_scalar) */
+    const sc_ir_stmt *unrolled = sc_ir_for(B, pu, V(lo), V(nmain), I(U), SC_IR_SEQ, 0, sc_ir_list_block(B, &body));
+    sc_ir_push(B, out, vec ? unrolled : sc_ir_scalar(B, unrolled));
     const sc_ir_expr *sum = V(part[1]);
     for (int32_t u = 2; u < U; u++)
         sum = BIN(ADD, sum, V(part[u]));
     const sc_ir_stmt *rest = one_at_a_time(L, d, n, S, i0, V(nmain));
     if (!rest)
         return false;
-    sc_ir_push(B, out, rest);
+    sc_ir_push(B, out, vec ? rest : sc_ir_scalar(B, rest));
     sc_ir_push(B, out, sc_ir_assign(B, part[0], true, sum));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;

@@ -14,8 +14,9 @@ from ._C import CompileError
 from ._convert import from_components, from_edge_index, to_sparse
 from ._format import Format
 from ._tensor import SparseTensor, _rebuild
-from ._compiler import Kernel, Schedule, einsum, explain, kernel
+from ._compiler import Kernel, Schedule, explain, kernel
 from . import _torch_ops  # noqa: F401  (the torch-op routing SparseTensor uses)
+from ._torch_ops import einsum
 from . import nn
 from ._dispatch import disable, enable, enabled, is_enabled
 

@@ -318,19 +318,42 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
 
 
 def einsum(expr: str, *operands, out_format=None, schedule=None):
-    """Evaluate an einsum expression over sparse and dense operands with a compiled kernel.
-
-    ``scorch.einsum("ij,jk->ik", A, X)`` with ``A`` a SparseTensor in any format.  The
-    output format is inferred (dense unless the result keeps sparsity, e.g. SDDMM keeps the
-    sampling operand's pattern, CSR @ CSR gives CSR) or set with ``out_format``; a dense
-    result is a plain torch.Tensor.  ``schedule`` (a Schedule or its text) forces a
-    schedule instead of the automatic one.
-    """
+    """One compiled kernel for an einsum expression, recording no autograd: what
+    scorch.einsum (scorch._torch_ops.einsum) and the backward kernels run."""
     return _einsum_run(expr, operands, out_format, schedule)
 
 
 def _einsum_run(expr, operands, out_format=None, schedule=None):
-    """einsum with the operands as a sequence (the form scorch's own callers have)."""
+    """einsum with the operands as a sequence (the form scorch's own callers have).
+
+    A SparseTensor first operand followed by plain tensors remembers the kernel its last
+    call of ``expr`` ran (``_kernels``), and the next call runs it without building the
+    signature and cache key again: on a cold cache (after other work has swept it) those
+    Python steps cost ~30 us, more than a small kernel.  The extension checks the dense
+    operands against the kernel (dtype, dimensions, sizes, contiguity); where one does not
+    fit (a dtype to promote, a strided view) the general route runs instead."""
+    a = operands[0] if operands else None
+    if type(a) is SparseTensor and out_format is None and schedule is None:
+        memo = a._kernels
+        hit = memo.get(expr) if memo is not None else None
+        if hit is not None and hit[0] == len(operands):
+            descs = [a._desc[0]]
+            for x in operands[1:]:
+                if type(x) is not torch.Tensor:
+                    break
+                descs.append(x)
+            else:
+                try:
+                    return _run(hit[1], descs)
+                except (TypeError, ValueError):
+                    pass  # the general route runs it, or says what is wrong
+        entry, descs = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
+        if (a._desc is not None and descs[0] is a._desc[0] and
+                all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
+            if memo is None or len(memo) >= 16:
+                memo = a._kernels = {}
+            memo[expr] = (len(operands), entry)
+        return _run(entry, descs)
     return _run(*_compile(_LANG_EINSUM, expr, operands, out_format, schedule))
 
 

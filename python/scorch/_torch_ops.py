@@ -293,12 +293,27 @@ def _einsum_grad(spec, i, ops, G, v):
     return r.to(v.dtype)
 
 
-def einsum(expr: str, *ops, out_format=None):
-    """scorch.einsum with autograd (through the values of sparse operands)."""
+def einsum(expr: str, *ops, out_format=None, schedule=None):
+    """Evaluate an einsum expression over sparse and dense operands with a compiled kernel.
+
+    ``scorch.einsum("ij,jk->ik", A, X)`` with ``A`` a SparseTensor in any format.  The
+    output format is inferred (dense unless the result keeps sparsity, e.g. SDDMM keeps the
+    sampling operand's pattern, CSR @ CSR gives CSR) or set with ``out_format``; a dense
+    result is a plain torch.Tensor.  ``schedule`` (a Schedule or its text) forces a
+    schedule instead of the automatic one.  Autograd records through the values of sparse
+    operands and through dense operands, as for ``torch.einsum``; the backward kernels
+    are scheduled automatically, so ``schedule`` is refused while autograd records.
+    """
+    if not isinstance(expr, str):
+        raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     ins, out, canon = _parse(expr)
     if _recording(ops):
+        if schedule is not None:
+            raise ValueError("scorch.einsum: schedule= sets one kernel's schedule, but autograd "
+                             "is recording (its backward kernels are other expressions); run "
+                             "it under torch.no_grad() or drop schedule=")
         return _einsum_autograd(ins, out, canon, ops, out_format)
-    return _einsum_run(canon, ops, out_format)
+    return _einsum_run(canon, ops, out_format, schedule)
 
 
 def _contract(expr, ops):
