@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -235,13 +236,18 @@ class Bench:
         self.probes = probes
         self.rows = []
         self.skipped = []
-        self.repeat, self.budget = (3, 0.5) if args.quick else (7, 2.0)
+        self.repeat, self.budget = (7, 0.5) if args.quick else (9, 2.0)
+        self.order_rng = random.Random(0)
 
     def time_all(self, fns, big=False):
-        """Medians (s) of each candidate, timed round-robin (one call of each per round, after
+        """Medians (s) of each candidate, timed in rounds (one call of each per round, after
         one warm-up call each) so that drifting machine load hits every candidate alike.  The
-        order rotates every round: whoever runs first after another library's call finds the
-        shared OpenMP pool asleep (tens of microseconds to wake), and that cost is shared."""
+        order is a fresh permutation every round (seeded): the call after another
+        library's finds the shared OpenMP pool asleep, and the call after the dense
+        baseline finds every cache swept, so no candidate may always follow the same one.
+        (Rotating one list keeps each candidate's predecessor: scorch, listed first,
+        followed the dense baseline in 3 of 4 rounds, up to 2x its warm time on small
+        matrices.)"""
         repeat = (3 if self.args.quick else 5) if big else self.repeat
         budget = self.budget * (2 if big else 1) * len(fns)
         for fn in fns.values():
@@ -250,7 +256,8 @@ class Bench:
         spent = 0.0
         items = list(fns.items())
         for r in range(repeat):
-            for k, fn in items[r % len(items):] + items[:r % len(items)]:
+            self.order_rng.shuffle(items)
+            for k, fn in items:
                 t0 = time.perf_counter()
                 fn()
                 dt = time.perf_counter() - t0
