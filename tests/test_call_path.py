@@ -202,3 +202,20 @@ def test_scorch_einsum_records_autograd():
         Y = scorch.einsum("ij,jk->ik", A, X, schedule="order(i,j,k)")
     assert not Y.requires_grad
     torch.testing.assert_close(Y, x @ X.detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_results_on_huge_page_allocations(dtype):
+    """Results of 4 MB or more come from 2 MiB-aligned allocations advised as huge
+    pages; they must still be whole, writable, and freed with the tensor."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.rand(1500, 200, generator=g, dtype=dtype)
+    x[x < 0.9] = 0
+    A, X = scorch.to_sparse(x, "csr"), torch.rand(200, 700, generator=g, dtype=dtype)
+    for _ in range(3):                        # allocated and freed more than once
+        Y = A @ X
+        assert Y.numel() * Y.element_size() >= 4 << 20
+        torch.testing.assert_close(Y, x @ X)
+        Y.add_(1)
+    C = scorch.einsum("ij,kj->ik", A, A)      # a sparse output reserved at its bound
+    torch.testing.assert_close(C.to_dense(), x @ x.t())
