@@ -219,3 +219,10 @@ def test_large_results_on_huge_page_allocations(dtype):
         Y.add_(1)
     C = scorch.einsum("ij,kj->ik", A, A)      # a sparse output reserved at its bound
     torch.testing.assert_close(C.to_dense(), x @ x.t())
+
+
+def test_einsum_errors_quote_the_callers_text():
+    A = scorch.to_sparse(torch.eye(3), "csr")
+    with pytest.raises(ValueError) as e:
+        scorch.einsum("ij,jk>ik", A, torch.rand(3, 2))
+    assert "\n    ij,jk>ik\n" in str(e.value) + "\n"

@@ -306,14 +306,13 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     """
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
-    ins, out, canon = _parse(expr)
     if _recording(ops):
         if schedule is not None:
             raise ValueError("scorch.einsum: schedule= sets one kernel's schedule, but autograd "
                              "is recording (its backward kernels are other expressions); run "
                              "it under torch.no_grad() or drop schedule=")
-        return _einsum_autograd(ins, out, canon, ops, out_format)
-    return _einsum_run(canon, ops, out_format, schedule)
+        return _einsum_autograd(*_parse(expr), ops, out_format)
+    return _einsum_run(expr, ops, out_format, schedule)   # (errors quote the caller's text)
 
 
 def _contract(expr, ops):
