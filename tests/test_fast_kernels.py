@@ -136,6 +136,8 @@ def one_pass_case(case, seed):
     if case == "aat":             # rectangular A·Aᵀ, read as ij,kj->ik
         a = wide(900, 3000, 25, seed)
         return a, a, "ij,kj->ik"
+    if case == "denser_than_wide":  # 1200 products a row, 40 columns: bounds clamp to 40
+        return wide(4000, 200, 60, seed), wide(200, 40, 20, seed + 1), "ij,jk->ik"
     if case == "no_entries":      # many rows, nothing to multiply
         return sps.csr_array((3000, 40)), wide(40, 60, 5, seed), "ij,jk->ik"
     a = wide(2500, 2500, 8, seed)  # "uniform": bound close to the entry count
@@ -146,7 +148,7 @@ def one_pass_case(case, seed):
 @pytest.mark.parametrize("it", IT)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", ["tiny_and_huge", "all_collide", "aat", "no_entries",
-                                  "uniform"])
+                                  "uniform", "denser_than_wide"])
 def test_spgemm_one_pass(case, threads, it, dtype):
     """Exactly scipy's product (pattern, sorted unique coordinates, values) on one thread
     and on two (rows balanced by multiply count, runs packed and moved together), and

@@ -1707,12 +1707,17 @@ static bool onepass_output(lb *L, sc_ir_list *top, const st *S, sc_ir_var fail,
     if (!bound || !L->bound_ok)
         return false;
     const sc_ir_expr *rows1 = BIN(ADD, V(L->nrows), I(1));
-    sc_ir_push(B, top, sc_ir_comment(B, "phase 1: bound the entries of each row by its multiply count"));
+    sc_ir_push(B, top, sc_ir_comment(B, "phase 1: bound the entries of each row by its multiply count "
+                                        "(and by the row's extent)"));
     sc_ir_push(B, top, bound);
+    /* a row holds at most one entry per coordinate of its level: rows denser than that
+     * (a hub row of a power-law graph) reserve no more */
     sc_ir_var r = newv(L, "r", SC_IR_I64);
+    const sc_ir_expr *row = sc_ir_load(B, L->cnt[k], BIN(ADD, V(r), I(1)));
     sc_ir_push(B, top, sc_ir_for(B, r, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0,
-                                 sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), true,
-                                             sc_ir_load(B, L->cnt[k], V(r)))));
+                                 sc_ir_store(B, L->cnt[k], BIN(ADD, V(r), I(1)), false,
+                                             BIN(ADD, BIN(MIN, row, V(L->ext[p->out_lvar[k]])),
+                                                 sc_ir_load(B, L->cnt[k], V(r))))));
     L->ftot = newv(L, "bound", SC_IR_I64);
     sc_ir_push(B, top, sc_ir_decl(B, L->ftot, sc_ir_load(B, L->cnt[k], V(L->nrows))));
     /* zero-filled: rows the fill never visits (an outer level that skips some) are

@@ -511,7 +511,8 @@ static void test_goldens(void)
     tcase spgemm = {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g3[] = {
         /* one pass: rows bounded by their multiply counts, no count phase */
-        "/* phase 1: bound the entries of each row by its multiply count */",
+        "/* phase 1: bound the entries of each row by its multiply count (and by the row's extent) */",
+        "= (sc_min(cnt_",
         "+= (B1_end_",
         "#pragma omp parallel num_threads(nt_) if(((128 <= nrows_",
         "<= bound_", /* one thread when the multiply count is small */
@@ -530,7 +531,7 @@ static void test_goldens(void)
         "__builtin_prefetch(&B1_crd_", "__builtin_prefetch(&B_vals_",
         "__builtin_prefetch(&B1_pos_4[A1_crd_1[sc_min((A1_p_",
         "int64_t A1_len_2 = ops[0]->crd_len[1];", ", A1_len_2) - 1))];"};
-    golden(&spgemm, g3, 20);
+    golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
     /* no count phase (no touched list), no byte marks, no per-row clearing of values, no
      * int64 sort, no dynamic chunks */
     static const char *const g3n[] = {"ws_list_", "phase 1: count", "ws_mark_", "] = (float)0.0;",
