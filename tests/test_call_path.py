@@ -226,3 +226,17 @@ def test_einsum_errors_quote_the_callers_text():
     with pytest.raises(ValueError) as e:
         scorch.einsum("ij,jk>ik", A, torch.rand(3, 2))
     assert "\n    ij,jk>ik\n" in str(e.value) + "\n"
+
+
+def test_kernel_objects_remember_their_kernel_per_settings():
+    A, x, X = _pair(n=6, m=8, k=4)
+    k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", A="csr", B="dense")
+    torch.testing.assert_close(k(A, X), x @ X)
+    torch.testing.assert_close(k(A, X.double()), x.double() @ X.double())   # promotes
+    k.schedule = "order(i,j,k)"                  # other settings: another kernel
+    torch.testing.assert_close(k(A, X), x @ X)
+    assert len(A._kernels) == 2
+    k2 = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", out_format="csr")
+    C = k2(A, X)                                  # a sparse output this time
+    assert isinstance(C, scorch.SparseTensor)
+    torch.testing.assert_close(C.to_dense(), x @ X)

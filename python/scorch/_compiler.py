@@ -324,37 +324,46 @@ def einsum(expr: str, *operands, out_format=None, schedule=None):
 
 
 def _einsum_run(expr, operands, out_format=None, schedule=None):
-    """einsum with the operands as a sequence (the form scorch's own callers have).
-
-    A SparseTensor first operand followed by plain tensors remembers the kernel its last
-    call of ``expr`` ran (``_kernels``), and the next call runs it without building the
-    signature and cache key again: on a cold cache (after other work has swept it) those
-    Python steps cost ~30 us, more than a small kernel.  The extension checks the dense
-    operands against the kernel (dtype, dimensions, sizes, contiguity); where one does not
-    fit (a dtype to promote, a strided view) the general route runs instead."""
-    a = operands[0] if operands else None
-    if type(a) is SparseTensor and out_format is None and schedule is None:
-        memo = a._kernels
-        hit = memo.get(expr) if memo is not None else None
-        if hit is not None and hit[0] == len(operands):
-            descs = [a._desc[0]]
-            for x in operands[1:]:
-                if type(x) is not torch.Tensor:
-                    break
-                descs.append(x)
-            else:
-                try:
-                    return _run(hit[1], descs)
-                except (TypeError, ValueError):
-                    pass  # the general route runs it, or says what is wrong
-        entry, descs = _compile(_LANG_EINSUM, expr, operands, out_format, schedule)
-        if (a._desc is not None and descs[0] is a._desc[0] and
-                all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
-            if memo is None or len(memo) >= 16:
-                memo = a._kernels = {}
-            memo[expr] = (len(operands), entry)
-        return _run(entry, descs)
+    """einsum with the operands as a sequence (the form scorch's own callers have)."""
+    if out_format is None and schedule is None:
+        return _remembered_run(expr, _LANG_EINSUM, expr, operands, None, None)
     return _run(*_compile(_LANG_EINSUM, expr, operands, out_format, schedule))
+
+
+_REMEMBERED = 16   # kernels a SparseTensor remembers (einsum texts, Kernel objects)
+
+
+def _remembered_run(key, lang, expr, operands, out_format, schedule):
+    """Run ``expr`` over ``operands``.  A SparseTensor first operand followed by plain
+    tensors remembers the kernel its last call under ``key`` ran (``_kernels``), and the
+    next call runs it without building the signature and cache key again: on a cold
+    cache (after other work has swept it) those Python steps cost ~30 us, more than a
+    small kernel.  The extension checks the dense operands against the kernel (dtype,
+    dimensions, sizes, contiguity); where one does not fit (a dtype to promote, a
+    strided view) the general route runs instead."""
+    a = operands[0] if operands else None
+    if type(a) is not SparseTensor:
+        return _run(*_compile(lang, expr, operands, out_format, schedule))
+    memo = a._kernels
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] == len(operands):
+        descs = [a._desc[0]]
+        for x in operands[1:]:
+            if type(x) is not torch.Tensor:
+                break
+            descs.append(x)
+        else:
+            try:
+                return _run(hit[1], descs)
+            except (TypeError, ValueError):
+                pass  # the general route runs it, or says what is wrong
+    entry, descs = _compile(lang, expr, operands, out_format, schedule)
+    if (a._desc is not None and descs[0] is a._desc[0] and
+            all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
+        if memo is None or len(memo) >= _REMEMBERED:
+            memo = a._kernels = {}
+        memo[key] = (len(operands), entry)
+    return _run(entry, descs)
 
 
 class Kernel:
@@ -395,8 +404,10 @@ class Kernel:
 
     def __call__(self, *operands):
         self._check(operands)
-        return _run(*_compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                              self.schedule))
+        key = (_LANG_INDEX, self.notation, _out_key(self.out_format),
+               None if self.schedule is None else str(self.schedule))
+        return _remembered_run(key, _LANG_INDEX, self.notation, operands, self.out_format,
+                               self.schedule)
 
     def explain(self, *operands) -> str:
         entry, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,

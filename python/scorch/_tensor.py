@@ -59,7 +59,7 @@ class SparseTensor(torch.Tensor):
         self._shape = tuple(shape)
         self._desc = None  # (prepared operand, signature) once computed (_compiler)
         self._transposed = None  # {Format: (values version, copy)}: _compiler._transposed
-        self._kernels = None  # {einsum text: (operand count, entry)}: _compiler._einsum_run
+        self._kernels = None  # {einsum text or kernel key: (operand count, entry)}: _compiler
         return self
 
     @classmethod
