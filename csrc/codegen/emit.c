@@ -46,8 +46,6 @@ static const char *const PRELUDE[] = {
     "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
     "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n"
     "    return q[0][0] + q[0][1];\n}\n",
-    /* the first n lanes of a vector from / to memory (1 <= n <= lanes), nothing past them
-     * touched: masked moves with AVX-512, lane by lane elsewhere */
     /* a loop the C compiler must not vectorize (IR "scalar"): a pragma before it where
      * the compiler has one, an empty asm statement in its body otherwise (gcc < 14 has no
      * per-loop switch; its vectorizer gives up on a loop with an asm statement) */
@@ -58,6 +56,8 @@ static const char *const PRELUDE[] = {
     "#else\n"
     "#define SC_NOVEC\n#define SC_NOVEC_BODY __asm__(\"\");\n"
     "#endif\n"
+    /* the first n lanes of a vector from / to memory (1 <= n <= lanes), nothing past them
+     * touched: masked moves with AVX-512, lane by lane elsewhere */
     "#ifdef __AVX512F__\n"
     "#define SC_MASK(n) ((1u << (n)) - 1u)\n"
     "static inline sc_vf32 sc_vloadn_f32(const float *p, int64_t n)\n"
