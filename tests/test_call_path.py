@@ -240,3 +240,25 @@ def test_kernel_objects_remember_their_kernel_per_settings():
     C = k2(A, X)                                  # a sparse output this time
     assert isinstance(C, scorch.SparseTensor)
     torch.testing.assert_close(C.to_dense(), x @ X)
+
+
+def test_freed_large_results_are_reused_without_stale_values():
+    """A freed result of 4 MB or more is kept for the next one of about its size: the
+    next product gets the same memory, and whatever the old values were, rows the new
+    product leaves empty read as zeros."""
+    g = torch.Generator().manual_seed(12)
+    full = torch.rand(1500, 200, generator=g) + 1          # every row stored
+    holes = full.clone()
+    holes[::3] = 0                                         # every third row empty
+    X = torch.rand(200, 700, generator=g)
+    A, H = scorch.to_sparse(full, "csr"), scorch.to_sparse(holes, "dcsr")
+    Y = A @ X
+    first = Y.data_ptr()
+    del Y
+    Z = H @ X
+    assert Z.data_ptr() == first                           # the kept block, reused
+    torch.testing.assert_close(Z, holes @ X)
+    assert Z[::3].abs().max().item() == 0
+    W = A @ X                                              # Z is alive: fresh memory
+    assert W.data_ptr() != Z.data_ptr()
+    torch.testing.assert_close(W, full @ X)

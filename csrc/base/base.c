@@ -5,7 +5,9 @@
 #define _DEFAULT_SOURCE /* madvise */
 #include "sc_base.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,32 +15,120 @@
 #include <sys/mman.h>
 #endif
 
-/* Arrays of at least HUGE_ALLOC bytes (a kernel's dense output, a SpGEMM output reserved
+/*
+ * Arrays of at least HUGE_ALLOC bytes (a kernel's dense output, a SpGEMM output reserved
  * at its bound) start on a 2 MiB boundary and are advised to the kernel as huge-page
  * candidates (where transparent huge pages are "madvise", the usual default): their
  * first touch then faults once per 2 MiB instead of once per 4 KiB page, as NumPy does
- * for its large arrays.  A 256 MB SpMM output is 65536 page faults otherwise. */
-enum { HUGE_ALLOC = 4 << 20, HUGE_PAGE = 2 << 20 };
+ * for its large arrays.  A 256 MB SpMM output is 65536 page faults otherwise.
+ *
+ * Such a block, once freed, is kept (up to KEEP_BLOCKS blocks, KEEP_BYTES in all) for
+ * the next allocation of about its size: a training loop's outputs of the same shape
+ * then reuse memory that is already mapped, with no page faults and none of the stalls
+ * a huge-page fault can take.  The blocks handed out are listed (up to LIVE_MAX) so
+ * that a free knows their size; past that they are ordinary allocations.
+ */
+enum { HUGE_ALLOC = 4 << 20, HUGE_PAGE = 2 << 20, KEEP_BLOCKS = 4, LIVE_MAX = 256 };
+#define KEEP_BYTES ((size_t)512 << 20)
+
+typedef struct {
+    void *p;
+    size_t n;
+} big_block;
+
+static pthread_mutex_t big_lock = PTHREAD_MUTEX_INITIALIZER;
+static big_block big_live[LIVE_MAX], big_kept[KEEP_BLOCKS];
+static int n_live, n_kept;
+static size_t kept_bytes;
+
+/* A kept block of n to n + n/4 bytes (the smallest), taken out of the kept list; NULL
+ * if none.  Under big_lock. */
+static void *take_kept(size_t n, size_t *got)
+{
+    int best = -1;
+    for (int i = 0; i < n_kept; i++)
+        if (big_kept[i].n >= n && big_kept[i].n - n <= n / 4 &&
+            (best < 0 || big_kept[i].n < big_kept[best].n))
+            best = i;
+    if (best < 0)
+        return NULL;
+    void *p = big_kept[best].p;
+    *got = big_kept[best].n;
+    kept_bytes -= *got;
+    big_kept[best] = big_kept[--n_kept];
+    return p;
+}
+
+static void *big_alloc(size_t n)
+{
+    size_t got = n;
+    pthread_mutex_lock(&big_lock);
+    void *p = n_live < LIVE_MAX ? take_kept(n, &got) : NULL;
+    if (p)
+        big_live[n_live++] = (big_block){p, got};
+    pthread_mutex_unlock(&big_lock);
+    if (p)
+        return p;
+    if (posix_memalign(&p, HUGE_PAGE, n) != 0)
+        return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: failure is harmless */
+#endif
+    pthread_mutex_lock(&big_lock);
+    if (n_live < LIVE_MAX)
+        big_live[n_live++] = (big_block){p, n};
+    pthread_mutex_unlock(&big_lock);
+    return p;
+}
+
+/* Keep p if it is a listed block that fits in what is kept (the oldest kept blocks make
+ * room); true if kept. */
+static bool keep_big(void *p)
+{
+    void *evict[KEEP_BLOCKS];
+    int n_evict = 0;
+    bool kept = false;
+    pthread_mutex_lock(&big_lock);
+    for (int i = 0; i < n_live; i++) {
+        if (big_live[i].p != p)
+            continue;
+        size_t n = big_live[i].n;
+        big_live[i] = big_live[--n_live];
+        if (n <= KEEP_BYTES) {
+            while (n_kept > 0 && (n_kept == KEEP_BLOCKS || kept_bytes + n > KEEP_BYTES)) {
+                evict[n_evict++] = big_kept[0].p;
+                kept_bytes -= big_kept[0].n;
+                n_kept--;
+                memmove(big_kept, big_kept + 1, (size_t)n_kept * sizeof *big_kept);
+            }
+            big_kept[n_kept++] = (big_block){p, n};
+            kept_bytes += n;
+            kept = true;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&big_lock);
+    for (int i = 0; i < n_evict; i++)
+        free(evict[i]);
+    return kept;
+}
 
 static void *default_alloc(void *user, size_t n)
 {
     (void)user;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (n >= HUGE_ALLOC) {
-        void *p = NULL;
-        if (posix_memalign(&p, HUGE_PAGE, n) != 0)
-            return NULL;
-        madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: failure is harmless */
-        return p;
-    }
-#endif
-    return malloc(n);
+    return n >= HUGE_ALLOC ? big_alloc(n) : malloc(n);
 }
 
 static void default_free(void *user, void *p)
 {
     (void)user;
-    free(p);
+    if (p && !keep_big(p))
+        free(p);
+}
+
+void sc_mem_free(void *p)
+{
+    default_free(NULL, p);
 }
 
 void sc_ctx_init(sc_ctx *ctx)

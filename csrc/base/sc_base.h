@@ -33,8 +33,11 @@ typedef struct sc_ctx {
     int num_threads; /* <= 0: let OpenMP decide */
 } sc_ctx;
 
-/* A context with malloc/free and default settings. */
+/* A context with the default allocator (malloc/free; large blocks huge-page advised and
+ * kept for reuse once freed, base.c) and default settings. */
 void sc_ctx_init(sc_ctx *ctx);
+/* Free memory from the default allocator (what a default ctx's mem.free does). */
+void sc_mem_free(void *p);
 
 /* Allocate n bytes (n == 0 gives a valid unique pointer); on failure fill err (NOMEM). */
 void *sc_alloc(const sc_ctx *ctx, size_t n, sc_error *err);

@@ -63,23 +63,24 @@ PyObject *sc_py_raise_at(PyObject *module, const sc_error *err, const char *sour
 
 static void free_capsule(PyObject *cap)
 {
-    free(PyCapsule_GetPointer(cap, NULL));
+    sc_mem_free(PyCapsule_GetPointer(cap, NULL));
 }
 
-/* An nd-dimensional array of typenum that owns p (malloc'd by the core's default ctx).
- * On failure p is freed and NULL returned.  New reference. */
+/* An nd-dimensional array of typenum that owns p (allocated by the core's default ctx,
+ * so freed through it: large blocks go back to its reuse list).  On failure p is freed
+ * and NULL returned.  New reference. */
 static PyObject *owning_array_nd(void *p, int nd, npy_intp *dims, int typenum)
 {
     if (!p)
         return PyArray_SimpleNew(nd, dims, typenum);
     PyObject *arr = PyArray_SimpleNewFromData(nd, dims, typenum, p);
     if (!arr) {
-        free(p);
+        sc_mem_free(p);
         return NULL;
     }
     PyObject *cap = PyCapsule_New(p, NULL, free_capsule);
     if (!cap) {
-        free(p);
+        sc_mem_free(p);
         Py_DECREF(arr);
         return NULL;
     }
