@@ -37,9 +37,22 @@ typedef struct {
 } big_block;
 
 static pthread_mutex_t big_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t big_once = PTHREAD_ONCE_INIT;
 static big_block big_live[LIVE_MAX], big_kept[KEEP_BLOCKS];
 static int n_live, n_kept;
 static size_t kept_bytes;
+
+/* A child forked while another thread held big_lock (a data-loader worker) gets a fresh
+ * lock: its only thread must not wait for one that does not exist there. */
+static void big_lock_reset(void)
+{
+    pthread_mutex_init(&big_lock, NULL);
+}
+
+static void big_lock_once(void)
+{
+    pthread_atfork(NULL, NULL, big_lock_reset);
+}
 
 /* A kept block of n to n + n/4 bytes (the smallest), taken out of the kept list; NULL
  * if none.  Under big_lock. */
@@ -62,6 +75,7 @@ static void *take_kept(size_t n, size_t *got)
 static void *big_alloc(size_t n)
 {
     size_t got = n;
+    pthread_once(&big_once, big_lock_once);
     pthread_mutex_lock(&big_lock);
     void *p = n_live < LIVE_MAX ? take_kept(n, &got) : NULL;
     if (p)
