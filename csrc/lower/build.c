@@ -1681,6 +1681,26 @@ static int32_t pattern_operand(const lb *L)
     return L->pos[ac->operand][m - 1] >= 0 ? ac->operand : -1;
 }
 
+/* Hand the sparse output's arrays over: out_pos (where levels have one), out_crd and
+ * out_vals of each compressed level D..m-1, with their lengths from tot[] (the entries of
+ * each level; with flat levels all share tot[D]). */
+static void publish_output(lb *L, sc_ir_list *top)
+{
+    int32_t D = L->D, m = L->m, last = L->flat ? D : m - 1;
+    for (int32_t k = D; k < m; k++) {
+        int32_t tk = L->flat ? D : k;
+        if (L->opos[k] >= 0) {
+            const sc_ir_expr *n = k == D ? BIN(ADD, V(L->nrows), I(1)) : BIN(ADD, V(L->tot[k - 1]), I(1));
+            sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_POS, k, V(L->opos[k])));
+            sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_POS, k, n));
+        }
+        sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_CRD, k, V(L->ocrd[k])));
+        sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_CRD, k, V(L->tot[tk])));
+    }
+    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
+    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(L->tot[last])));
+}
+
 /*
  * One-pass assembly of a csr-like output (dense levels, then one compressed level filled
  * through a Gustavson workspace; SpGEMM): a BOUND pass adds up each row's multiply count
@@ -1757,12 +1777,8 @@ static bool onepass_output(lb *L, sc_ir_list *top, const st *S, sc_ir_var fail,
     sc_ir_push(B, top, sc_ir_free(B, L->rstart));
     if (!L->par)
         ws_free(L, top);
-    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_POS, k, V(L->opos[k])));
-    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_POS, k, rows1));
-    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_CRD, k, V(L->ocrd[k])));
-    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_CRD, k, V(nnz)));
-    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
-    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(nnz)));
+    L->tot[k] = nnz;
+    publish_output(L, top);
     return true;
 }
 
@@ -1848,17 +1864,7 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
         sc_ir_push(B, top, sc_ir_free(B, L->cnt[k]));
     if (L->q >= 0 && !L->par)
         ws_free(L, top);
-    for (int32_t k = D; k < m; k++) {
-        int32_t tk = L->flat ? D : k;
-        if (L->opos[k] >= 0) {
-            sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_POS, k, V(L->opos[k])));
-            sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_POS, k, k == D ? rows1 : BIN(ADD, V(L->tot[k - 1]), I(1))));
-        }
-        sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_CRD, k, V(L->ocrd[k])));
-        sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_CRD, k, V(L->tot[tk])));
-    }
-    sc_ir_push(B, top, sc_ir_out_set(B, SC_IR_ARG_VALS, 0, V(L->ovals)));
-    sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(L->tot[last])));
+    publish_output(L, top);
 }
 
 sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sched *s,
