@@ -54,6 +54,13 @@ static void big_lock_once(void)
     pthread_atfork(NULL, NULL, big_lock_reset);
 }
 
+/* big_lock, the fork handler registered before its first use (every free takes it). */
+static void lock_big(void)
+{
+    pthread_once(&big_once, big_lock_once);
+    pthread_mutex_lock(&big_lock);
+}
+
 /* A kept block of n to n + n/4 bytes (the smallest), taken out of the kept list; NULL
  * if none.  Under big_lock. */
 static void *take_kept(size_t n, size_t *got)
@@ -75,8 +82,7 @@ static void *take_kept(size_t n, size_t *got)
 static void *big_alloc(size_t n)
 {
     size_t got = n;
-    pthread_once(&big_once, big_lock_once);
-    pthread_mutex_lock(&big_lock);
+    lock_big();
     void *p = n_live < LIVE_MAX ? take_kept(n, &got) : NULL;
     if (p)
         big_live[n_live++] = (big_block){p, got};
@@ -88,7 +94,7 @@ static void *big_alloc(size_t n)
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: failure is harmless */
 #endif
-    pthread_mutex_lock(&big_lock);
+    lock_big();
     if (n_live < LIVE_MAX)
         big_live[n_live++] = (big_block){p, n};
     pthread_mutex_unlock(&big_lock);
@@ -102,7 +108,7 @@ static bool keep_big(void *p)
     void *evict[KEEP_BLOCKS];
     int n_evict = 0;
     bool kept = false;
-    pthread_mutex_lock(&big_lock);
+    lock_big();
     for (int i = 0; i < n_live; i++) {
         if (big_live[i].p != p)
             continue;
