@@ -3,7 +3,6 @@ issue, float32 and float64, int32 and int64 indices, seeded inputs with empty ro
 import threading
 
 import numpy as np
-
 import pytest
 import torch
 

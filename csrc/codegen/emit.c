@@ -6,8 +6,9 @@
  * coordinate bitmaps, 64/32/16-byte vector types of the C compiler's vector extension,
  * their lane sums, and moves of a vector's first n lanes) and one exported function.
  * Owned buffers are declared NULL at the top and freed on the single failure path, which
- * also clears out's arrays and copies the message into env->msg.  Scalars are int64_t or the kernel's value type; operand arrays
- * are const restrict pointers; vector loads and stores go through unaligned views.
+ * also clears out's arrays and copies the message into env->msg.  Scalars are int64_t or
+ * the kernel's value type; operand arrays are const restrict pointers; vector loads and
+ * stores go through unaligned views.
  */
 #include "sc_cg.h"
 

@@ -89,7 +89,6 @@ static void from_access(const sc_lower_problem *p, int32_t a, sc_format *out)
     }
 }
 
-
 void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
 {
     int32_t a = rule2(p, p->rhs);

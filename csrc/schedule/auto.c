@@ -9,10 +9,11 @@
  * over a sum's terms, the extent for dense operands and literals, and for a sparse
  * operand est(vars bound with v) / est(vars bound), est(S) = min(prod of S's extents,
  * nnz) (uniformly spread entries); a loop of extent 1 costs nothing (so a size-1
- * dimension never displaces the rows from the outermost, parallel loop).  Added: converting each discordant sparse operand
- * (~10 nnz log nnz), a penalty for dense accesses with a non-unit stride in the innermost
- * loop, the scatter and sort traffic of a sparse output's workspace, and a penalty above
- * all else for a sparse output that would store every coordinate of a dense loop.  Sparse
+ * dimension never displaces the rows from the outermost, parallel loop).  Added:
+ * converting each discordant sparse operand (~10 nnz log nnz), a penalty for dense
+ * accesses with a non-unit stride in the innermost loop, the scatter and sort traffic of
+ * a sparse output's workspace, and a penalty above all else for a sparse output that
+ * would store every coordinate of a dense loop.  Sparse
  * constrained indices end up outermost because that is what makes the counts small.
  */
 #include "sched_internal.h"

@@ -411,7 +411,7 @@ class Kernel:
 
     def explain(self, *operands) -> str:
         entry, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                               self.schedule, False)
+                            self.schedule, False)
         return _C.kernel_info(entry[0])[5]
 
     def __repr__(self):
