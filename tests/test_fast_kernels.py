@@ -170,6 +170,63 @@ def test_spgemm_one_pass(case, threads, it, dtype):
     assert pos.dtype == it and crd.numel() == ref.nnz and C.values().numel() == ref.nnz
 
 
+def dense_rows_case(seed):
+    """(A, B) whose rows take every way of the one-pass fill, interleaved so that one
+    thread's rows alternate between them: dense rows (a banded A row into banded B rows:
+    hundreds of products over a span of tens of columns, up to the last column, and the
+    column count not a multiple of 8), rows of 32 or more products over a wide span (the
+    span pass, then the bitmap), and rows of few products (the bitmap alone).  Values
+    of both signs, so some entries cancel to an explicit zero."""
+    rng = np.random.default_rng(seed)
+    n, nk = 3000, 5003
+    b = sps.vstack([wide(1000, nk, 20, seed, band=10), wide(1000, nk, 12, seed + 1)]).tocsr()
+    b.data *= rng.choice([-1.0, 1.0], b.nnz)
+    rows, cols = [], []
+    for r in range(n):
+        kind = r % 3
+        if kind == 0:    # dense: 9 banded B rows, 180 products within ~30 columns
+            c = np.clip(r // 3 + np.arange(-4, 5), 0, 999)
+        elif kind == 1:  # 4 spread B rows: 48 products over thousands of columns
+            c = 1000 + rng.choice(1000, 4, replace=False)
+        else:            # one spread B row: 12 products
+            c = 1000 + rng.choice(1000, 1)
+        rows += [r] * len(np.unique(c))
+        cols += list(np.unique(c))
+    vals = rng.integers(1, 4, len(rows)) * rng.choice([-1.0, 1.0], len(rows))
+    a = sps.csr_array((vals, (rows, cols)), shape=(n, 2000))
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("it", IT)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spgemm_dense_rows(threads, it, dtype):
+    """Rows filled densely (adds and byte flags, scanned over the row's span) next to
+    rows through the bitmap, on one thread and two: the structural pattern of the
+    product (cancelled entries kept, as the bitmap keeps them) with exact values, and
+    coordinates strictly increasing; the workspace each way leaves behind is clean for
+    the other."""
+    a, b = dense_rows_case(seed_of("fast-spgemm-dense-rows"))
+    npdt = np.float32 if dtype == torch.float32 else np.float64
+    a, b = a.astype(npdt), b.astype(npdt)
+    A = scorch.to_sparse(a, "csr", index_dtype=it)
+    B = scorch.to_sparse(b, "csr", index_dtype=it)
+    assert "sc_k_scan" in scorch.explain("ij,jk->ik", A, B)
+    nt = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        C = scorch.einsum("ij,jk->ik", A, B)
+    finally:
+        torch.set_num_threads(nt)
+    pattern = abs(a) @ abs(b)          # no cancellation: every structural entry
+    pattern.sort_indices()
+    got = C.to_scipy()
+    assert np.array_equal(got.indptr, pattern.indptr)
+    assert np.array_equal(got.indices, pattern.indices)
+    assert np.array_equal(got.toarray(), (a @ b).toarray())
+    assert (got.data == 0).any()       # the case does cancel somewhere
+
+
 @pytest.mark.parametrize("dtype", DT)
 def test_spgemm_merge_in_the_row_keeps_the_count_phase(dtype):
     """A·(B∘C): the loop over an output row co-iterates two rows, whose multiply count is

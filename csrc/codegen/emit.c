@@ -155,6 +155,32 @@ static const char *const PRELUDE[] = {
     "}\n"
     "SC_K_COLLECT(sc_k_collect, int64_t, sc_k_sort)\n"
     "SC_K_COLLECT(sc_k_collect32, int32_t, sc_k_sort32)\n",
+    /* Byte flags (SCAN): every set flag (value 1) lies in [lo, hi]; write their
+     * coordinates ascending into a, clear them, return how many.  Eight flags per word
+     * (the buffer has 8 bytes to spare past its last coordinate); a set flag is one bit,
+     * the word's lowest set bit / 8 its byte on a little-endian machine (else byte by byte). */
+    "#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
+    "#define SC_K_SCAN_WORD(T) \\\n"
+    "        for (; w; w &= w - 1) a[t++] = (T)(c + (__builtin_ctzll(w) >> 3));\n"
+    "#else\n"
+    "#define SC_K_SCAN_WORD(T) \\\n"
+    "        for (int b = 0; b < 8; b++) if (((const uint8_t *)&w)[b]) a[t++] = (T)(c + b);\n"
+    "#endif\n"
+    "#define SC_K_SCAN(name, T)                                                     \\\n"
+    "static int64_t name(T *restrict a, uint8_t *restrict f, int64_t lo, int64_t hi) \\\n"
+    "{                                                                              \\\n"
+    "    int64_t t = 0;                                                             \\\n"
+    "    for (int64_t c = lo; c <= hi; c += 8) {                                    \\\n"
+    "        uint64_t w;                                                            \\\n"
+    "        memcpy(&w, f + c, 8);                                                  \\\n"
+    "        if (!w) continue;                                                      \\\n"
+    "        memset(f + c, 0, 8);                                                   \\\n"
+    "        SC_K_SCAN_WORD(T)                                                      \\\n"
+    "    }                                                                          \\\n"
+    "    return t;                                                                  \\\n"
+    "}\n"
+    "SC_K_SCAN(sc_k_scan, int64_t)\n"
+    "SC_K_SCAN(sc_k_scan32, int32_t)\n",
     /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
      * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
      * grows and consecutive threads' ranges tile [lo, hi) exactly). */
@@ -603,6 +629,16 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         expr(m, s->a);
         sc_cg_printf(m->out, ", %s, %s, %d);\n", fn->vars[s->bits].name, fn->vars[s->summary].name,
                      (int)s->level);
+        break;
+    case SC_IR_S_SCAN:
+        sc_cg_printf(m->out, "%s += sc_k_scan%s(%s + ", fn->vars[s->total].name,
+                     v->type == SC_IR_I32 ? "32" : "", v->name);
+        expr(m, s->b);
+        sc_cg_printf(m->out, ", %s, ", fn->vars[s->bits].name);
+        expr(m, s->a);
+        pr(m, ", ");
+        expr(m, s->c);
+        pr(m, ");\n");
         break;
     case SC_IR_S_OUT_SET: {
         const char *f = sc_ir_arg_name(s->field);

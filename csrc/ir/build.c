@@ -896,6 +896,36 @@ const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
     return s;
 }
 
+const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
+                             sc_ir_var flags, const sc_ir_expr *lo, const sc_ir_expr *hi,
+                             sc_ir_var total)
+{
+    if (!var_ok(b, buf) || !var_ok(b, flags) || !var_ok(b, total) ||
+        !scalar_int(b, start, "scan start") || !scalar_int(b, lo, "scan lo") ||
+        !scalar_int(b, hi, "scan hi"))
+        return NULL;
+    const sc_ir_var_info *vi = &b->fn->vars[buf], *fi = &b->fn->vars[flags],
+                         *ti = &b->fn->vars[total];
+    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_I32 && vi->type != SC_IR_I64) ||
+        !fi->buffer || fi->readonly || fi->type != SC_IR_U8 || ti->buffer ||
+        ti->type != SC_IR_I64) {
+        sc_ir_fail(b, SC_INTERNAL, "scan of %s into %s adding to %s: not writable uint8 flags, "
+                   "a writable int32/int64 buffer and an int64 variable", fi->name, vi->name,
+                   ti->name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_SCAN);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->bits = flags;
+    s->total = total;
+    s->b = start;
+    s->a = lo;
+    s->c = hi;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
 {
     if (!element_of(b, buf, idx, "prefetch"))

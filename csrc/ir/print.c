@@ -249,6 +249,15 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         expr(s, fn, st->a);
         put(s, "] from %s/%s\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
         break;
+    case SC_IR_S_SCAN:
+        put(s, "%s += scan %s[", fn->vars[st->total].name, v->name);
+        expr(s, fn, st->b);
+        put(s, ":] from %s[", fn->vars[st->bits].name);
+        expr(s, fn, st->a);
+        put(s, "..");
+        expr(s, fn, st->c);
+        put(s, "]\n");
+        break;
     case SC_IR_S_OUT_SET:
         put(s, "out.%s%s[%d] = ", sc_ir_arg_name(st->field), st->status ? "_len" : "",
             (int)st->level);

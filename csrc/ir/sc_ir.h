@@ -115,6 +115,7 @@ typedef enum {
     X(SORT, "sort")         \
     X(MARK, "mark")         \
     X(COLLECT, "collect")   \
+    X(SCAN, "scan")         \
     X(PREFETCH, "prefetch") \
     X(OUT_SET, "out_set")   \
     X(COMMENT, "comment")
@@ -168,9 +169,10 @@ struct sc_ir_stmt {
                               COLLECT/PREFETCH (buffer), MARK (= bits) */
     bool accumulate;       /* ASSIGN/STORE: += instead of = */
     const sc_ir_expr *a;   /* DECL init, ASSIGN/STORE value, FOR lo, WHILE/IF/REQUIRE/PARALLEL cond,
-                              SORT/COLLECT count, OUT_SET value */
-    const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT start */
-    const sc_ir_expr *c;   /* FOR step; vector STORE: the lanes written (NULL: all) */
+                              SORT/COLLECT count, OUT_SET value, SCAN lo */
+    const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT/SCAN
+                              start */
+    const sc_ir_expr *c;   /* FOR step; vector STORE: the lanes written (NULL: all); SCAN hi */
     sc_ir_par par;         /* FOR */
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
     sc_ir_arg field;       /* OUT_SET */
@@ -180,7 +182,8 @@ struct sc_ir_stmt {
     sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
     bool scalar;           /* FOR: the C compiler must not vectorize it (sc_ir_scalar) */
     const sc_ir_expr *work; /* PAR_FOR when balanced: the work of one unit of weight */
-    sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap */
+    sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap; SCAN: bits = the flags */
+    sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else */
     int32_t lanes;         /* STORE: > 0 stores a vector into lanes consecutive elements */
@@ -356,6 +359,14 @@ const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary
 const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
                                 const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
                                 bool sort);
+/* A set of coordinates in [0, N) as byte flags: flags, N + 8 uint8 (zero-filled when
+ * allocated; the 8 past N let a scan read whole words).  Flag c is set by storing 1.
+ * SCAN: every flagged coordinate lies in [lo, hi]; write them ascending into
+ * buf[start..] (int32 or int64 buffer), clear their flags and add their count to the
+ * int64 variable total. */
+const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
+                             sc_ir_var flags, const sc_ir_expr *lo, const sc_ir_expr *hi,
+                             sc_ir_var total);
 /* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end). */
 const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 /* out->pos[level] / crd[level] / vals = value (a buffer); field POS, CRD or VALS. */

@@ -192,6 +192,12 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
             (st = use(v, s->summary)) != SC_OK || (st = expr(v, s->b)) != SC_OK)
             return st;
         return expr(v, s->a);
+    case SC_IR_S_SCAN:
+        if ((st = use(v, s->var)) != SC_OK || (st = use(v, s->bits)) != SC_OK ||
+            (st = use(v, s->total)) != SC_OK || (st = expr(v, s->b)) != SC_OK ||
+            (st = expr(v, s->a)) != SC_OK)
+            return st;
+        return expr(v, s->c);
     case SC_IR_S_OUT_SET:
         return expr(v, s->a);
     default:

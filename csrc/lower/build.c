@@ -66,6 +66,11 @@ typedef struct lb {
      * accumulator), marked in a two-level bitmap, values written on first touch */
     bool gus;
     sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok, ws_bits, ws_sum;
+    /* dense rows of a one-pass Gustavson fill (see gus_row): byte flags of the touched
+     * coordinates (-1: none allocated); dense_row: lowering a row's fill into them;
+     * span_lo/span_hi (-1: not lowering a span pass): the row's coordinate range */
+    sc_ir_var ws_flag, span_lo, span_hi;
+    bool dense_row;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
     /* one-pass assembly (csr-like output through a Gustavson workspace): cnt[D] holds the
@@ -230,7 +235,8 @@ static void write_out(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val
 /* The leaf of an output with a workspace: mark the coordinate as touched and add the
  * value (the count phase only marks).  In a Gustavson workspace the first touch appends
  * the coordinate to the row's output slot directly (count phase: to the touched list)
- * and assigns the value, so nothing is cleared between rows. */
+ * and assigns the value, so nothing is cleared between rows; a dense row only adds the
+ * value and sets the coordinate's flag, with no test. */
 static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
 {
     const sc_lower_problem *p = L->p;
@@ -241,6 +247,10 @@ static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
         sc_ir_list t = {0}, e = {0};
         if (L->mode == COUNT) {
             sc_ir_push(B, &t, sc_ir_store(B, L->ws_list, V(L->ws_n), false, V(lv)));
+        } else if (L->dense_row) {
+            sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
+            sc_ir_push(B, out, sc_ir_store(B, L->ws_flag, V(lv), false, I(1)));
+            return;
         } else {
             sc_ir_var n = S->cnt[m - 1];
             sc_ir_push(B, &t, sc_ir_store(B, L->ocrd[m - 1], V(n), false, V(lv)));
@@ -607,6 +617,59 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
     }
 }
 
+/* Rows of at least this many multiply-adds run the span pass of gus_row; a row whose
+ * coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills densely. */
+enum { DENSE_ROW_MIN = 32, DENSE_ROW_SPAN = 4 };
+
+/*
+ * One row of a one-pass Gustavson fill (SpGEMM), one of two ways chosen per row.  A
+ * dense row — its coordinates span under DENSE_ROW_SPAN times its multiply count (FEM
+ * rows, banded products: most products land on a column already touched) — adds every
+ * product into the zeroed workspace and sets the coordinate's byte flag, with no test
+ * and no read-modify-write of a bitmap word (neighbouring columns share one, which
+ * serialises the fill), then scans the flags over the span, in order.  The span comes
+ * from a pass like BOUND's that takes each segment's first and last coordinates, run only
+ * for rows of at least DENSE_ROW_MIN products.  Other rows (graphs: products spread
+ * over a wide range) take the two-level bitmap, whose first touch appends straight into
+ * the output.  The gather of the values clears the workspace for the next row.
+ */
+static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
+{
+    int32_t m = L->m;
+    sc_ir_var cnt = S->cnt[m - 1], row = L->cnt[m - 1], oc = L->ocrd[m - 1];
+    sc_ir_var n0 = newv(L, "n0", SC_IR_I64), bnd = newv(L, "bnd", SC_IR_I64);
+    sc_ir_var lo = newv(L, "lo", SC_IR_I64), hi = newv(L, "hi", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, n0, V(cnt)));
+    sc_ir_push(B, out, sc_ir_decl(B, bnd, BIN(SUB, sc_ir_load(B, row, BIN(ADD, S->opos, I(1))),
+                                             sc_ir_load(B, row, S->opos))));
+    sc_ir_push(B, out, sc_ir_decl(B, lo, V(L->ext[L->p->out_lvar[m - 1]])));
+    sc_ir_push(B, out, sc_ir_decl(B, hi, I(-1)));
+    L->mode = BOUND;
+    L->span_lo = lo;
+    L->span_hi = hi;
+    const sc_ir_stmt *span = lower_at(L, d + 1, n, S);
+    L->mode = FILL;
+    L->span_lo = L->span_hi = -1;
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(DENSE_ROW_MIN), V(bnd)), span, NULL));
+    sc_ir_list dense = {0}, bitmap = {0};
+    L->dense_row = true;
+    sc_ir_push(B, &dense, lower_at(L, d + 1, n, S));
+    L->dense_row = false;
+    sc_ir_push(B, &dense, sc_ir_scan(B, oc, V(cnt), L->ws_flag, V(lo), V(hi), cnt));
+    sc_ir_push(B, &bitmap, lower_at(L, d + 1, n, S));
+    sc_ir_push(B, &bitmap, sc_ir_collect(B, oc, V(n0), V(L->ws_n), L->ws_bits, L->ws_sum, true));
+    sc_ir_push(B, &bitmap, sc_ir_assign(B, L->ws_n, false, I(0)));
+    const sc_ir_expr *is_dense = BIN(AND, BIN(LE, V(lo), V(hi)),
+                                     BIN(LT, BIN(SUB, V(hi), V(lo)), BIN(MUL, I(DENSE_ROW_SPAN), V(bnd))));
+    sc_ir_push(B, out, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense), sc_ir_list_block(B, &bitmap)));
+    sc_ir_var t = newv(L, "t", SC_IR_I64), c = newv(L, "c", SC_IR_I64);
+    sc_ir_list g = {0};
+    sc_ir_push(B, &g, sc_ir_decl(B, c, sc_ir_load(B, oc, V(t))));
+    sc_ir_push(B, &g, sc_ir_store(B, L->ovals, V(t), false, sc_ir_load(B, L->ws_vals, V(c))));
+    sc_ir_push(B, &g, sc_ir_store(B, L->ws_vals, V(c), false, sc_ir_flt(B, 0.0, L->vt)));
+    sc_ir_push(B, out, sc_ir_for(B, t, V(n0), V(cnt), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &g)));
+}
+
 /* Everything below the binding of the variable at depth d (S already updated). */
 static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_list *out)
 {
@@ -659,11 +722,13 @@ static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_li
         }
     } else if (L->tile_at == d + 1 && !p->out_sparse) {
         tiled(L, d + 1, n, S, out);
+    } else if (row && d == L->q - 1 && L->mode == FILL && L->onepass && L->ws_flag >= 0) {
+        gus_row(L, d, n, S, out);
     } else if (!(L->mode == COUNT && !p->out_sparse)) {
         sc_ir_push(B, out, lower_at(L, d + 1, n, S));
+        if (p->out_sparse && L->q >= 0 && d == L->q - 1)
+            drain(L, S, out);
     }
-    if (p->out_sparse && L->q >= 0 && d == L->q - 1)
-        drain(L, S, out);
     if (tree_entry) {
         sc_ir_list e = {0};
         if (L->mode == FILL)
@@ -1210,6 +1275,30 @@ static const sc_ir_expr *inner_work(lb *L, int32_t d)
     return w;
 }
 
+/* The span pass's step at a row's last output variable v (gus_row): widen [span_lo,
+ * span_hi] by the coordinates the loop here would visit — the first and last of one
+ * segment of a compressed level (levels are ordered), else all of v's extent. */
+static void span_step(lb *L, const iter *it, int32_t nit, bool universe, sc_expr_var v,
+                      sc_ir_list *out)
+{
+    sc_ir_var lo = L->span_lo, hi = L->span_hi;
+    const iter *i0 = &it[0];
+    if (nit == 1 && !universe && i0->unique &&
+        L->p->ops[i0->operand].fmt.kind[i0->level] == SC_LEVEL_COMPRESSED &&
+        L->crd[i0->operand][i0->level] >= 0) {
+        sc_ir_var crd = L->crd[i0->operand][i0->level], b = newv(L, "b", SC_IR_I64);
+        sc_ir_list t = {0};
+        sc_ir_push(B, out, sc_ir_decl(B, b, i0->lo));
+        sc_ir_push(B, &t, sc_ir_assign(B, lo, false, BIN(MIN, V(lo), sc_ir_load(B, crd, V(b)))));
+        sc_ir_push(B, &t, sc_ir_assign(B, hi, false,
+                                       BIN(MAX, V(hi), sc_ir_load(B, crd, BIN(SUB, V(i0->e), I(1))))));
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(b), V(i0->e)), sc_ir_list_block(B, &t), NULL));
+        return;
+    }
+    sc_ir_push(B, out, sc_ir_assign(B, lo, false, I(0)));
+    sc_ir_push(B, out, sc_ir_assign(B, hi, false, BIN(SUB, V(L->ext[v]), I(1))));
+}
+
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
 {
     if (L->b.st != SC_OK)
@@ -1264,6 +1353,10 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         if (!(nit == 1 && !lat.universe && it[i].unique))
             sc_ir_push(B, &out, sc_ir_decl(B, it[i].p, lo));
         sc_ir_push(B, &out, sc_ir_decl(B, it[i].e, hi));
+    }
+    if (L->mode == BOUND && L->m > 0 && v == p->out_lvar[L->m - 1] && L->span_lo >= 0) {
+        span_step(L, it, nit, lat.universe, v, &out);
+        return sc_ir_list_block(B, &out);
     }
     if (L->mode == BOUND && L->m > 0 && v == p->out_lvar[L->m - 1]) {
         /* each iteration here yields at most one new entry of the row (coordinate v):
@@ -1556,17 +1649,22 @@ static const sc_ir_expr *ws_alloc(lb *L, sc_ir_list *out, bool owned, const sc_i
         L->ws_list = L->ws_vals = -1;
         if (count)
             ws_buffer(L, out, owned, &L->ws_list, "ws_list", oit, wsize, false);
+        /* a one-pass fill (all of them when owned, before the choice) may take dense
+         * rows (gus_row): byte flags, and the values zero between rows */
+        bool dense = fill && (owned || L->onepass);
         if (fill)
-            ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, wsize, false);
+            ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, wsize, dense);
+        if (dense)
+            ws_buffer(L, out, owned, &L->ws_flag, "ws_flag", SC_IR_U8, BIN(ADD, wsize, I(8)), true);
     } else {
         ws_buffer(L, out, owned, &L->ws_mark, "ws_mark", SC_IR_U8, wsize, true);
         ws_buffer(L, out, owned, &L->ws_list, "ws_list", SC_IR_I64, wsize, false);
         ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, fill ? wsize : I(1), true);
     }
-    sc_ir_var vs[4] = {L->gus ? L->ws_bits : L->ws_mark, L->gus ? L->ws_sum : -1, L->ws_list,
-                       L->ws_vals};
+    sc_ir_var vs[5] = {L->gus ? L->ws_bits : L->ws_mark, L->gus ? L->ws_sum : -1, L->ws_list,
+                       L->ws_vals, L->ws_flag};
     const sc_ir_expr *ok = NULL;
-    for (int32_t i = 0; i < 4; i++)
+    for (int32_t i = 0; i < 5; i++)
         if (vs[i] >= 0)
             ok = ok ? BIN(AND, ok, sc_ir_nonnull(B, vs[i])) : sc_ir_nonnull(B, vs[i]);
     return ok;
@@ -1574,8 +1672,8 @@ static const sc_ir_expr *ws_alloc(lb *L, sc_ir_list *out, bool owned, const sc_i
 
 static void ws_free(lb *L, sc_ir_list *out)
 {
-    sc_ir_var vs[5] = {L->ws_mark, L->ws_bits, L->ws_sum, L->ws_list, L->ws_vals};
-    for (int32_t i = 0; i < 5; i++)
+    sc_ir_var vs[6] = {L->ws_mark, L->ws_bits, L->ws_sum, L->ws_list, L->ws_vals, L->ws_flag};
+    for (int32_t i = 0; i < 6; i++)
         if (vs[i] >= 0)
             sc_ir_push(B, out, sc_ir_free(B, vs[i]));
 }
@@ -1588,8 +1686,8 @@ static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_
     if (!(p->out_sparse && L->par))
         return nest(L, S0);
     sc_ir_list region = {0};
-    sc_ir_var saved[7] = {L->ws_mark, L->ws_list, L->ws_vals, L->ws_n, L->ws_ok, L->ws_bits,
-                          L->ws_sum};
+    sc_ir_var saved[8] = {L->ws_mark, L->ws_list, L->ws_vals, L->ws_n, L->ws_ok, L->ws_bits,
+                          L->ws_sum, L->ws_flag};
     if (L->q >= 0) {
         const sc_ir_expr *ok = ws_alloc(L, &region, false, wsize);
         L->ws_n = newv(L, "ws_n", SC_IR_I64);
@@ -1608,6 +1706,7 @@ static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_
     L->ws_ok = saved[4];
     L->ws_bits = saved[5];
     L->ws_sum = saved[6];
+    L->ws_flag = saved[7];
     const sc_ir_expr *cond = BIN(LE, I(SC_IR_PAR_MIN), V(L->nrows));
     if (L->onepass)
         cond = BIN(AND, cond, BIN(LE, I(SPGEMM_PAR_WORK), V(L->ftot)));
@@ -1884,6 +1983,7 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
     L->m = p->out_order;
     L->q = p->out_sparse ? s->ws_depth : -1;
     L->ws_ok = L->ws_n = L->ws_mark = L->ws_list = L->ws_vals = -1;
+    L->ws_flag = L->span_lo = L->span_hi = -1;
     L->nrun = L->prevr = L->rstart = L->ftot = -1;
     if (s->norder != p->nvars)
         return sc_fail(err, SC_INTERNAL, "lower", "schedule without a complete loop order");
