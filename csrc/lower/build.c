@@ -1227,9 +1227,10 @@ static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
 enum { PREFETCH_AHEAD = 4 };
 
 /* A one-pass sparse output (SpGEMM) runs its rows on all threads only when their
- * multiply counts add up to this many: ~0.2 ms of work on one thread, more than waking
- * the others costs on a busy machine. */
-enum { SPGEMM_PAR_WORK = 1 << 16 };
+ * multiply counts add up to this many: ~0.1 ms of work on one thread (graph rows cost
+ * 3-10 ns a product in mispredicted branches), well above what waking the others costs
+ * (cryg2500, 61 k products: 0.27-0.31 ms on one thread, 0.19-0.28 on two). */
+enum { SPGEMM_PAR_WORK = 1 << 15 };
 
 static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_var v,
                           const iter *i0, sc_ir_list *out)
