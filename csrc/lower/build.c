@@ -26,8 +26,9 @@
  * multiply count's size, each thread packs its rows, the gaps between threads are closed.  Output
  * indices nested inside a reduction go through a per-thread dense workspace: over the
  * last output level only (Gustavson), a two-level bitmap of touched coordinates that the
- * fill appends straight into the output row and orders there; over several levels, byte
- * marks and a sorted list.  Everything allocated goes through env; failures return NOMEM.
+ * fill appends straight into the output row and orders there, or, for one-pass rows
+ * whose span is short next to their multiply count, byte flags set without a test and
+ * scanned in order; over several levels, byte marks and a sorted list.  Everything allocated goes through env; failures return NOMEM.
  */
 #include "sc_lower.h"
 #include "../schedule/sc_sched.h"

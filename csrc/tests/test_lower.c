@@ -323,7 +323,7 @@ static void test_schedule_text(void)
     sc_arena_release(&Q.arena);
 }
 
-/* MARK / COLLECT: constructors check their buffers, the verifier their scopes. */
+/* MARK / COLLECT / SCAN: constructors check their buffers, the verifier their scopes. */
 static void test_bitmap_ir(void)
 {
     sc_arena ar;
@@ -371,6 +371,45 @@ static void test_bitmap_ir(void)
     sc_ir_var fl = sc_ir_new_var(&bld, "fl", SC_IR_F32, true, false, false);
     CHECK(sc_ir_collect(&bld, fl, sc_ir_int(&bld, 0), sc_ir_int(&bld, 0), b0, b1, false) == NULL);
     CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "not a writable int32/int64 buffer"));
+    /* SCAN: uint8 flags into an int32/int64 buffer, the count added to an int64 scalar */
+    sc_ir_builder_init(&bld, &ar, &f, "sc", SC_DTYPE_F32, &err);
+    sc_ir_var fg = sc_ir_new_var(&bld, "fg", SC_IR_U8, true, false, false);
+    lst = sc_ir_new_var(&bld, "lst", SC_IR_I32, true, false, false);
+    n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    const sc_ir_stmt *sitems[4] = {
+        sc_ir_decl(&bld, fg, sc_ir_alloc(&bld, SC_IR_U8, sc_ir_int(&bld, 16))),
+        sc_ir_decl(&bld, lst, sc_ir_alloc_uninit(&bld, SC_IR_I32, c4)),
+        sc_ir_decl(&bld, n, sc_ir_int(&bld, 0)),
+        sc_ir_scan(&bld, lst, sc_ir_var_ref(&bld, n), fg, sc_ir_int(&bld, 2), sc_ir_int(&bld, 7), n)};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, sitems, 4)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "n_2 += scan lst_1[n_2:] from fg_0[2..7]") != NULL);
+    /* flags used outside their scope */
+    sc_ir_builder_init(&bld, &ar, &f, "sc2", SC_DTYPE_F32, &err);
+    fg = sc_ir_new_var(&bld, "fg", SC_IR_U8, true, false, false);
+    lst = sc_ir_new_var(&bld, "lst", SC_IR_I64, true, false, false);
+    n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    const sc_ir_stmt *s2[2] = {
+        sc_ir_decl(&bld, lst, sc_ir_alloc_uninit(&bld, SC_IR_I64, c4)),
+        sc_ir_decl(&bld, n, sc_ir_int(&bld, 0))};
+    const sc_ir_stmt *s2b[3] = {s2[0], s2[1],
+        sc_ir_scan(&bld, lst, sc_ir_int(&bld, 0), fg, sc_ir_int(&bld, 0), sc_ir_int(&bld, 3), n)};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, s2b, 3)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_INTERNAL && strstr(err.msg, "outside its scope"));
+    /* flags must be uint8, the total an int64 scalar */
+    sc_ir_builder_init(&bld, &ar, &f, "sc3", SC_DTYPE_F32, &err);
+    b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
+    lst = sc_ir_new_var(&bld, "lst", SC_IR_I32, true, false, false);
+    n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    CHECK(sc_ir_scan(&bld, lst, sc_ir_int(&bld, 0), b0, sc_ir_int(&bld, 0), sc_ir_int(&bld, 1), n) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "not writable uint8 flags"));
+    sc_ir_builder_init(&bld, &ar, &f, "sc4", SC_DTYPE_F32, &err);
+    fg = sc_ir_new_var(&bld, "fg", SC_IR_U8, true, false, false);
+    lst = sc_ir_new_var(&bld, "lst", SC_IR_I32, true, false, false);
+    sc_ir_var n32 = sc_ir_new_var(&bld, "n", SC_IR_I32, false, false, false);
+    CHECK(sc_ir_scan(&bld, lst, sc_ir_int(&bld, 0), fg, sc_ir_int(&bld, 0), sc_ir_int(&bld, 1), n32) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "an int64 variable"));
     sc_arena_release(&ar);
 }
 
