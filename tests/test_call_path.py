@@ -262,3 +262,41 @@ def test_freed_large_results_are_reused_without_stale_values():
     W = A @ X                                              # Z is alive: fresh memory
     assert W.data_ptr() != Z.data_ptr()
     torch.testing.assert_close(W, full @ X)
+
+
+_FORK_CHILD = r"""
+import os, sys, time, signal
+import numpy as np, scipy.sparse as sps, torch, scorch
+torch.set_num_threads(2)
+m = sps.random(3000, 3000, density=0.01, format="csr", dtype=np.float32, random_state=0)
+A = scorch.to_sparse(m, "csr")
+X = torch.randn(3000, 64)
+ref = scorch.einsum("ij,jk->ik", A, X)        # large enough to run on both threads
+pid = os.fork()
+if pid == 0:                                   # the child: a kernel and a conversion
+    ok = torch.get_num_threads() == 1
+    ok = ok and torch.equal(scorch.einsum("ij,jk->ik", A, X), ref)
+    ok = ok and torch.equal(scorch.to_sparse(A.to_dense(), "csr").to_dense(), A.to_dense())
+    os._exit(0 if ok else 3)
+t0 = time.time()
+while time.time() - t0 < 60:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+sys.exit(4)                                    # the child hung
+"""
+
+
+def test_forked_child_runs_kernels_on_one_thread():
+    """OpenMP's worker threads do not survive fork, and a child whose parent had started
+    them hangs in its first parallel region unless its OpenMP thread count is 1: a fork
+    of a process that ran kernels on two threads gets torch.set_num_threads(1), and its
+    kernels and conversions finish with the parent's results (exit 4: the child hung)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])

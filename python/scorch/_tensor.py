@@ -7,6 +7,7 @@ storage; torch sees its shape, dtype and device.  Every conversion runs in the C
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 
 import numpy as np
@@ -31,6 +32,31 @@ def _torch(a):
 
 def _threads() -> int:
     return torch.get_num_threads()
+
+
+# OpenMP's worker threads do not survive fork: in a child of a process whose pool had
+# started, the first parallel region hangs — scorch's kernels and conversions and
+# torch's own ops alike — even one asking for a single thread, unless the child's
+# OpenMP thread count is 1, which is what DataLoader sets in its workers.  A child of a
+# process that had more than one thread at the fork gets that count (the pool's threads
+# stay alive between regions); it may raise it again where it knows better.
+_threads_at_fork = 1
+
+
+def _before_fork():
+    global _threads_at_fork
+    try:
+        _threads_at_fork = len(os.listdir("/proc/self/task"))
+    except OSError:
+        _threads_at_fork = 2   # unknown: assume a pool
+
+
+def _after_fork_in_child():
+    if _threads_at_fork > 1:
+        torch.set_num_threads(1)
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class SparseTensor(torch.Tensor):
