@@ -871,6 +871,18 @@ const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary
     return s;
 }
 
+/* buf: a writable int32/int64 buffer, where COLLECT and SCAN write coordinates. */
+static bool coord_buffer(sc_ir_builder *b, sc_ir_var buf, const char *what)
+{
+    const sc_ir_var_info *vi = &b->fn->vars[buf];
+    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_I32 && vi->type != SC_IR_I64)) {
+        sc_ir_fail(b, SC_INTERNAL, "%s into %s, not a writable int32/int64 buffer", what,
+                   vi->name);
+        return false;
+    }
+    return true;
+}
+
 const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
                                 const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
                                 bool sort)
@@ -878,12 +890,8 @@ const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
     if (!bitmap_ok(b, bits, summary) || !var_ok(b, buf) ||
         !scalar_int(b, start, "collect start") || !scalar_int(b, count, "collect count"))
         return NULL;
-    const sc_ir_var_info *vi = &b->fn->vars[buf];
-    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_I32 && vi->type != SC_IR_I64)) {
-        sc_ir_fail(b, SC_INTERNAL, "collect into %s, not a writable int32/int64 buffer",
-                   vi->name);
+    if (!coord_buffer(b, buf, "collect"))
         return NULL;
-    }
     sc_ir_stmt *s = stmt(b, SC_IR_S_COLLECT);
     if (!s)
         return NULL;
@@ -904,14 +912,13 @@ const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
         !scalar_int(b, start, "scan start") || !scalar_int(b, lo, "scan lo") ||
         !scalar_int(b, hi, "scan hi"))
         return NULL;
-    const sc_ir_var_info *vi = &b->fn->vars[buf], *fi = &b->fn->vars[flags],
-                         *ti = &b->fn->vars[total];
-    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_I32 && vi->type != SC_IR_I64) ||
-        !fi->buffer || fi->readonly || fi->type != SC_IR_U8 || ti->buffer ||
+    if (!coord_buffer(b, buf, "scan"))
+        return NULL;
+    const sc_ir_var_info *fi = &b->fn->vars[flags], *ti = &b->fn->vars[total];
+    if (!fi->buffer || fi->readonly || fi->type != SC_IR_U8 || ti->buffer ||
         ti->type != SC_IR_I64) {
-        sc_ir_fail(b, SC_INTERNAL, "scan of %s into %s adding to %s: not writable uint8 flags, "
-                   "a writable int32/int64 buffer and an int64 variable", fi->name, vi->name,
-                   ti->name);
+        sc_ir_fail(b, SC_INTERNAL, "scan of %s adding to %s: not writable uint8 flags and "
+                   "an int64 variable", fi->name, ti->name);
         return NULL;
     }
     sc_ir_stmt *s = stmt(b, SC_IR_S_SCAN);
