@@ -28,7 +28,8 @@
  * last output level only (Gustavson), a two-level bitmap of touched coordinates that the
  * fill appends straight into the output row and orders there, or, for one-pass rows
  * whose span is short next to their multiply count, byte flags set without a test and
- * scanned in order; over several levels, byte marks and a sorted list.  Everything allocated goes through env; failures return NOMEM.
+ * scanned in order; over several levels, byte marks and a sorted list.  Everything
+ * allocated goes through env; failures return NOMEM.
  */
 #include "sc_lower.h"
 #include "../schedule/sc_sched.h"
@@ -660,9 +661,11 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, &bitmap, lower_at(L, d + 1, n, S));
     sc_ir_push(B, &bitmap, sc_ir_collect(B, oc, V(n0), V(L->ws_n), L->ws_bits, L->ws_sum, true));
     sc_ir_push(B, &bitmap, sc_ir_assign(B, L->ws_n, false, I(0)));
+    const sc_ir_expr *span_len = BIN(SUB, V(hi), V(lo));
     const sc_ir_expr *is_dense = BIN(AND, BIN(LE, V(lo), V(hi)),
-                                     BIN(LT, BIN(SUB, V(hi), V(lo)), BIN(MUL, I(DENSE_ROW_SPAN), V(bnd))));
-    sc_ir_push(B, out, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense), sc_ir_list_block(B, &bitmap)));
+                                     BIN(LT, span_len, BIN(MUL, I(DENSE_ROW_SPAN), V(bnd))));
+    sc_ir_push(B, out, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
+                                sc_ir_list_block(B, &bitmap)));
     sc_ir_var t = newv(L, "t", SC_IR_I64), c = newv(L, "c", SC_IR_I64);
     sc_ir_list g = {0};
     sc_ir_push(B, &g, sc_ir_decl(B, c, sc_ir_load(B, oc, V(t))));
@@ -1291,9 +1294,10 @@ static void span_step(lb *L, const iter *it, int32_t nit, bool universe, sc_expr
         sc_ir_var crd = L->crd[i0->operand][i0->level], b = newv(L, "b", SC_IR_I64);
         sc_ir_list t = {0};
         sc_ir_push(B, out, sc_ir_decl(B, b, i0->lo));
-        sc_ir_push(B, &t, sc_ir_assign(B, lo, false, BIN(MIN, V(lo), sc_ir_load(B, crd, V(b)))));
-        sc_ir_push(B, &t, sc_ir_assign(B, hi, false,
-                                       BIN(MAX, V(hi), sc_ir_load(B, crd, BIN(SUB, V(i0->e), I(1))))));
+        const sc_ir_expr *first = sc_ir_load(B, crd, V(b));
+        const sc_ir_expr *last = sc_ir_load(B, crd, BIN(SUB, V(i0->e), I(1)));
+        sc_ir_push(B, &t, sc_ir_assign(B, lo, false, BIN(MIN, V(lo), first)));
+        sc_ir_push(B, &t, sc_ir_assign(B, hi, false, BIN(MAX, V(hi), last)));
         sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(b), V(i0->e)), sc_ir_list_block(B, &t), NULL));
         return;
     }
