@@ -306,6 +306,21 @@ static void leaf(lb *L, const st *S, const sc_lower_node *n, sc_ir_list *out)
     write_out(L, S, out, val);
 }
 
+/* The values of a Gustavson row's entries out_crd[n0 .. n), gathered from the workspace
+ * into out_vals; clear: each one read is zeroed for the next row (dense rows need a zero
+ * workspace, gus_row). */
+static void gather_row(lb *L, sc_ir_var n0, sc_ir_var n, bool clear, sc_ir_list *out)
+{
+    sc_ir_var oc = L->ocrd[L->m - 1];
+    sc_ir_var t = newv(L, "t", SC_IR_I64), c = newv(L, "c", SC_IR_I64);
+    sc_ir_list g = {0};
+    sc_ir_push(B, &g, sc_ir_decl(B, c, sc_ir_load(B, oc, V(t))));
+    sc_ir_push(B, &g, sc_ir_store(B, L->ovals, V(t), false, sc_ir_load(B, L->ws_vals, V(c))));
+    if (clear)
+        sc_ir_push(B, &g, sc_ir_store(B, L->ws_vals, V(c), false, sc_ir_flt(B, 0.0, L->vt)));
+    sc_ir_push(B, out, sc_ir_for(B, t, V(n0), V(n), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &g)));
+}
+
 /* Emit the drain of the workspace into the output (after the loop at depth ws_depth). */
 static void drain(lb *L, const st *S, sc_ir_list *out)
 {
@@ -321,13 +336,11 @@ static void drain(lb *L, const st *S, sc_ir_list *out)
             sc_ir_push(B, out, sc_ir_collect(B, L->ws_list, I(0), V(L->ws_n), L->ws_bits,
                                              L->ws_sum, false));
         } else {
-            sc_ir_var n0 = newv(L, "n0", SC_IR_I64), t = newv(L, "t", SC_IR_I64);
+            sc_ir_var n0 = newv(L, "n0", SC_IR_I64);
             sc_ir_push(B, out, sc_ir_decl(B, n0, BIN(SUB, V(S->cnt[m - 1]), V(L->ws_n))));
             sc_ir_push(B, out, sc_ir_collect(B, L->ocrd[m - 1], V(n0), V(L->ws_n), L->ws_bits,
                                              L->ws_sum, true));
-            sc_ir_push(B, out, sc_ir_for(B, t, V(n0), V(S->cnt[m - 1]), I(1), SC_IR_SEQ, 0,
-                                         sc_ir_store(B, L->ovals, V(t), false,
-                                                     sc_ir_load(B, L->ws_vals, sc_ir_load(B, L->ocrd[m - 1], V(t))))));
+            gather_row(L, n0, S->cnt[m - 1], false, out);
         }
         sc_ir_push(B, out, sc_ir_assign(B, L->ws_n, false, I(0)));
         return;
@@ -666,12 +679,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
                                      BIN(LT, span_len, BIN(MUL, I(DENSE_ROW_SPAN), V(bnd))));
     sc_ir_push(B, out, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
                                 sc_ir_list_block(B, &bitmap)));
-    sc_ir_var t = newv(L, "t", SC_IR_I64), c = newv(L, "c", SC_IR_I64);
-    sc_ir_list g = {0};
-    sc_ir_push(B, &g, sc_ir_decl(B, c, sc_ir_load(B, oc, V(t))));
-    sc_ir_push(B, &g, sc_ir_store(B, L->ovals, V(t), false, sc_ir_load(B, L->ws_vals, V(c))));
-    sc_ir_push(B, &g, sc_ir_store(B, L->ws_vals, V(c), false, sc_ir_flt(B, 0.0, L->vt)));
-    sc_ir_push(B, out, sc_ir_for(B, t, V(n0), V(cnt), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &g)));
+    gather_row(L, n0, cnt, true, out);
 }
 
 /* Everything below the binding of the variable at depth d (S already updated). */
