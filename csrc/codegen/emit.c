@@ -3,8 +3,8 @@
  *
  * The text includes "scorch_rt.h", defines a few static helpers (allocation through
  * env with a size-overflow check, with or without zero fill, coordinate sorts, two-level
- * coordinate bitmaps, 64/32/16-byte vector types of the C compiler's vector extension,
- * their lane sums, and moves of a vector's first n lanes) and one exported function.
+ * coordinate bitmaps, the vector types of the C compiler's vector extension (full, half
+ * and quarter vectors of the function's width), their lane sums, and moves of a vector's first n lanes) and one exported function.
  * Owned buffers are declared NULL at the top and freed on the single failure path, which
  * also clears out's arrays and copies the message into env->msg.  Scalars are int64_t or
  * the kernel's value type; operand arrays are const restrict pointers; vector loads and
@@ -16,37 +16,14 @@
 #include <string.h>
 
 /* The helpers every kernel text starts with, in pieces (ISO C caps a string literal). */
-static const char *const PRELUDE[] = {
+static const char PRELUDE_HEAD[] =
     "#include \"scorch_rt.h\"\n"
     "#include <string.h>\n"
     "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n"
     "static inline int64_t sc_min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
-    "static inline int64_t sc_max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
-    /* vectors of 64 bytes (the compiler's vector extension) and unaligned views */
-    "typedef float sc_vf32 __attribute__((vector_size(64)));\n"
-    "typedef double sc_vf64 __attribute__((vector_size(64)));\n"
-    "typedef float sc_vf32u __attribute__((vector_size(64), aligned(4), may_alias));\n"
-    "typedef double sc_vf64u __attribute__((vector_size(64), aligned(8), may_alias));\n"
-    /* half and quarter vectors (lane sums) */
-    "typedef float sc_vf32h __attribute__((vector_size(32)));\n"
-    "typedef float sc_vf32q __attribute__((vector_size(16)));\n"
-    "typedef double sc_vf64h __attribute__((vector_size(32)));\n"
-    "typedef double sc_vf64q __attribute__((vector_size(16)));\n"
-    "typedef float sc_vf32hu __attribute__((vector_size(32), aligned(4), may_alias));\n"
-    "typedef float sc_vf32qu __attribute__((vector_size(16), aligned(4), may_alias));\n"
-    "typedef double sc_vf64hu __attribute__((vector_size(32), aligned(8), may_alias));\n"
-    "typedef double sc_vf64qu __attribute__((vector_size(16), aligned(8), may_alias));\n"
-    /* lane sums by halving (a tree, not a chain of dependent additions) */
-    "static inline float sc_hsum_f32(sc_vf32 v)\n{\n"
-    "    sc_vf32h h[2];\n    sc_vf32q q[2];\n"
-    "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
-    "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n"
-    "    return (q[0][0] + q[0][2]) + (q[0][1] + q[0][3]);\n}\n"
-    "static inline double sc_hsum_f64(sc_vf64 v)\n{\n"
-    "    sc_vf64h h[2];\n    sc_vf64q q[2];\n"
-    "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n"
-    "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n"
-    "    return q[0][0] + q[0][1];\n}\n",
+    "static inline int64_t sc_max(int64_t a, int64_t b) { return a > b ? a : b; }\n";
+
+static const char *const PRELUDE[] = {
     /* a loop the C compiler must not vectorize (IR "scalar"): a pragma before it where
      * the compiler has one, an empty asm statement in its body otherwise (gcc < 14 has no
      * per-loop switch; its vectorizer gives up on a loop with an asm statement) */
@@ -56,26 +33,6 @@ static const char *const PRELUDE[] = {
     "#define SC_NOVEC _Pragma(\"GCC novector\")\n#define SC_NOVEC_BODY\n"
     "#else\n"
     "#define SC_NOVEC\n#define SC_NOVEC_BODY __asm__(\"\");\n"
-    "#endif\n"
-    /* the first n lanes of a vector from / to memory (1 <= n <= lanes), nothing past them
-     * touched: masked moves with AVX-512, lane by lane elsewhere */
-    "#ifdef __AVX512F__\n"
-    "#define SC_MASK(n) ((1u << (n)) - 1u)\n"
-    "static inline sc_vf32 sc_vloadn_f32(const float *p, int64_t n)\n"
-    "{ return __builtin_ia32_loadups512_mask(p, (sc_vf32){0}, (unsigned short)SC_MASK(n)); }\n"
-    "static inline void sc_vstoren_f32(float *p, sc_vf32 v, int64_t n)\n"
-    "{ __builtin_ia32_storeups512_mask(p, v, (unsigned short)SC_MASK(n)); }\n"
-    "static inline sc_vf64 sc_vloadn_f64(const double *p, int64_t n)\n"
-    "{ return __builtin_ia32_loadupd512_mask(p, (sc_vf64){0}, (unsigned char)SC_MASK(n)); }\n"
-    "static inline void sc_vstoren_f64(double *p, sc_vf64 v, int64_t n)\n"
-    "{ __builtin_ia32_storeupd512_mask(p, v, (unsigned char)SC_MASK(n)); }\n"
-    "#else\n"
-    "#define SC_VN(T, S)                                                           \\\n"
-    "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
-    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
-    "static inline void sc_vstoren_##S(T *p, sc_v##S v, int64_t n)                 \\\n"
-    "{ for (int64_t i = 0; i < n; i++) p[i] = v[i]; }\n"
-    "SC_VN(float, f32)\nSC_VN(double, f64)\n"
     "#endif\n"
     "static void *sc_k_alloc_raw(sc_rt_env *env, int64_t n, size_t size)\n{\n"
     "    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / size)\n        return NULL;\n"
@@ -199,6 +156,78 @@ static const char *const PRELUDE[] = {
     "        if (pos[m] - b + (m - lo) < want) a = m + 1; else hi = m;\n"
     "    }\n    return a;\n}\n\n"};
 
+/*
+ * The vector helpers, for vectors of `bytes` (fn->vec_bytes: 64 or 32): the full, half and
+ * quarter vector types of each float type with their unaligned views; lane sums by
+ * halving (a tree, not a chain of dependent additions); and moves of a vector's first n
+ * lanes (1 <= n <= lanes) touching nothing past them: masked moves where the target has
+ * them for this width (AVX-512 for 64 bytes; AVX-512VL or AVX for 32), lane by lane
+ * elsewhere.
+ */
+static void vector_helpers(sc_cg_buf *b, int32_t bytes)
+{
+    static const char *const tags[2] = {"f32", "f64"}, *const ct[2] = {"float", "double"};
+    static const int esz[2] = {4, 8};
+    static const char *const part[3] = {"", "h", "q"};
+    sc_cg_printf(b, "/* vectors of %d bytes (the compiler's vector extension) and unaligned views */\n",
+                 (int)bytes);
+    for (int32_t k = 0; k < 3; k++)
+        for (int t = 0; t < 2; t++)
+            sc_cg_printf(b, "typedef %s sc_v%s%s __attribute__((vector_size(%d)));\n", ct[t], tags[t],
+                         part[k], (int)(bytes >> k));
+    for (int32_t k = 0; k < 3; k++)
+        for (int t = 0; t < 2; t++)
+            sc_cg_printf(b, "typedef %s sc_v%s%su __attribute__((vector_size(%d), aligned(%d), may_alias));\n",
+                         ct[t], tags[t], part[k], (int)(bytes >> k), esz[t]);
+    for (int t = 0; t < 2; t++) {
+        /* halve twice in vectors, then add the quarter's lanes pairwise */
+        int32_t q = bytes / 4 / esz[t];
+        sc_cg_printf(b, "static inline %s sc_hsum_%s(sc_v%s v)\n{\n", ct[t], tags[t], tags[t]);
+        sc_cg_printf(b, "    sc_v%sh h[2];\n    sc_v%sq q[2];\n", tags[t], tags[t]);
+        sc_cg_printf(b, "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n");
+        sc_cg_printf(b, "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n");
+        sc_cg_printf(b, "    return %s;\n}\n", q == 4 ? "(q[0][0] + q[0][2]) + (q[0][1] + q[0][3])"
+                                               : q == 2 ? "q[0][0] + q[0][1]" : "q[0][0]");
+    }
+    if (bytes == 64) {
+        sc_cg_printf(b, "#ifdef __AVX512F__\n"
+                        "#define SC_MASK(n) ((1u << (n)) - 1u)\n");
+        for (int t = 0; t < 2; t++) {
+            const char *mt = t ? "unsigned char" : "unsigned short", *ps = t ? "pd" : "ps";
+            sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
+                            "{ return __builtin_ia32_loadu%s512_mask(p, (sc_v%s){0}, (%s)SC_MASK(n)); }\n",
+                         tags[t], tags[t], ct[t], ps, tags[t], mt);
+            sc_cg_printf(b, "static inline void sc_vstoren_%s(%s *p, sc_v%s v, int64_t n)\n"
+                            "{ __builtin_ia32_storeu%s512_mask(p, v, (%s)SC_MASK(n)); }\n",
+                         tags[t], ct[t], tags[t], ps, mt);
+        }
+    } else {
+        /* AVX's masked moves take a vector of lane masks (the sign bit of each lane):
+         * lane l is moved when l < n */
+        sc_cg_printf(b, "#ifdef __AVX__\n"
+                        "typedef int32_t sc_vm32 __attribute__((vector_size(32)));\n"
+                        "typedef long long sc_vm64 __attribute__((vector_size(32)));\n");
+        for (int t = 0; t < 2; t++) {
+            const char *ps = t ? "pd" : "ps", *m = t ? "sc_vm64" : "sc_vm32";
+            const char *iota = t ? "{0, 1, 2, 3} < (long long)n" : "{0, 1, 2, 3, 4, 5, 6, 7} < (int32_t)n";
+            sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
+                            "{ return __builtin_ia32_maskload%s256((const sc_v%s *)p, (%s)%s); }\n",
+                         tags[t], tags[t], ct[t], ps, tags[t], m, iota);
+            sc_cg_printf(b, "static inline void sc_vstoren_%s(%s *p, sc_v%s v, int64_t n)\n"
+                            "{ __builtin_ia32_maskstore%s256((sc_v%s *)p, (%s)%s, v); }\n",
+                         tags[t], ct[t], tags[t], ps, tags[t], m, iota);
+        }
+    }
+    sc_cg_printf(b, "#else\n"
+                    "#define SC_VN(T, S)                                                           \\\n"
+                    "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
+                    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
+                    "static inline void sc_vstoren_##S(T *p, sc_v##S v, int64_t n)                 \\\n"
+                    "{ for (int64_t i = 0; i < n; i++) p[i] = v[i]; }\n"
+                    "SC_VN(float, f32)\nSC_VN(double, f64)\n"
+                    "#endif\n");
+}
+
 typedef struct em {
     sc_cg_buf *out;
     const sc_ir_func *fn;
@@ -217,9 +246,9 @@ static const char *ctype(sc_ir_type t)
 }
 
 /* The suffix of a vector type name: sc_vf32 / sc_vf64. */
-static const char *vtag(sc_ir_type t, int32_t lanes)
+static const char *vtag(const sc_ir_func *fn, sc_ir_type t, int32_t lanes)
 {
-    int32_t w = sc_ir_vec_lanes(t);
+    int32_t w = sc_ir_vec_lanes(fn, t);
     if (t == SC_IR_F64)
         return lanes == w ? "f64" : lanes == w / 2 ? "f64h" : "f64q";
     return lanes == w ? "f32" : lanes == w / 2 ? "f32h" : "f32q";
@@ -266,20 +295,20 @@ static void expr(em *m, const sc_ir_expr *e)
         break;
     case SC_IR_E_VLOAD:
         if (e->b) {
-            vloadn(m, vtag(e->type, e->lanes), fn->vars[e->var].name, e->a, e->b);
+            vloadn(m, vtag(fn, e->type, e->lanes), fn->vars[e->var].name, e->a, e->b);
             break;
         }
-        sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(e->type, e->lanes), fn->vars[e->var].name);
+        sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(fn, e->type, e->lanes), fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, "])");
         break;
     case SC_IR_E_HSUM:
-        sc_cg_printf(m->out, "sc_hsum_%s(", vtag(e->type, e->a->lanes));
+        sc_cg_printf(m->out, "sc_hsum_%s(", vtag(fn, e->type, e->a->lanes));
         expr(m, e->a);
         pr(m, ")");
         break;
     case SC_IR_E_FOLD:
-        sc_cg_printf(m->out, "sc_fold%d_%s(", (int)e->ival, vtag(e->type, e->lanes));
+        sc_cg_printf(m->out, "sc_fold%d_%s(", (int)e->ival, vtag(fn, e->type, e->lanes));
         expr(m, e->a);
         pr(m, ", ");
         expr(m, e->b);
@@ -290,7 +319,7 @@ static void expr(em *m, const sc_ir_expr *e)
         sc_cg_printf(m->out, "[%d]", (int)e->ival);
         break;
     case SC_IR_E_SPLAT:
-        sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(e->type, e->lanes));
+        sc_cg_printf(m->out, "((sc_v%s){0} + ", vtag(fn, e->type, e->lanes));
         expr(m, e->a);
         pr(m, ")");
         break;
@@ -414,7 +443,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             break;
         }
         if (v->lanes > 0)
-            sc_cg_printf(m->out, "sc_v%s %s = ", vtag(v->type, v->lanes), v->name);
+            sc_cg_printf(m->out, "sc_v%s %s = ", vtag(fn, v->type, v->lanes), v->name);
         else if (v->buffer)
             sc_cg_printf(m->out, "%s%s *restrict %s = ", v->readonly ? "const " : "",
                          ctype(v->type), v->name);
@@ -430,7 +459,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         break;
     case SC_IR_S_STORE:
         if (s->lanes && s->c) { /* p = first n lanes of (value, or p's lanes + value) */
-            const char *t = vtag(v->type, s->lanes);
+            const char *t = vtag(fn, v->type, s->lanes);
             sc_cg_printf(m->out, "sc_vstoren_%s(&%s[", t, v->name);
             expr(m, s->b);
             pr(m, "], ");
@@ -445,7 +474,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             break;
         }
         if (s->lanes) {
-            sc_cg_printf(m->out, "*(sc_v%su *)&%s[", vtag(v->type, s->lanes), v->name);
+            sc_cg_printf(m->out, "*(sc_v%su *)&%s[", vtag(fn, v->type, s->lanes), v->name);
             expr(m, s->b);
             sc_cg_printf(m->out, "] %s ", s->accumulate ? "+=" : "=");
             expr(m, s->a);
@@ -673,19 +702,20 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
  * constants here, so each shuffle is one permute instruction.  Macros, not functions: a
  * function returning a 64-byte vector draws a psABI warning where AVX-512 is off; the
  * lowering passes variables, so the arguments' repetition costs nothing. */
-static void fold_helpers(sc_cg_buf *b)
+static void fold_helpers(sc_cg_buf *b, const sc_ir_func *fn)
 {
     sc_cg_printf(b, "#if defined(__clang__) || __GNUC__ >= 12\n"
                     "#define SC_K_SHUF(x, y, T, ...) __builtin_shufflevector(x, y, __VA_ARGS__)\n"
                     "#else\n"
                     "#define SC_K_SHUF(x, y, T, ...) __builtin_shuffle(x, y, (T){__VA_ARGS__})\n"
                     "#endif\n"
-                    "typedef int32_t sc_vi32 __attribute__((vector_size(64)));\n"
-                    "typedef int64_t sc_vi64 __attribute__((vector_size(64)));\n");
+                    "typedef int32_t sc_vi32 __attribute__((vector_size(%d)));\n"
+                    "typedef int64_t sc_vi64 __attribute__((vector_size(%d)));\n",
+                 (int)fn->vec_bytes, (int)fn->vec_bytes);
     static const sc_ir_type types[] = {SC_IR_F32, SC_IR_F64};
     for (int t = 0; t < 2; t++) {
-        int32_t W = sc_ir_vec_lanes(types[t]);
-        const char *tag = vtag(types[t], W), *it = types[t] == SC_IR_F32 ? "sc_vi32" : "sc_vi64";
+        int32_t W = sc_ir_vec_lanes(fn, types[t]);
+        const char *tag = vtag(fn, types[t], W), *it = types[t] == SC_IR_F32 ? "sc_vi32" : "sc_vi64";
         for (int32_t w = W / 2; w >= 1; w /= 2) {
             sc_cg_printf(b, "#define sc_fold%d_%s(x, y) (", (int)w, tag);
             for (int32_t half = 0; half < 2; half++) {
@@ -710,9 +740,11 @@ sc_status sc_cg_emit(const sc_ctx *ctx, const sc_ir_func *fn, char **src, size_t
     sc_cg_buf b;
     sc_cg_buf_init(&b, ctx);
     em m = {&b, fn, err, SC_OK};
+    sc_cg_append(&b, PRELUDE_HEAD, strlen(PRELUDE_HEAD));
+    vector_helpers(&b, fn->vec_bytes);
     for (size_t i = 0; i < sizeof PRELUDE / sizeof PRELUDE[0]; i++)
         sc_cg_append(&b, PRELUDE[i], strlen(PRELUDE[i]));
-    fold_helpers(&b);
+    fold_helpers(&b, fn);
     sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env);\n",
                  fn->name);
     sc_cg_printf(&b, "int %s(const sc_tensor *const *ops, sc_tensor *out, sc_rt_env *env)\n{\n",

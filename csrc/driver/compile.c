@@ -167,6 +167,7 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
     }
     if ((st = sc_sched_check(&p, &s, err)) != SC_OK)
         goto done;
+    s.vec_bytes = c->vec_bytes;
     char stext[512];
     sc_sched_print(&e, &s, stext, sizeof stext);
     t1 = now_us();
@@ -186,6 +187,7 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
     int32_t oit = (int32_t)p.out_itype;
     sc_jit_hash_field(&h, &oit, sizeof oit);
     sc_jit_hash_field(&h, stext, strlen(stext));
+    sc_jit_hash_field(&h, &s.vec_bytes, sizeof s.vec_bytes);
     sc_jit_key key = sc_jit_hash_final(&h);
     const sc_kernel *hit = sc_drv_lookup(c, key);
     if (hit) {
@@ -227,6 +229,7 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
     for (int32_t d = 0; d < s.norder; d++)
         sc_cg_printf(&dump, " %s", e.vars[s.order[d]].name);
     sc_cg_printf(&dump, "\nschedule: %s\n", stext);
+    sc_cg_printf(&dump, "vectors: %d bytes\n", (int)s.vec_bytes);
     sc_lower_replace_formats(&p, s.transpose, s.tfmt);
     if (c->debug) {
         int8_t nb[SC_LOWER_MAX_ACCESSES] = {0};

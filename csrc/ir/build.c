@@ -70,6 +70,7 @@ void sc_ir_builder_init(sc_ir_builder *b, sc_arena *arena, sc_ir_func *fn, const
     memset(fn, 0, sizeof *fn);
     fn->name = name;
     fn->dtype = dtype;
+    fn->vec_bytes = SC_IR_VEC_BYTES;
     b->arena = arena;
     b->err = err;
     b->st = SC_OK;
@@ -141,14 +142,19 @@ sc_ir_var sc_ir_new_local(sc_ir_builder *b, const char *name, sc_ir_type type, i
     return v;
 }
 
-int32_t sc_ir_vec_lanes(sc_ir_type type)
+bool sc_ir_vec_bytes_ok(int32_t bytes)
 {
-    return type == SC_IR_F32 ? SC_IR_VEC_BYTES / 4 : type == SC_IR_F64 ? SC_IR_VEC_BYTES / 8 : 0;
+    return bytes == 32 || bytes == 64;
 }
 
-static bool lanes_ok(sc_ir_type type, int32_t lanes)
+int32_t sc_ir_vec_lanes(const sc_ir_func *fn, sc_ir_type type)
 {
-    int32_t w = sc_ir_vec_lanes(type);
+    return type == SC_IR_F32 ? fn->vec_bytes / 4 : type == SC_IR_F64 ? fn->vec_bytes / 8 : 0;
+}
+
+static bool lanes_ok(const sc_ir_func *fn, sc_ir_type type, int32_t lanes)
+{
+    int32_t w = sc_ir_vec_lanes(fn, type);
     return w && (lanes == w || lanes == w / 2 || lanes == w / 4);
 }
 
@@ -156,7 +162,7 @@ sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type, 
 {
     if (b->st != SC_OK)
         return -1;
-    if (!lanes_ok(type, lanes)) {
+    if (!lanes_ok(b->fn, type, lanes)) {
         sc_ir_fail(b, SC_INTERNAL, "vector %s of %s", name, sc_ir_type_name(type));
         return -1;
     }
@@ -272,7 +278,7 @@ const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr 
     const sc_ir_expr *l = sc_ir_load(b, buf, idx);
     if (!l)
         return NULL;
-    if (!lanes_ok(l->type, lanes)) {
+    if (!lanes_ok(b->fn, l->type, lanes)) {
         sc_ir_fail(b, SC_INTERNAL, "vector load from %s", b->fn->vars[buf].name);
         return NULL;
     }
@@ -287,7 +293,7 @@ const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
 {
     if (!scalar_int(b, count, "vector load count") || !var_ok(b, buf))
         return NULL;
-    const sc_ir_expr *l = sc_ir_vload(b, buf, idx, sc_ir_vec_lanes(b->fn->vars[buf].type));
+    const sc_ir_expr *l = sc_ir_vload(b, buf, idx, sc_ir_vec_lanes(b->fn, b->fn->vars[buf].type));
     if (l)
         ((sc_ir_expr *)l)->b = count;
     return l;
@@ -297,7 +303,7 @@ const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lan
 {
     if (!need(b, x, "splat"))
         return NULL;
-    if (x->buffer || x->lanes || !lanes_ok(x->type, lanes)) {
+    if (x->buffer || x->lanes || !lanes_ok(b->fn, x->type, lanes)) {
         sc_ir_fail(b, SC_INTERNAL, "splat of a %s", x->lanes ? "vector" : sc_ir_type_name(x->type));
         return NULL;
     }
@@ -315,7 +321,7 @@ const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x)
 {
     if (!need(b, x, "hsum"))
         return NULL;
-    if (x->lanes != sc_ir_vec_lanes(x->type)) {
+    if (x->lanes != sc_ir_vec_lanes(b->fn, x->type)) {
         sc_ir_fail(b, SC_INTERNAL, "lane sum of a scalar or a partial vector");
         return NULL;
     }
@@ -333,7 +339,7 @@ const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_
 {
     if (!need(b, x, "fold") || !need(b, y, "fold"))
         return NULL;
-    int32_t full = sc_ir_vec_lanes(x->type);
+    int32_t full = sc_ir_vec_lanes(b->fn, x->type);
     if (x->lanes != full || y->lanes != full || y->type != x->type || w < 1 || w >= full ||
         (w & (w - 1)) != 0) {
         sc_ir_fail(b, SC_INTERNAL, "fold of partial or mixed vectors, or block width %d", (int)w);
@@ -667,7 +673,7 @@ const sc_ir_stmt *sc_ir_vstore_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_ex
 {
     if (!scalar_int(b, count, "vector store count") || !need(b, value, "store"))
         return NULL;
-    if (value->lanes != sc_ir_vec_lanes(value->type)) {
+    if (value->lanes != sc_ir_vec_lanes(b->fn, value->type)) {
         sc_ir_fail(b, SC_INTERNAL, "a counted vector store needs a full-width vector");
         return NULL;
     }

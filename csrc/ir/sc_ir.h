@@ -194,6 +194,7 @@ struct sc_ir_stmt {
 typedef struct sc_ir_func {
     const char *name;
     sc_dtype dtype;
+    int32_t vec_bytes; /* a full vector's width: 64 or 32 (SC_IR_VEC_BYTES unless set) */
     int32_t nvars, vars_cap;
     sc_ir_var_info *vars;
     const sc_ir_stmt *body;
@@ -226,11 +227,15 @@ sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, boo
 sc_ir_var sc_ir_new_local(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t len);
 
 /* Vectors of a float type, emitted with the C compiler's vector extension so the code is
- * vector code whatever its loop vectoriser decides: SC_IR_VEC_BYTES (16 float or 8
- * double lanes), half or a quarter of that.  sc_ir_vec_lanes: the full lane count of
- * type (0: not a vector type); a lane count is valid when it is that, half or a quarter. */
+ * vector code whatever its loop vectoriser decides: the function's vec_bytes (64 bytes,
+ * 16 float or 8 double lanes, by default: one AVX-512 register; 32 where the target has
+ * 256-bit registers, so a vector is one register there too), half or a quarter of that.
+ * sc_ir_vec_lanes: the full lane count of type in fn (0: not a vector type); a lane count
+ * is valid when it is that, half or a quarter.  sc_ir_vec_bytes_ok: a width the IR
+ * takes. */
 #define SC_IR_VEC_BYTES 64
-int32_t sc_ir_vec_lanes(sc_ir_type type);
+int32_t sc_ir_vec_lanes(const sc_ir_func *fn, sc_ir_type type);
+bool sc_ir_vec_bytes_ok(int32_t bytes);
 /* A vector variable of type (a float type) with lanes lanes. */
 sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t lanes);
 

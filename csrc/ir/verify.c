@@ -209,6 +209,8 @@ sc_status sc_ir_verify(const sc_ir_func *fn, sc_error *err)
 {
     if (!fn || !fn->body)
         return sc_fail(err, SC_INTERNAL, "ir", "verifier: empty function");
+    if (!sc_ir_vec_bytes_ok(fn->vec_bytes))
+        return sc_fail(err, SC_INTERNAL, "ir", "verifier: vectors of %d bytes", (int)fn->vec_bytes);
     uint8_t live[1024];
     if ((size_t)fn->nvars > sizeof live)
         return sc_fail(err, SC_UNSUPPORTED, "ir", "kernel needs more than %zu variables",

@@ -533,7 +533,7 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
-    int32_t small = sc_ir_vec_lanes(L->vt), big = 4 * small;
+    int32_t small = sc_ir_vec_lanes(B->fn, L->vt), big = 4 * small;
     const sc_ir_expr *N = V(L->ext[j]);
     sc_ir_var nb = newv(L, "Nbig", SC_IR_I64), ns = newv(L, "Nvec", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
@@ -918,7 +918,7 @@ static bool vector_reduction(lb *L, int32_t d, const sc_lower_node *n, const st 
     sc_expr_var v = L->order[d];
     if (!vector_dot(L, v, n))
         return false;
-    int32_t W = sc_ir_vec_lanes(L->vt);
+    int32_t W = sc_ir_vec_lanes(B->fn, L->vt);
     const sc_ir_expr *N = V(L->ext[v]);
     sc_ir_var va = sc_ir_new_vector(B, "vacc", L->vt, W), vb = sc_ir_new_vector(B, "vacc", L->vt, W);
     const sc_ir_expr *zero = sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W);
@@ -1087,14 +1087,14 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
 /*
  * A loop over one compressed segment (coordinate v at depth d = dlast) whose entries each
  * end in a dense dot product over the innermost variable (SDDMM: A(i,j) · Σ_k B(i,k)
- * C(j,k)): GROUP entries at a time, their dot products in GROUP vector accumulators (one
- * loop over the reduction variable reading the shared operand once per step for all of
- * them), then one transpose-and-add tree of FOLD steps gives all GROUP lane sums in one
- * vector, instead of a lane sum per entry; the scalar rest of the reduction is added per
+ * C(j,k)): G entries at a time (GROUP, or the lane count where that is fewer), their
+ * dot products in G vector accumulators (one loop over the reduction variable reading
+ * the shared operand once per step for all of them), then one transpose-and-add tree of
+ * FOLD steps gives all G lane sums in one vector, instead of a lane sum per entry; the scalar rest of the reduction is added per
  * lane and each entry is written with its known factors as usual.  The segment's last
- * entries (fewer than GROUP) take the one-entry path.
+ * entries (fewer than G) take the one-entry path.
  */
-enum { GROUP = 8 };
+enum { GROUP = 8 }; /* at most: a group is no larger than a vector's lane count */
 
 static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                          const iter *i0, sc_ir_list *res)
@@ -1119,7 +1119,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     for (int32_t a = 0; a < p->naccess; a++)
         if (((present >> a) & 1) && p->ops[p->acc[a].operand].sparse)
             return false;
-    int32_t W = sc_ir_vec_lanes(L->vt);
+    int32_t W = sc_ir_vec_lanes(B->fn, L->vt), G = W < GROUP ? W : GROUP;
     sc_ir_list loc = {0}, *out = &loc;
     const sc_ir_expr *N = V(L->ext[kv]);
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
@@ -1129,14 +1129,14 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_list body = {0};
     iter t[GROUP];
     sc_ir_var acc[GROUP];
-    for (int32_t g = 0; g < GROUP; g++) {
+    for (int32_t g = 0; g < G; g++) {
         t[g] = *i0;
         t[g].p = newv(L, "p", SC_IR_I64);
         t[g].c = newv(L, vname(L, v), SC_IR_I64);
         sc_ir_push(B, &body, sc_ir_decl(B, t[g].p, g ? BIN(ADD, V(pu), I(g)) : V(pu)));
         sc_ir_push(B, &body, sc_ir_decl(B, t[g].c, sc_ir_load(B, L->crd[t[g].operand][t[g].level], V(t[g].p))));
     }
-    for (int32_t g = 0; g < GROUP; g++) {
+    for (int32_t g = 0; g < G; g++) {
         acc[g] = sc_ir_new_vector(B, "vacc", L->vt, W);
         sc_ir_push(B, &body, sc_ir_decl(B, acc[g], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
     }
@@ -1148,7 +1148,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     T.vtile = kv;
     T.vlanes = W;
     T.cv[kv] = V(k);
-    for (int32_t g = 0; g < GROUP; g++) {
+    for (int32_t g = 0; g < G; g++) {
         T.cv[v] = V(t[g].c);
         sc_ir_push(B, &kb, sc_ir_assign(B, acc[g], true, value(L, &T, rest)));
     }
@@ -1156,8 +1156,8 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     /* the lane sums: pairs folded to blocks of W/2 lanes, then W/4, ...; once one vector
      * remains, it is folded with itself (each step a variable, so the text stays linear) */
     const sc_ir_expr *level[GROUP];
-    int32_t cnt = GROUP;
-    for (int32_t g = 0; g < GROUP; g++)
+    int32_t cnt = G;
+    for (int32_t g = 0; g < G; g++)
         level[g] = V(acc[g]);
     sc_ir_var sums = -1;
     for (int32_t w = W / 2; w >= 1; w /= 2) {
@@ -1173,7 +1173,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_var dot[GROUP];
     sc_ir_list tail = {0};
     T = *S;
-    for (int32_t g = 0; g < GROUP; g++) {
+    for (int32_t g = 0; g < G; g++) {
         dot[g] = newv(L, "dot", L->vt);
         sc_ir_push(B, &body, sc_ir_decl(B, dot[g], sc_ir_lane(B, V(sums), g)));
         sc_ir_var k2 = newv(L, vname(L, kv), SC_IR_I64);
@@ -1183,7 +1183,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                                        sc_ir_assign(B, dot[g], true, value(L, &T, rest))));
     }
     sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &tail), NULL));
-    for (int32_t g = 0; g < GROUP; g++) {
+    for (int32_t g = 0; g < G; g++) {
         T = *S;
         T.dot = V(dot[g]);
         const sc_ir_stmt *cb = case_body(L, d, n, &T, &t[g], 1, 1, V(t[g].c), false);
@@ -1198,11 +1198,11 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         if (!(one[r] = one_at_a_time(L, d, n, S, i0, r ? V(nmain) : V(lo))))
             return false;
     sc_ir_list grouped = {0};
-    sc_ir_push(B, &grouped, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(GROUP)), I(GROUP)))));
+    sc_ir_push(B, &grouped, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(G)), I(G)))));
     sc_ir_push(B, &grouped, sc_ir_decl(B, n1, BIN(MUL, BIN(DIV, N, I(W)), I(W))));
-    sc_ir_push(B, &grouped, sc_ir_for(B, pu, V(lo), V(nmain), I(GROUP), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    sc_ir_push(B, &grouped, sc_ir_for(B, pu, V(lo), V(nmain), I(G), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
     sc_ir_push(B, &grouped, one[1]);
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(GROUP), BIN(SUB, V(i0->e), V(lo))), sc_ir_list_block(B, &grouped), one[0]));
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(G), BIN(SUB, V(i0->e), V(lo))), sc_ir_list_block(B, &grouped), one[0]));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
 }
@@ -1987,6 +1987,11 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
     if (!L)
         return SC_NOMEM;
     sc_ir_builder_init(&L->b, arena, fn, symbol, p->dtype, err);
+    if (s->vec_bytes) {
+        if (!sc_ir_vec_bytes_ok(s->vec_bytes))
+            return sc_fail(err, SC_INTERNAL, "lower", "vectors of %d bytes", (int)s->vec_bytes);
+        fn->vec_bytes = s->vec_bytes;
+    }
     L->arena = arena;
     L->p = p;
     L->s = s;

@@ -32,6 +32,9 @@ typedef struct sc_sched {
     sc_format tfmt[32];             /* their concordant formats */
     int32_t ws_depth;               /* depth of the first reduction loop with output
                                        loops inside it (sparse output), or -1 */
+    /* set by the caller: the vector width (bytes) the kernel is written for, 32 or 64;
+     * 0 means SC_IR_VEC_BYTES */
+    int32_t vec_bytes;
 } sc_sched;
 
 /* Parse text (NULL or "" gives an empty schedule) with variable names from e.  USER error
