@@ -89,6 +89,11 @@ typedef struct lb {
     bool need_zero;
 } lb;
 
+/* The width of a full register tile of a dense output, bytes: 4 AVX-512 or 8 AVX
+ * registers, half the register file (the rest: the broadcast entry, the loads); at most
+ * TILE_VECS_MAX vectors (those of the narrowest width). */
+enum { TILE_BYTES = 256, TILE_VECS_MAX = TILE_BYTES / 32 };
+
 typedef struct st {
     int8_t nbound[SC_LOWER_MAX_ACCESSES];
     const sc_ir_expr *ppos[SC_LOWER_MAX_ACCESSES];
@@ -111,7 +116,7 @@ typedef struct st {
     /* vector register tile: tvn vector accumulators tv[] (tvn 0: none); vacc: the one the
      * leaf adds into, vec: dense operands contiguous in the tile variable load vectors */
     int32_t tvn;
-    sc_ir_var tv[4], vacc;
+    sc_ir_var tv[TILE_VECS_MAX], vacc;
     bool vec;
     sc_expr_var vtile; /* with vec: the variable along which dense operands load vectors */
     int32_t vlanes;    /* with vec or tvn: the lanes of those vectors */
@@ -528,32 +533,45 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     }
 }
 
-/* The tiles of one row: of 4 vectors, of one vector, then the rest: (vectors) one
- * partial vector of the remaining lanes, or (strided operands) one local-array tile. */
+/* The tiles of one row.  Vectors: tiles of TILE_BYTES, then the full vectors left in
+ * tiles of halving size (g/2, g/4, ..., 1 vectors, each at most once: a row shorter than a
+ * full tile is walked once per set bit of its vector count, not once per vector), then
+ * one partial vector of the remaining lanes.  Strided operands: local-array tiles of
+ * TILE_BYTES, of one vector's lanes, then one of the rest. */
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
-    int32_t small = sc_ir_vec_lanes(B->fn, L->vt), big = 4 * small;
+    int32_t small = sc_ir_vec_lanes(B->fn, L->vt), g = TILE_BYTES / B->fn->vec_bytes;
+    int32_t big = g * small;
     const sc_ir_expr *N = V(L->ext[j]);
-    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64), ns = newv(L, "Nvec", SC_IR_I64);
+    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
-    sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
-    sc_ir_var jb = newv(L, "jt", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
-    sc_ir_list b1 = {0}, b2 = {0};
+    sc_ir_var jb = newv(L, "jt", SC_IR_I64);
+    sc_ir_list b1 = {0}, rest = {0};
     if (L->tile_vec) {
-        tile_vectors(L, r, n, S, V(jb), 4, small, NULL, &b1);
-        tile_vectors(L, r, n, S, V(js), 1, small, NULL, &b2);
-    } else {
-        tile_one(L, r, n, S, V(jb), big, I(big), &b1);
-        tile_one(L, r, n, S, V(js), small, I(small), &b2);
+        tile_vectors(L, r, n, S, V(jb), g, small, NULL, &b1);
+        sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
+        sc_ir_var jr = newv(L, "jt", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, jr, V(nb)));
+        for (int32_t h = g / 2; h >= 1; h /= 2) {
+            sc_ir_list bh = {0};
+            tile_vectors(L, r, n, S, V(jr), h, small, NULL, &bh);
+            sc_ir_push(B, &bh, sc_ir_assign(B, jr, true, I(h * small)));
+            sc_ir_push(B, out, sc_ir_if(B, BIN(LE, BIN(ADD, V(jr), I(h * small)), N),
+                                        sc_ir_list_block(B, &bh), NULL));
+        }
+        tile_vectors(L, r, n, S, V(jr), 1, small, BIN(SUB, N, V(jr)), &rest);
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(jr), N), sc_ir_list_block(B, &rest), NULL));
+        return;
     }
+    sc_ir_var ns = newv(L, "Nvec", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
+    sc_ir_list b2 = {0};
+    tile_one(L, r, n, S, V(jb), big, I(big), &b1);
+    tile_one(L, r, n, S, V(js), small, I(small), &b2);
     sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
     sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
-    sc_ir_list rest = {0};
-    if (L->tile_vec)
-        tile_vectors(L, r, n, S, V(ns), 1, small, BIN(SUB, N, V(ns)), &rest);
-    else
-        tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
+    tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
     sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
 }
 

@@ -475,13 +475,14 @@ static void test_goldens(void)
     tcase spmm = {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g5[] = {
         "sc_vf32 acc_", /* register tiles of the dense output row: vector accumulators */
-        "+= 64) {", "+= 16) {",
+        "+= 64) {", /* full tiles of 4 vectors, then the rest in halving tiles */
+        " + 32) <= Nk_", " + 16) <= Nk_",
         "+= (v_", "(*(const sc_vf32u *)&B_vals_",
         "*(sc_vf32u *)&out_vals_",
         "sc_vloadn_f32(&B_vals_", "sc_vstoren_f32(&out_vals_", /* one partial vector tile */
         "sc_k_alloc_raw(env, out_size_",
         " += 2) {"}; /* one-vector tiles: two accumulators over alternate nonzeros */
-    golden(&spmm, g5, 10);
+    golden(&spmm, g5, 11);
     static const char *const g5n[] = {")] += (v_", /* no read-modify-write of out */
                                       "sc_vf32h acc_", "float acc_"}; /* nor narrower tiles */
     absent(&spmm, g5n, 3);
