@@ -720,11 +720,8 @@ static void fold_helpers(sc_cg_buf *b, const sc_ir_func *fn)
             sc_cg_printf(b, "#define sc_fold%d_%s(x, y) (", (int)w, tag);
             for (int32_t half = 0; half < 2; half++) {
                 sc_cg_printf(b, "%sSC_K_SHUF(x, y, %s", half ? " + " : "", it);
-                for (int32_t l = 0; l < W; l++) {
-                    int32_t blk = l / w, per = W / (2 * w);
-                    int32_t src = (blk < per ? 0 : W) + (blk % per) * 2 * w + half * w + l % w;
-                    sc_cg_printf(b, ", %d", (int)src);
-                }
+                for (int32_t l = 0; l < W; l++)
+                    sc_cg_printf(b, ", %d", (int)sc_ir_fold_src(fn, types[t], w, half, l));
                 sc_cg_printf(b, ")");
             }
             sc_cg_printf(b, ")\n");

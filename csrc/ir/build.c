@@ -357,6 +357,18 @@ const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_
     return e;
 }
 
+int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t half, int32_t l)
+{
+    int32_t W = sc_ir_vec_lanes(fn, type), seg = 16 / (type == SC_IR_F64 ? 8 : 4);
+    int32_t base = 0, span = W; /* the lanes the block is placed among: a segment or all */
+    if (2 * w <= seg) {
+        base = l / seg * seg;
+        span = seg;
+    }
+    int32_t blk = (l - base) / w, per = span / (2 * w);
+    return (blk < per ? 0 : W) + base + (blk % per) * 2 * w + half * w + l % w;
+}
+
 const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane)
 {
     if (!need(b, x, "lane"))

@@ -283,12 +283,18 @@ const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x);
 
 /* One step of the lane sums of several full-width vectors at once (a transpose-and-add):
  * x and y hold blocks of 2w lanes, each block the partial sums of one dot product; the
- * result holds blocks of w lanes, x's blocks first, then y's, block t of it the halves of
- * its source block added lane by lane.  Starting from G vectors (2w = all lanes) and
- * folding pairs with w = lanes / 2, / 4, ..., lane g of the last vector ends as the sum
- * of vector g's lanes.  w is a power of two below the full lane count (ival = w). */
+ * result holds blocks of w lanes, block t of it the halves of its source block added
+ * lane by lane.  Where 2w lanes fit in 16 bytes, the result's blocks are placed segment
+ * by segment (its 16-byte segment s: x's blocks from x's segment s, then y's), so both
+ * shuffles stay within 128-bit lanes (one in-lane shuffle each with AVX or AVX-512);
+ * wider: x's blocks first, then y's.  sc_ir_fold_src: the lane of the concatenation
+ * (x, y) that result lane l's low (half 0) or high (half 1) addend comes from.  Starting
+ * from G vectors (2w = all lanes) and folding pairs with w = lanes / 2, / 4, ..., every
+ * lane of the last vector is the sum of one vector's lanes (which one: follow
+ * sc_ir_fold_src).  w is a power of two below the full lane count (ival = w). */
 const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_expr *y,
                              int32_t w);
+int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t half, int32_t l);
 /* Lane `lane` (a constant) of the vector x (a scalar). */
 const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane);
 

@@ -1178,22 +1178,40 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     for (int32_t g = 0; g < G; g++)
         level[g] = V(acc[g]);
     sc_ir_var sums = -1;
+    /* which entry each lane of each vector of the level sums (to find the dots at the end) */
+    int8_t who[GROUP][SC_IR_VEC_BYTES / 4], nw[GROUP][SC_IR_VEC_BYTES / 4];
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t l = 0; l < W; l++)
+            who[g][l] = (int8_t)g;
     for (int32_t w = W / 2; w >= 1; w /= 2) {
         int32_t half = cnt > 1 ? cnt / 2 : 1;
+        memset(nw, -1, sizeof nw);
         for (int32_t g = 0; g < half; g++) {
+            int32_t x = cnt > 1 ? 2 * g : 0, y = cnt > 1 ? 2 * g + 1 : 0;
             sums = sc_ir_new_vector(B, "fold", L->vt, W);
-            sc_ir_push(B, &body, sc_ir_decl(B, sums, cnt > 1 ? sc_ir_fold(B, level[2 * g], level[2 * g + 1], w)
-                                                          : sc_ir_fold(B, level[0], level[0], w)));
+            sc_ir_push(B, &body, sc_ir_decl(B, sums, sc_ir_fold(B, level[x], level[y], w)));
             level[g] = V(sums);
+            for (int32_t l = 0; l < W; l++) {
+                int32_t src = sc_ir_fold_src(B->fn, L->vt, w, 0, l);
+                nw[g][l] = src < W ? who[x][src] : who[y][src - W];
+            }
         }
+        memcpy(who, nw, sizeof who);
         cnt = half;
     }
     sc_ir_var dot[GROUP];
     sc_ir_list tail = {0};
     T = *S;
     for (int32_t g = 0; g < G; g++) {
+        int32_t lane = 0;
+        while (lane < W && who[0][lane] != g)
+            lane++;
+        if (lane == W) {
+            sc_ir_fail(B, SC_INTERNAL, "no lane holds dot product %d of the group", (int)g);
+            return false;
+        }
         dot[g] = newv(L, "dot", L->vt);
-        sc_ir_push(B, &body, sc_ir_decl(B, dot[g], sc_ir_lane(B, V(sums), g)));
+        sc_ir_push(B, &body, sc_ir_decl(B, dot[g], sc_ir_lane(B, V(sums), lane)));
         sc_ir_var k2 = newv(L, vname(L, kv), SC_IR_I64);
         T.cv[v] = V(t[g].c);
         T.cv[kv] = V(k2);
