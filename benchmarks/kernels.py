@@ -144,6 +144,32 @@ def banded(n, width, seed=3):
     return sp.csr_array((vals, cols, indptr.astype(np.int32)), shape=(n, n))
 
 
+def cpu_model():
+    """The CPU's model name and widest vector extension, from /proc/cpuinfo (Linux)."""
+    name, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() == "model name" and name is None:
+                    name = val.strip()
+                elif key.strip() == "flags":
+                    flags = set(val.split())
+                    break
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine()
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    return f"{name} ({isa})" if isa else name
+
+
+def vector_width():
+    """The vector width scorch's kernels are written for here (what explain reports)."""
+    w = scorch.to_sparse(torch.eye(2), "csr")
+    text = scorch.explain("ij,j->i", w, torch.ones(2))
+    return int(text.split("vectors: ", 1)[1].split(" ", 1)[0])
+
+
 def synthetic(quick):
     if quick:
         return [("uniform-100k-10/row", uniform(100_000, 10), "noreuse"),
@@ -568,6 +594,9 @@ def main(argv=None):
         scorch.einsum("ij,jk->ik", w, torch.ones(4, 3, dtype=dt))
         scorch.einsum("ij,ik,jk->ij", w, torch.ones(4, 3, dtype=dt), torch.ones(4, 3, dtype=dt))
         scorch.einsum("ij,jk->ik", w, w)
+
+    probes["cpu"], probes["vec_bytes"] = cpu_model(), vector_width()
+    print(f"cpu: {probes['cpu']}; scorch writes {probes['vec_bytes']}-byte vectors")
 
     bench = Bench(args, probes)
     hdr = (f"{'matrix':<35}{'kernel':<13}{'dt':<4}{'nnz':>10}{'scorch ms':>11}{'torch ms':>10}"
