@@ -332,7 +332,7 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
  * PAR_FOR runs on one thread unless it has SC_IR_PAR_MIN iterations and its total weight
  * times work (the cost of one unit of weight: the dense extents inside, NULL for 1)
  * reaches SC_IR_PAR_WORK: waking the other threads costs more than a small kernel. */
-#define SC_IR_PAR_WORK 32768
+#define SC_IR_PAR_WORK 8192
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
                                      const sc_ir_expr *work, const sc_ir_stmt *body);
