@@ -1108,9 +1108,10 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
  * C(j,k)): G entries at a time (GROUP, or the lane count where that is fewer), their
  * dot products in G vector accumulators (one loop over the reduction variable reading
  * the shared operand once per step for all of them), then one transpose-and-add tree of
- * FOLD steps gives all G lane sums in one vector, instead of a lane sum per entry; the scalar rest of the reduction is added per
- * lane and each entry is written with its known factors as usual.  The segment's last
- * entries (fewer than G) take the one-entry path.
+ * FOLD steps gives all G lane sums in one vector, instead of a lane sum per entry; the
+ * scalar rest of the reduction is added per lane and each entry is written with its
+ * known factors as usual.  The segment's last entries (fewer than G) take the one-entry
+ * path.
  */
 enum { GROUP = 8 }; /* at most: a group is no larger than a vector's lane count */
 
