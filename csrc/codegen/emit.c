@@ -4,7 +4,8 @@
  * The text includes "scorch_rt.h", defines a few static helpers (allocation through
  * env with a size-overflow check, with or without zero fill, coordinate sorts, two-level
  * coordinate bitmaps, the vector types of the C compiler's vector extension (full, half
- * and quarter vectors of the function's width), their lane sums, and moves of a vector's first n lanes) and one exported function.
+ * and quarter vectors of the function's width), their lane sums, and moves of a
+ * vector's first n lanes) and one exported function.
  * Owned buffers are declared NULL at the top and freed on the single failure path, which
  * also clears out's arrays and copies the message into env->msg.  Scalars are int64_t or
  * the kernel's value type; operand arrays are const restrict pointers; vector loads and
@@ -161,8 +162,7 @@ static const char *const PRELUDE[] = {
  * quarter vector types of each float type with their unaligned views; lane sums by
  * halving (a tree, not a chain of dependent additions); and moves of a vector's first n
  * lanes (1 <= n <= lanes) touching nothing past them: masked moves where the target has
- * them for this width (AVX-512 for 64 bytes; AVX-512VL or AVX for 32), lane by lane
- * elsewhere.
+ * them for this width (AVX-512F for 64 bytes, AVX for 32), lane by lane elsewhere.
  */
 static void vector_helpers(sc_cg_buf *b, int32_t bytes)
 {
