@@ -534,8 +534,20 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             sc_cg_printf(m->out, "int64_t %s_e = %s(%s, %s_lo, %s_hi, %s_t + 1, %s_nt);\n", vn, split,
                          m->fn->vars[s->bal].name, vn, vn, vn, vn);
             indent(m, ind + 1);
-            sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e; %s++) {\n", ctype(v->type), vn, vn,
-                         vn, vn, vn);
+            if (s->orelse) {
+                /* two iterations at a time while two remain, then the last one alone */
+                sc_cg_printf(m->out, "%s %s = %s_b;\n", ctype(v->type), vn, vn);
+                indent(m, ind + 1);
+                sc_cg_printf(m->out, "for (; %s + 1 < %s_e; %s += 2) {\n", vn, vn, vn);
+                stmt(m, s->orelse, ind + 2);
+                indent(m, ind + 1);
+                pr(m, "}\n");
+                indent(m, ind + 1);
+                sc_cg_printf(m->out, "for (; %s < %s_e; %s++) {\n", vn, vn, vn);
+            } else {
+                sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e; %s++) {\n", ctype(v->type), vn,
+                             vn, vn, vn, vn);
+            }
             stmt(m, s->body, ind + 2);
             indent(m, ind + 1);
             pr(m, "}\n");

@@ -741,6 +741,18 @@ const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s)
     return s;
 }
 
+const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, const sc_ir_stmt *pair)
+{
+    if (!need(b, s, "paired loop") || !need(b, pair, "pair body"))
+        return NULL;
+    if (s->kind != SC_IR_S_FOR || !s->balanced || s->orelse) {
+        sc_ir_fail(b, SC_INTERNAL, "only a balanced loop takes a pair body, once");
+        return NULL;
+    }
+    ((sc_ir_stmt *)s)->orelse = pair;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
                                      const sc_ir_expr *work, const sc_ir_stmt *body)

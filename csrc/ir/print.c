@@ -185,6 +185,10 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
             put(s, " scalar");
         put(s, ":\n");
         stmt(s, fn, st->body, ind + 1);
+        if (st->orelse) {
+            put(s, "%*spairs %s, %s + 1:\n", 2 * ind, "", v->name, v->name);
+            stmt(s, fn, st->orelse, ind + 1);
+        }
         break;
     case SC_IR_S_WHILE:
         put(s, "while ");

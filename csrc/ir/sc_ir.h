@@ -185,7 +185,8 @@ struct sc_ir_stmt {
     sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap; SCAN: bits = the flags */
     sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to */
     const char *text;      /* COMMENT; REQUIRE message */
-    const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else */
+    const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else;
+                                        balanced FOR: the body of a pair (sc_ir_pairs) */
     int32_t lanes;         /* STORE: > 0 stores a vector into lanes consecutive elements */
     int32_t n;             /* BLOCK */
     const sc_ir_stmt *const *items;
@@ -341,6 +342,9 @@ const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_
  * loaded coordinates: vectorizing them takes gathers and an in-order (strict IEEE) lane
  * reduction per step, which gcc 12 does for f32 and which made SpMV 1.5x slower. */
 const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s);
+/* The balanced loop s, its iterations taken two at a time by pair (iterations v and
+ * v + 1) while a thread's range holds two more, its last one by its own body. */
+const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, const sc_ir_stmt *pair);
 const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body);
 const sc_ir_stmt *sc_ir_if(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *then,
                            const sc_ir_stmt *orelse);

@@ -141,8 +141,12 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
         if (v->live[s->var])
             return bad(v, "loop variable already in scope", s->var);
         v->live[s->var] = 1;
+        if (s->orelse && !s->balanced)
+            return bad(v, "a pair body on a loop that is not balanced", s->var);
         v->par_depth += s->par == SC_IR_PAR_FOR;
         st = scoped(v, s->body);
+        if (st == SC_OK && s->orelse)
+            st = scoped(v, s->orelse);
         v->par_depth -= s->par == SC_IR_PAR_FOR;
         v->live[s->var] = 0;
         return st;

@@ -413,6 +413,50 @@ static void test_bitmap_ir(void)
     sc_arena_release(&ar);
 }
 
+/* PAIRS: a balanced loop's pair body, verified in the loop's scope and printed after its
+ * body; refused on a loop that is not balanced, and a second time. */
+static void test_pairs_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "pr", SC_DTYPE_F32, &err);
+    sc_ir_var pos = sc_ir_new_var(&bld, "pos", SC_IR_I32, true, false, false);
+    sc_ir_var y = sc_ir_new_var(&bld, "y", SC_IR_F32, true, false, false);
+    sc_ir_var i = sc_ir_new_var(&bld, "i", SC_IR_I64, false, false, false);
+    sc_ir_var n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    const sc_ir_expr *one = sc_ir_flt(&bld, 1.0, SC_IR_F32);
+    const sc_ir_stmt *body = sc_ir_store(&bld, y, sc_ir_var_ref(&bld, i), false, one);
+    const sc_ir_stmt *pair[2] = {
+        sc_ir_store(&bld, y, sc_ir_var_ref(&bld, i), false, one),
+        sc_ir_store(&bld, y, sc_ir_bin(&bld, SC_IR_OP_ADD, sc_ir_var_ref(&bld, i), sc_ir_int(&bld, 1)),
+                    false, one)};
+    const sc_ir_stmt *loop = sc_ir_for_balanced(&bld, i, sc_ir_int(&bld, 0), sc_ir_var_ref(&bld, n),
+                                                SC_IR_PAR_FOR, pos, NULL, body);
+    CHECK(sc_ir_pairs(&bld, loop, sc_ir_block(&bld, pair, 2)) == loop);
+    const sc_ir_stmt *items[4] = {
+        sc_ir_decl(&bld, n, sc_ir_int(&bld, 4)),
+        sc_ir_decl(&bld, pos, sc_ir_alloc(&bld, SC_IR_I32, sc_ir_int(&bld, 5))),
+        sc_ir_decl(&bld, y, sc_ir_alloc(&bld, SC_IR_F32, sc_ir_var_ref(&bld, n))), loop};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 4)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    char t[1024];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "balanced by pos_0:") != NULL && strstr(t, "pairs i_2, i_2 + 1:") != NULL);
+    CHECK(strstr(t, "y_1[(i_2 + 1)] = 1") != NULL);
+    /* a second pair body, and one on a plain loop, are refused */
+    CHECK(sc_ir_pairs(&bld, loop, body) == NULL && strstr(err.msg, "only a balanced loop"));
+    sc_ir_builder_init(&bld, &ar, &f, "pr2", SC_DTYPE_F32, &err);
+    i = sc_ir_new_var(&bld, "i", SC_IR_I64, false, false, false);
+    const sc_ir_stmt *plain = sc_ir_for(&bld, i, sc_ir_int(&bld, 0), sc_ir_int(&bld, 2), sc_ir_int(&bld, 1),
+                                        SC_IR_SEQ, 0, sc_ir_block(&bld, NULL, 0));
+    CHECK(sc_ir_pairs(&bld, plain, sc_ir_block(&bld, NULL, 0)) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "only a balanced loop"));
+    sc_arena_release(&ar);
+}
+
 /* FOLD / LANE: full-width vectors of one type, a power-of-two block width below the lane
  * count, a lane inside the vector; printed and verified like the other expressions. */
 static void test_fold_ir(void)
@@ -527,5 +571,6 @@ int main(void)
     test_schedule_text();
     test_build_and_verify();
     test_fold_ir();
+    test_pairs_ir();
     return check_report("test_lower");
 }

@@ -1,0 +1,66 @@
+"""SpMV's row loop takes its rows two at a time: where both rows of a pair have at least 16
+entries and the shorter at least 3/4 of the longer's, their segments run jammed in one loop
+(two accumulators a row, then each row's rest); other pairs run row by row, and a thread's
+last odd row alone.  Every case against the dense result, at 1 and 2 threads (a thread's
+range may start on either row of a pair), both index widths and both dtypes."""
+import pytest
+import torch
+
+import scorch
+from conftest import seed_of
+
+DT = [torch.float32, torch.float64]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-4), torch.float64: dict(rtol=1e-12, atol=1e-10)}
+
+# row lengths, in pairs: jammed (equal, at the bound 16, 17 with 22 at the 3/4 bound, odd
+# lengths leaving a rest), not jammed (too unequal: 20 with 27; too short: 15 with 15; an
+# empty row with a long one), then a last odd row
+PATTERN = [20, 20, 16, 16, 17, 22, 31, 33, 20, 27, 15, 15, 0, 40, 24, 19, 8, 8, 30]
+
+
+def rows_with_lengths(lengths, n_cols, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(len(lengths), n_cols, dtype=dtype)
+    for r, n in enumerate(lengths):
+        cols = torch.randperm(n_cols, generator=g)[:n]
+        x[r, cols] = (torch.rand(n, generator=g, dtype=dtype) - 0.5) * 4
+    return x
+
+
+def mv_at(threads, fn):
+    nt = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(nt)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("repeat", [1, 17])  # 19 rows on one thread; 323 rows, parallel
+def test_paired_rows_match_dense(repeat, dtype, index_dtype, threads):
+    x = rows_with_lengths(PATTERN * repeat, 64, dtype, seed_of("pairs", repeat, dtype))
+    A = scorch.to_sparse(x, "csr", index_dtype=index_dtype)
+    v = torch.rand(64, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    text = scorch.explain(torch.mv, A, v)
+    assert "+= 2)" in text and "(16 <= m_" in text, text[-3000:]
+    got = mv_at(threads, lambda: torch.mv(A, v))
+    torch.testing.assert_close(got, x @ v, **TOL[dtype])
+    # a factor known per row multiplies each row of the pair by its own value
+    d = torch.arange(1, x.shape[0] + 1, dtype=dtype)
+    got = mv_at(threads, lambda: scorch.einsum("i,ij,j->i", d, A, v))
+    torch.testing.assert_close(got, d * (x @ v), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DT)
+def test_paired_rows_shapes(dtype):
+    """1×1, a single long row, two rows, an all-zero matrix, and a rectangular one."""
+    for shape, lengths in (((1, 1), [1]), ((1, 40), [40]), ((2, 40), [18, 18]),
+                           ((4, 30), [0, 0, 0, 0]), ((3, 70), [60, 50, 70])):
+        x = rows_with_lengths(lengths, shape[1], dtype, seed_of("pair-shapes", shape))
+        A = scorch.to_sparse(x, "csr")
+        v = torch.rand(shape[1], dtype=dtype)
+        torch.testing.assert_close(torch.mv(A, v), x @ v, **TOL[dtype])
+        torch.testing.assert_close(A @ v, x @ v, **TOL[dtype])
