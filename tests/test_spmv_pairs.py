@@ -64,3 +64,17 @@ def test_paired_rows_shapes(dtype):
         v = torch.rand(shape[1], dtype=dtype)
         torch.testing.assert_close(torch.mv(A, v), x @ v, **TOL[dtype])
         torch.testing.assert_close(A @ v, x @ v, **TOL[dtype])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", DT)
+def test_paired_row_sums_and_row_dots(dtype, threads):
+    """The other row sums over one compressed segment take the pair body too: a row sum
+    (ij->i) and a row-wise dot product with a dense matrix (ij,ij->i)."""
+    x = rows_with_lengths(PATTERN * 17, 64, dtype, seed_of("pair-sums", dtype))
+    A = scorch.to_sparse(x, "csr")
+    B = torch.rand(x.shape, dtype=dtype, generator=torch.Generator().manual_seed(5))
+    for expr, ops, want in (("ij->i", (A,), x.sum(1)), ("ij,ij->i", (A, B), (x * B).sum(1))):
+        assert "+= 2)" in scorch.explain(expr, *ops)
+        got = mv_at(threads, lambda: scorch.einsum(expr, *ops))
+        torch.testing.assert_close(got, want, **TOL[dtype])

@@ -1143,7 +1143,8 @@ static bool paired_rows(lb *L, int32_t d, const sc_lower_node *known, const sc_l
         if (a0 >= 0 || ac->order != 2 || S->nbound[a] != 1 || ac->lvar[0] != v ||
             ac->lvar[1] != v1 || f->kind[0] != SC_LEVEL_DENSE ||
             f->kind[1] != SC_LEVEL_COMPRESSED || !f->unique[1] || S->val[a] >= 0 ||
-            S->pres[a] || S->pend[a] || L->pos[ac->operand][1] < 0)
+            S->pres[a] || S->pend[a] || L->pos[ac->operand][1] < 0 ||
+            (ac->operand < 64 && p->bcast[ac->operand]))
             return false;
         a0 = a;
     }
