@@ -1023,6 +1023,23 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
     return true;
 }
 
+/* The entry of segment iterator i0 at position at: its position and coordinate declared
+ * in out (fresh variables), then its case body in state T; false if that cannot be built. */
+static bool entry_at(lb *L, int32_t d, const sc_lower_node *n, const st *T, const iter *i0,
+                     const sc_ir_expr *at, sc_ir_list *out)
+{
+    iter t = *i0;
+    t.p = newv(L, "p", SC_IR_I64);
+    t.c = newv(L, vname(L, L->order[d]), SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, t.p, at));
+    sc_ir_push(B, out, sc_ir_decl(B, t.c, sc_ir_load(B, L->crd[t.operand][t.level], V(t.p))));
+    const sc_ir_stmt *cb = case_body(L, d, n, T, &t, 1, 1, V(t.c), false);
+    if (!cb)
+        return false;
+    sc_ir_push(B, out, cb);
+    return true;
+}
+
 /* for (p = from; p < the segment's end; p++): the entry at p (its coordinate loaded),
  * one at a time; NULL if its body cannot be built. */
 static const sc_ir_stmt *one_at_a_time(lb *L, int32_t d, const sc_lower_node *n, const st *S,
@@ -1079,20 +1096,13 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
     sc_ir_var pu = newv(L, "pu", SC_IR_I64);
     sc_ir_list body = {0};
     for (int32_t u = 0; u < U; u++) {
-        iter t = *i0;
-        t.p = newv(L, "p", SC_IR_I64);
-        t.c = newv(L, vname(L, L->order[d]), SC_IR_I64);
-        sc_ir_push(B, &body, sc_ir_decl(B, t.p, u ? BIN(ADD, V(pu), I(u)) : V(pu)));
-        sc_ir_push(B, &body, sc_ir_decl(B, t.c, sc_ir_load(B, L->crd[t.operand][t.level], V(t.p))));
         st T = *S;
         if (vec)
             T.tv[0] = part[u];
         else
             T.acc = part[u];
-        const sc_ir_stmt *cb = case_body(L, d, n, &T, &t, 1, 1, V(t.c), false);
-        if (!cb)
+        if (!entry_at(L, d, n, &T, i0, u ? BIN(ADD, V(pu), I(u)) : V(pu), &body))
             return false;
-        sc_ir_push(B, &body, cb);
     }
     /* scalar sums: not for the C compiler to vectorize again (see sc_ir_scalar) */
     const sc_ir_stmt *unrolled = sc_ir_for(B, pu, V(lo), V(nmain), I(U), SC_IR_SEQ, 0, sc_ir_list_block(B, &body));
@@ -1187,24 +1197,21 @@ static bool paired_rows(lb *L, int32_t d, const sc_lower_node *known, const sc_l
     }
     sc_ir_var mm = newv(L, "pmain", SC_IR_I64), k = newv(L, "k", SC_IR_I64);
     sc_ir_push(B, &jb, sc_ir_decl(B, mm, BIN(MUL, BIN(DIV, V(m), I(2)), I(2))));
+    iter seg[2] = {{a0, 1, t, true, -1, e[0], -1, -1, NULL}, {a0, 1, t, true, -1, e[1], -1, -1, NULL}};
     for (int32_t u = 0; u < 2; u++)
         for (int32_t r = 0; r < 2; r++) {
-            iter it = {a0, 1, t, true, newv(L, "p", SC_IR_I64), e[r], newv(L, vname(L, v1), SC_IR_I64),
-                       -1, NULL};
-            sc_ir_push(B, &body, sc_ir_decl(B, it.p, BIN(ADD, V(b[r]), u ? BIN(ADD, V(k), I(u)) : V(k))));
-            sc_ir_push(B, &body, sc_ir_decl(B, it.c, sc_ir_load(B, L->crd[t][1], V(it.p))));
             st T = R[r];
             T.acc = part[r][u];
-            const sc_ir_stmt *cb = case_body(L, d + 1, rest, &T, &it, 1, 1, V(it.c), false);
-            if (!cb)
+            if (!entry_at(L, d + 1, rest, &T, &seg[r], BIN(ADD, V(b[r]), u ? BIN(ADD, V(k), I(u)) : V(k)),
+                          &body))
                 return false;
-            sc_ir_push(B, &body, cb);
         }
     sc_ir_push(B, &jb, sc_ir_scalar(B, sc_ir_for(B, k, I(0), V(mm), I(2), SC_IR_SEQ, 0,
                                                  sc_ir_list_block(B, &body))));
     for (int32_t r = 0; r < 2; r++) {
-        iter it = {a0, 1, t, true, newv(L, "p", SC_IR_I64), e[r], newv(L, vname(L, v1), SC_IR_I64),
-                   -1, NULL};
+        iter it = seg[r];
+        it.p = newv(L, "p", SC_IR_I64);
+        it.c = newv(L, vname(L, v1), SC_IR_I64);
         st T = R[r];
         T.acc = acc[r];
         const sc_ir_stmt *one = one_at_a_time(L, d + 1, rest, &T, &it, BIN(ADD, V(b[r]), V(mm)));
