@@ -96,6 +96,34 @@ static sc_status check_ops(const sc_kernel *k, const sc_tensor *const *ops, int6
     return SC_OK;
 }
 
+/* A kernel whose output has an operand's pattern hands out that operand's pos and crd
+ * (scorch_rt.h: borrowed).  Those of a caller's operand are marked borrowed; those of a
+ * copy transposed for this run (tmp, freed below) are taken over by the output. */
+static void adopt_shared(sc_tensor *out, const sc_tensor *const *use, sc_tensor *tmp,
+                         uint32_t made, int32_t nops)
+{
+    for (int32_t l = 0; l < out->fmt.order; l++) {
+        void *pp = out->pos[l], *cp = out->crd[l];
+        if (!pp && !cp)
+            continue;
+        for (int32_t t = 0; t < nops; t++)
+            for (int32_t j = 0; j < use[t]->fmt.order; j++) {
+                if (!(pp && pp == use[t]->pos[j]) && !(cp && cp == use[t]->crd[j]))
+                    continue;
+                if ((made >> t) & 1u) {
+                    if (pp == tmp[t].pos[j])
+                        tmp[t].pos[j] = NULL;
+                    if (cp == tmp[t].crd[j])
+                        tmp[t].crd[j] = NULL;
+                } else {
+                    out->borrowed |= 1u << l;
+                }
+                goto next;
+            }
+    next:;
+    }
+}
+
 sc_status sc_kernel_run(const sc_kernel *k, const sc_tensor *const *ops, int num_threads,
                         sc_tensor *out, sc_error *err)
 {
@@ -133,6 +161,8 @@ sc_status sc_kernel_run(const sc_kernel *k, const sc_tensor *const *ops, int num
     env.user = ctx->mem.user;
     env.num_threads = num_threads > 0 ? num_threads : ctx->num_threads;
     int rc = k->fn(use, out, &env);
+    if (rc == SC_OK)
+        adopt_shared(out, use, tmp, made, k->nops);
     if (rc != SC_OK) {
         env.msg[sizeof env.msg - 1] = '\0';
         st = sc_fail(err, rc > 0 && rc < SC_STATUS_COUNT ? (sc_status)rc : SC_RUNTIME, "kernel", "%s",

@@ -276,6 +276,8 @@ static int32_t first_nonunique(const sc_format *f)
 void sc_tensor_release(const sc_ctx *ctx, sc_tensor *t)
 {
     for (int32_t k = 0; k < SC_MAX_ORDER; k++) {
+        if ((t->borrowed >> k) & 1u)
+            continue;
         sc_free(ctx, t->pos[k]);
         sc_free(ctx, t->crd[k]);
     }

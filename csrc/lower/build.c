@@ -90,6 +90,9 @@ typedef struct lb {
     /* lowering the pair body of a balanced row loop (paired_rows): pairing while it may
      * jam the two rows, paired once it has */
     bool pairing, paired;
+    /* the sparse output's index arrays are the pattern operand's (see sparse_output): the
+     * fill writes values only */
+    bool share;
 } lb;
 
 /* The width of a full register tile of a dense output, bytes: 4 AVX-512 or 8 AVX
@@ -199,7 +202,9 @@ static void append_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *c
     int32_t leaf = L->flat ? L->D : L->m - 1;
     sc_ir_var n = S->cnt[leaf];
     if (L->mode == FILL) {
-        if (L->flat) {
+        if (L->share) {
+            /* the coordinate is already there: the pattern operand's */
+        } else if (L->flat) {
             for (int32_t k = L->D; k < L->m; k++)
                 sc_ir_push(B, out, sc_ir_store(B, L->ocrd[k], V(n), false, coord[k]));
         } else {
@@ -2110,10 +2115,14 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     sc_ir_push(B, top, sc_ir_decl(B, fail, I(0)));
     if (pat < 0 && L->gus && D >= 1 && D == m - 1 && onepass_output(L, top, S, fail, wsize))
         return;
+    /* with the same index width the output shares the pattern operand's pos and crd (the
+     * caller keeps that operand alive and marks them borrowed): no copy, no coordinate
+     * written by the fill, only the values allocated */
+    L->share = pat >= 0 && p->ops[pat].itype == p->out_itype && L->crd[pat][D] >= 0;
     if (pat >= 0) {
-        char c[96];
-        snprintf(c, sizeof c, "the output has %s's pattern: no count phase, its pos array copied",
-                 oname(L, pat));
+        char c[112];
+        snprintf(c, sizeof c, "the output has %s's pattern: no count phase, its pos %s",
+                 oname(L, pat), L->share ? "and crd arrays shared" : "array copied");
         sc_ir_push(B, top, sc_ir_comment(B, c));
     } else {
         sc_ir_push(B, top, sc_ir_comment(B, "phase 1: count the entries of each row"));
@@ -2137,6 +2146,11 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     for (int32_t k = D; k < m; k++) {
         int32_t tk = L->flat ? D : k;
         L->opos[k] = -1;
+        if (L->share) { /* (D == m - 1: one compressed level) */
+            L->opos[k] = L->pos[pat][k];
+            L->ocrd[k] = L->crd[pat][k];
+            continue;
+        }
         if (k == D)
             L->opos[k] = owned_alloc_uninit(L, top, "out_pos", oit, rows1);
         else if (!L->flat)
@@ -2146,8 +2160,9 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     /* every entry counted is written by the fill */
     L->ovals = owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
     sc_ir_var r = newv(L, "r", SC_IR_I64);
-    sc_ir_push(B, top, sc_ir_for(B, r, I(0), rows1, I(1), SC_IR_SEQ, 0,
-                                 sc_ir_store(B, L->opos[D], V(r), false, sc_ir_load(B, L->cnt[D], V(r)))));
+    if (!L->share)
+        sc_ir_push(B, top, sc_ir_for(B, r, I(0), rows1, I(1), SC_IR_SEQ, 0,
+                                     sc_ir_store(B, L->opos[D], V(r), false, sc_ir_load(B, L->cnt[D], V(r)))));
     sc_ir_push(B, top, sc_ir_comment(B, "phase 2: fill"));
     L->mode = FILL;
     sc_ir_push(B, top, phase(L, S, fail, wsize));

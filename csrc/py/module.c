@@ -236,7 +236,7 @@ fail:
 
 /* (pos list, crd list, vals) from a tensor built by the core; takes ownership of t's
  * arrays (released on failure).  New reference. */
-PyObject *sc_py_tensor_result(sc_tensor *t)
+PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent)
 {
     sc_ctx ctx;
     sc_ctx_init(&ctx);
@@ -247,6 +247,19 @@ PyObject *sc_py_tensor_result(sc_tensor *t)
     int it = npy_of_index(t->index_type);
     for (int32_t k = 0; k < N; k++) {
         PyObject *p = Py_None, *c = Py_None;
+        if ((t->borrowed >> k) & 1u) {
+            if (!lent || !lent[2 * k] || !lent[2 * k + 1]) {
+                PyErr_SetString(PyExc_SystemError, "a borrowed level without its owner's arrays");
+                goto fail;
+            }
+            p = lent[2 * k];
+            c = lent[2 * k + 1];
+            Py_INCREF(p);
+            Py_INCREF(c);
+            PyList_SET_ITEM(pos, k, p);
+            PyList_SET_ITEM(crd, k, c);
+            continue;
+        }
         if (sc_level_has_pos((sc_level_kind)t->fmt.kind[k])) {
             p = owning_array(t->pos[k], t->pos_len[k], it);
             t->pos[k] = NULL;
@@ -445,7 +458,7 @@ static PyObject *py_from_coords(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    return sc_py_tensor_result(&out);
+    return sc_py_tensor_result(&out, NULL);
 }
 
 /* from_dense(array, fmt, index, threads) */
@@ -486,7 +499,7 @@ static PyObject *py_from_dense(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    return sc_py_tensor_result(&out);
+    return sc_py_tensor_result(&out, NULL);
 }
 
 /* convert(shape, fmt, pos, crd, vals, index, dst_fmt, dst_index, drop_zeros, threads) */
@@ -514,7 +527,7 @@ static PyObject *py_convert(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    return sc_py_tensor_result(&out);
+    return sc_py_tensor_result(&out, NULL);
 }
 
 /* to_dense(shape, fmt, pos, crd, vals, index, out) writes into out (C-contiguous). */

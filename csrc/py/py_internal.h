@@ -51,8 +51,10 @@ int sc_py_npy_of_dtype(sc_dtype t);
 /* Borrowed arrays from the arguments into t. */
 int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
                        PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t);
-/* (pos list, crd list, vals) owning t's arrays (malloc'd); t is emptied. */
-PyObject *sc_py_tensor_result(sc_tensor *t);
+/* (pos list, crd list, vals) owning t's arrays (malloc'd); t is emptied.  A level that
+ * t borrows (t->borrowed) gets lent[2k] and lent[2k + 1] (borrowed references: the
+ * owner's arrays) as its pos and crd instead; lent may be NULL when t borrows none. */
+PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent);
 /* An N-D array (t's dims, C order) owning t's values; t (all-dense, level order = dims)
  * is emptied. */
 PyObject *sc_py_dense_result(sc_tensor *t);

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SC_RT_VERSION 2
+#define SC_RT_VERSION 3
 
 /* Most dimensions (= levels) a tensor may have. */
 #define SC_MAX_ORDER 8
@@ -102,7 +102,10 @@ typedef struct sc_format {
 /*
  * One tensor's arrays.  pos[k] (length pos_len[k]) exists for compressed levels, crd[k]
  * (length crd_len[k]) for compressed and singleton levels; other entries are NULL/0.
- * Index arrays all have width index_type; vals has nvals entries of dtype.
+ * Index arrays all have width index_type; vals has nvals entries of dtype.  Bit k of
+ * borrowed: level k's pos and crd are another tensor's (a kernel output that has an
+ * operand's pattern shares that operand's index arrays); releasing this tensor leaves
+ * them, and they live as long as their owner.
  */
 typedef struct sc_tensor {
     sc_format fmt;
@@ -115,6 +118,7 @@ typedef struct sc_tensor {
     int64_t crd_len[SC_MAX_ORDER];
     void *vals;
     int64_t nvals;
+    uint32_t borrowed;
 } sc_tensor;
 
 /*

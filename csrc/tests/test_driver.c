@@ -206,6 +206,8 @@ static void test_mixed(sc_compiler *comp)
         sc_tensor res;
         CHECK(sc_kernel_run(k, op, 1, &res, &err) == SC_OK);
         CHECK(res.fmt.kind[1] == SC_LEVEL_COMPRESSED);
+        /* A's pattern: the output borrows A's index arrays (released with A, not res) */
+        CHECK(res.borrowed == 2u && res.pos[1] == A.pos[1] && res.crd[1] == A.crd[1]);
         double got[20 * 15];
         CHECK(sc_fmt_to_dense(&ctx, &res, got, &err) == SC_OK);
         bool ok = true;
@@ -214,6 +216,30 @@ static void test_mixed(sc_compiler *comp)
         CHECK(ok);
         sc_tensor_release(&ctx, &res);
     }
+    /* The same with A in csc and a csr output: the kernel runs on a csr copy of A made
+     * for the run, whose arrays the output takes over (owned, not borrowed). */
+    sc_tensor Ac;
+    double dAc[20 * 15];
+    make_matrix(&ctx, 20, 15, "csc", SC_DTYPE_F64, SC_INDEX_I32, 7, &Ac, dAc);
+    sc_format csr;
+    sc_fmt_parse("csr", 2, &csr, NULL);
+    sc_tensor ops3[2] = {Ac, R};
+    CHECK(sc_compile(comp, SC_EXPR_LANG_INDEX, "C(i,j) = A(i,j) * R(i,j)", 2, ops3, &csr, NULL, &k, &err) ==
+          SC_OK);
+    if (k) {
+        const sc_tensor *op[2] = {&Ac, &R};
+        sc_tensor res;
+        CHECK(sc_kernel_run(k, op, 1, &res, &err) == SC_OK);
+        CHECK(res.borrowed == 0 && res.crd[1] != Ac.crd[1] && res.pos[1] != NULL);
+        double got[20 * 15];
+        CHECK(sc_fmt_to_dense(&ctx, &res, got, &err) == SC_OK);
+        bool ok = true;
+        for (int i = 0; i < 20 * 15; i++)
+            ok &= fabs(got[i] - dAc[i] * dR[i % 15]) < 1e-12;
+        CHECK(ok);
+        sc_tensor_release(&ctx, &res);
+    }
+    sc_tensor_release(&ctx, &Ac);
     sc_tensor_release(&ctx, &A);
     sc_tensor_release(&ctx, &B);
     sc_tensor_release(&ctx, &R);
