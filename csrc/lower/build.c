@@ -21,7 +21,8 @@
  * parallel loops take dynamic chunks.
  * Sparse outputs are assembled in two phases (count per row, prefix sum, fill), rows in
  * parallel when the outermost loop is a dense output level; an output that provably has
- * one operand's pattern skips the count and copies that operand's pos array; a csr-like
+ * one operand's pattern skips the count and shares that operand's pos and crd (copies
+ * its pos where the index widths differ); a csr-like
  * output through a Gustavson workspace (SpGEMM) skips it too: rows get slots of their
  * multiply count's size, each thread packs its rows, the gaps between threads are closed.  Output
  * indices nested inside a reduction go through a per-thread dense workspace: over the
