@@ -534,7 +534,33 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             sc_cg_printf(m->out, "int64_t %s_e = %s(%s, %s_lo, %s_hi, %s_t + 1, %s_nt);\n", vn, split,
                          m->fn->vars[s->bal].name, vn, vn, vn, vn);
             indent(m, ind + 1);
-            if (s->orelse) {
+            if (s->orelse && s->run_min > 0) {
+                /* a long row alone, a run of short rows at once */
+                const char *pn = m->fn->vars[s->bal].name, *en = m->fn->vars[s->run_end].name;
+                sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e;) {\n", ctype(v->type), vn, vn, vn, vn);
+                indent(m, ind + 2);
+                sc_cg_printf(m->out, "if ((int64_t)%s[%s + 1] - %s[%s] >= %d) {\n", pn, vn, pn, vn,
+                             (int)s->run_min);
+                stmt(m, s->body, ind + 3);
+                indent(m, ind + 3);
+                sc_cg_printf(m->out, "%s++;\n", vn);
+                indent(m, ind + 2);
+                pr(m, "} else {\n");
+                indent(m, ind + 3);
+                sc_cg_printf(m->out, "int64_t %s = %s + 1;\n", en, vn);
+                indent(m, ind + 3);
+                sc_cg_printf(m->out, "while (%s < %s_e && (int64_t)%s[%s + 1] - %s[%s] < %d)\n", en, vn,
+                             pn, en, pn, en, (int)s->run_min);
+                indent(m, ind + 4);
+                sc_cg_printf(m->out, "%s++;\n", en);
+                stmt(m, s->orelse, ind + 3);
+                indent(m, ind + 3);
+                sc_cg_printf(m->out, "%s = %s;\n", vn, en);
+                indent(m, ind + 2);
+                pr(m, "}\n");
+                indent(m, ind + 1);
+                pr(m, "}\n");
+            } else if (s->orelse) {
                 /* two iterations at a time while two remain, then the last one alone */
                 sc_cg_printf(m->out, "%s %s = %s_b;\n", ctype(v->type), vn, vn);
                 indent(m, ind + 1);
@@ -548,9 +574,11 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                 sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e; %s++) {\n", ctype(v->type), vn,
                              vn, vn, vn, vn);
             }
-            stmt(m, s->body, ind + 2);
-            indent(m, ind + 1);
-            pr(m, "}\n");
+            if (!(s->orelse && s->run_min > 0)) {
+                stmt(m, s->body, ind + 2);
+                indent(m, ind + 1);
+                pr(m, "}\n");
+            }
             if (s->par == SC_IR_OMP_FOR) {
                 indent(m, ind + 1);
                 pr(m, "#pragma omp barrier\n");

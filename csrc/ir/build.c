@@ -753,6 +753,26 @@ const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, const sc_ir
     return s;
 }
 
+const sc_ir_stmt *sc_ir_runs(sc_ir_builder *b, const sc_ir_stmt *s, int32_t min, sc_ir_var end,
+                             const sc_ir_stmt *run)
+{
+    if (!need(b, s, "loop with runs") || !need(b, run, "run body") || !var_ok(b, end))
+        return NULL;
+    if (s->kind != SC_IR_S_FOR || !s->balanced || s->orelse || min < 1) {
+        sc_ir_fail(b, SC_INTERNAL, "only a balanced loop takes a run body, once, for rows under >= 1 entries");
+        return NULL;
+    }
+    if (b->fn->vars[end].buffer || !sc_ir_is_int(b->fn->vars[end].type) || end == s->var) {
+        sc_ir_fail(b, SC_INTERNAL, "the end of a run is not an integer variable of its own");
+        return NULL;
+    }
+    sc_ir_stmt *w = (sc_ir_stmt *)s;
+    w->orelse = run;
+    w->run_min = min;
+    w->run_end = end;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
                                      const sc_ir_expr *work, const sc_ir_stmt *body)

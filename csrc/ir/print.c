@@ -185,7 +185,11 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
             put(s, " scalar");
         put(s, ":\n");
         stmt(s, fn, st->body, ind + 1);
-        if (st->orelse) {
+        if (st->orelse && st->run_min > 0) {
+            put(s, "%*sruns of rows under %d entries %s .. %s:\n", 2 * ind, "", (int)st->run_min,
+                v->name, fn->vars[st->run_end].name);
+            stmt(s, fn, st->orelse, ind + 1);
+        } else if (st->orelse) {
             put(s, "%*spairs %s, %s + 1:\n", 2 * ind, "", v->name, v->name);
             stmt(s, fn, st->orelse, ind + 1);
         }

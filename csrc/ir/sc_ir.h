@@ -186,7 +186,10 @@ struct sc_ir_stmt {
     sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else;
-                                        balanced FOR: the body of a pair (sc_ir_pairs) */
+                                        balanced FOR: the body of a pair (sc_ir_pairs) or
+                                        of a run of short rows (sc_ir_runs) */
+    int32_t run_min;       /* balanced FOR with a run body: rows under this weight run in runs */
+    sc_ir_var run_end;     /* the run body's end of the run (declared by the loop) */
     int32_t lanes;         /* STORE: > 0 stores a vector into lanes consecutive elements */
     int32_t n;             /* BLOCK */
     const sc_ir_stmt *const *items;
@@ -345,6 +348,12 @@ const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s);
 /* The balanced loop s, its iterations taken two at a time by pair (iterations v and
  * v + 1) while a thread's range holds two more, its last one by its own body. */
 const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, const sc_ir_stmt *pair);
+/* The balanced loop s over v (rows of the pos buffer it is balanced by), a row of at least
+ * min entries (pos[v + 1] - pos[v]) by its body, each maximal run of shorter rows of a
+ * thread's range, v .. end - 1, by run at once (end: an integer variable that the loop
+ * declares for run). */
+const sc_ir_stmt *sc_ir_runs(sc_ir_builder *b, const sc_ir_stmt *s, int32_t min, sc_ir_var end,
+                             const sc_ir_stmt *run);
 const sc_ir_stmt *sc_ir_while(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *body);
 const sc_ir_stmt *sc_ir_if(sc_ir_builder *b, const sc_ir_expr *cond, const sc_ir_stmt *then,
                            const sc_ir_stmt *orelse);

@@ -10,7 +10,9 @@
  * segment into four independent ones, over a dense range into vectors (operands
  * contiguous along it) or eight/four scalars; factors known before a reduction multiply
  * its sum once.  Entries of a compressed segment that each end in a vector dot product
- * (SDDMM) are taken 8 at a time, their lane sums by one transpose-and-add tree.  Dense
+ * (SDDMM) are taken 8 at a time, their lane sums by one transpose-and-add tree; runs of
+ * consecutive rows shorter than that are taken as one segment, each entry's row found by
+ * a cursor, where the output shares the rows' pattern.  Dense
  * outputs are stored (not added into) when no reduction variable is bound above the
  * write, and not zero-filled when every element is written; a dense
  * output row inside reduction loops is computed in register tiles of vector accumulators
@@ -1046,12 +1048,55 @@ static bool entry_at(lb *L, int32_t d, const sc_lower_node *n, const st *T, cons
     return true;
 }
 
+/*
+ * The entries of a run of consecutive rows taken as one segment (short_rows): each
+ * entry's row is found by a cursor that moves forward through the rows' pos array, and
+ * the entry is lowered in the state that binding that row gives (row_state).
+ */
+typedef struct rowcur {
+    const st *S0;   /* the state before the row variable is bound */
+    int32_t access; /* the pattern operand's access: level 0 dense over the rows */
+    sc_ir_var pos;  /* its level 1 pos array */
+    sc_ir_var r;    /* the cursor: the row of the entry located last */
+} rowcur;
+
+/* The state of an entry of row `row` (the pattern operand's level 0 bound there) whose
+ * output entry is at position n: the output shares the operand's pattern, so an entry's
+ * position is its own. */
+static st row_state(lb *L, const rowcur *rc, const sc_ir_expr *row, sc_ir_var n)
+{
+    st T = *rc->S0;
+    T.cv[L->order[0]] = row;
+    T.ppos[rc->access] = row;
+    T.pend[rc->access] = NULL;
+    T.nbound[rc->access] = 1;
+    T.opos = row;
+    T.cnt[L->m - 1] = n;
+    return T;
+}
+
+/* The cursor moved on to the row holding the entry at position p (rows may be empty). */
+static void locate_row(lb *L, const rowcur *rc, const sc_ir_expr *p, sc_ir_list *out)
+{
+    sc_ir_push(B, out, sc_ir_while(B, BIN(LE, sc_ir_load(B, rc->pos, BIN(ADD, V(rc->r), I(1))), p),
+                                   sc_ir_assign(B, rc->r, true, I(1))));
+}
+
 /* for (p = from; p < the segment's end; p++): the entry at p (its coordinate loaded),
- * one at a time; NULL if its body cannot be built. */
+ * one at a time (with rc: in its row, located by the cursor); NULL if its body cannot be
+ * built. */
 static const sc_ir_stmt *one_at_a_time(lb *L, int32_t d, const sc_lower_node *n, const st *S,
-                                       const iter *i0, const sc_ir_expr *from)
+                                       const iter *i0, const sc_ir_expr *from, const rowcur *rc)
 {
     sc_ir_list rb = {0};
+    st T;
+    if (rc) {
+        locate_row(L, rc, V(i0->p), &rb);
+        sc_ir_var nv = newv(L, "n", SC_IR_I64);
+        sc_ir_push(B, &rb, sc_ir_decl(B, nv, V(i0->p)));
+        T = row_state(L, rc, V(rc->r), nv);
+        S = &T;
+    }
     sc_ir_push(B, &rb, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
     const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
     if (!cb)
@@ -1116,7 +1161,7 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
     const sc_ir_expr *sum = V(part[1]);
     for (int32_t u = 2; u < U; u++)
         sum = BIN(ADD, sum, V(part[u]));
-    const sc_ir_stmt *rest = one_at_a_time(L, d, n, S, i0, V(nmain));
+    const sc_ir_stmt *rest = one_at_a_time(L, d, n, S, i0, V(nmain), NULL);
     if (!rest)
         return false;
     sc_ir_push(B, out, vec ? rest : sc_ir_scalar(B, rest));
@@ -1220,7 +1265,7 @@ static bool paired_rows(lb *L, int32_t d, const sc_lower_node *known, const sc_l
         it.c = newv(L, vname(L, v1), SC_IR_I64);
         st T = R[r];
         T.acc = acc[r];
-        const sc_ir_stmt *one = one_at_a_time(L, d + 1, rest, &T, &it, BIN(ADD, V(b[r]), V(mm)));
+        const sc_ir_stmt *one = one_at_a_time(L, d + 1, rest, &T, &it, BIN(ADD, V(b[r]), V(mm)), NULL);
         if (!one)
             return false;
         sc_ir_push(B, &jb, sc_ir_scalar(B, one));
@@ -1254,7 +1299,7 @@ static bool paired_rows(lb *L, int32_t d, const sc_lower_node *known, const sc_l
 enum { GROUP = 8 }; /* at most: a group is no larger than a vector's lane count */
 
 static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
-                         const iter *i0, sc_ir_list *res)
+                         const iter *i0, sc_ir_list *res, const rowcur *rc)
 {
     const sc_lower_problem *p = L->p;
     if (L->mode != FILL || !n || d != L->dlast || d != L->n - 2 || S->acc >= 0 ||
@@ -1264,7 +1309,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     if (L->out_level_of[kv] >= 0 || sparse_iterates(L, kv))
         return false;
     /* the split after_bind makes once the entry's own access is bound */
-    st T = *S;
+    st T = rc ? row_state(L, rc, V(rc->r), -1) : *S;
     int32_t a0 = i0->access;
     if (++T.nbound[a0] == p->acc[a0].order && T.val[a0] < 0)
         T.val[a0] = 0; /* a stand-in: only bound_at looks at it */
@@ -1286,12 +1331,21 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_list body = {0};
     iter t[GROUP];
     sc_ir_var acc[GROUP];
+    st E[GROUP]; /* each entry's state: S, or (rc) that of its own row */
     for (int32_t g = 0; g < G; g++) {
         t[g] = *i0;
         t[g].p = newv(L, "p", SC_IR_I64);
         t[g].c = newv(L, vname(L, v), SC_IR_I64);
         sc_ir_push(B, &body, sc_ir_decl(B, t[g].p, g ? BIN(ADD, V(pu), I(g)) : V(pu)));
         sc_ir_push(B, &body, sc_ir_decl(B, t[g].c, sc_ir_load(B, L->crd[t[g].operand][t[g].level], V(t[g].p))));
+        E[g] = *S;
+        if (rc) {
+            locate_row(L, rc, V(t[g].p), &body);
+            sc_ir_var row = newv(L, "row", SC_IR_I64), nv = newv(L, "n", SC_IR_I64);
+            sc_ir_push(B, &body, sc_ir_decl(B, row, V(rc->r)));
+            sc_ir_push(B, &body, sc_ir_decl(B, nv, V(t[g].p)));
+            E[g] = row_state(L, rc, V(row), nv);
+        }
     }
     for (int32_t g = 0; g < G; g++) {
         acc[g] = sc_ir_new_vector(B, "vacc", L->vt, W);
@@ -1300,12 +1354,12 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     /* the vector steps of the reduction, all entries of the group in each */
     sc_ir_var k = newv(L, vname(L, kv), SC_IR_I64);
     sc_ir_list kb = {0};
-    T = *S;
-    T.vec = true;
-    T.vtile = kv;
-    T.vlanes = W;
-    T.cv[kv] = V(k);
     for (int32_t g = 0; g < G; g++) {
+        T = E[g];
+        T.vec = true;
+        T.vtile = kv;
+        T.vlanes = W;
+        T.cv[kv] = V(k);
         T.cv[v] = V(t[g].c);
         sc_ir_push(B, &kb, sc_ir_assign(B, acc[g], true, value(L, &T, rest)));
     }
@@ -1340,8 +1394,8 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     }
     sc_ir_var dot[GROUP];
     sc_ir_list tail = {0};
-    T = *S;
     for (int32_t g = 0; g < G; g++) {
+        T = E[g];
         int32_t lane = 0;
         while (lane < W && who[0][lane] != g)
             lane++;
@@ -1359,7 +1413,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     }
     sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &tail), NULL));
     for (int32_t g = 0; g < G; g++) {
-        T = *S;
+        T = E[g];
         T.dot = V(dot[g]);
         const sc_ir_stmt *cb = case_body(L, d, n, &T, &t[g], 1, 1, V(t[g].c), false);
         if (!cb)
@@ -1370,7 +1424,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
      * loop, in a branch of its own (its registers not shared with the group's code) */
     const sc_ir_stmt *one[2];
     for (int32_t r = 0; r < 2; r++)
-        if (!(one[r] = one_at_a_time(L, d, n, S, i0, r ? V(nmain) : V(lo))))
+        if (!(one[r] = one_at_a_time(L, d, n, S, i0, r ? V(nmain) : V(lo), rc)))
             return false;
     sc_ir_list grouped = {0};
     sc_ir_push(B, &grouped, sc_ir_decl(B, nmain, BIN(ADD, V(lo), BIN(MUL, BIN(DIV, BIN(SUB, V(i0->e), V(lo)), I(G)), I(G)))));
@@ -1380,6 +1434,51 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(G), BIN(SUB, V(i0->e), V(lo))), sc_ir_list_block(B, &grouped), one[0]));
     sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
+}
+
+static int32_t pattern_operand(const lb *L);
+
+/*
+ * The body of a run of short rows cvar .. re - 1 of a balanced row loop (sc_ir_runs):
+ * their entries as one segment, pos[cvar] .. pos[re], in groups of grouped_dots that
+ * cross row boundaries, each entry's row found by a cursor.  Rows shorter than a group
+ * otherwise take the one-entry path, a lane sum per entry behind each row's mispredicted
+ * exit (2-4x the time per entry of long rows).  Applies where the row loop's grouped
+ * path applies (SDDMM: order i, j, k; A(i,j) csr-like, the reduction a vector dot
+ * product) and the output shares A's pattern, so that an entry's output position is its
+ * own.  NULL where it does not apply; *min: the row length below which rows take it.
+ */
+static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, sc_ir_var cvar,
+                                    sc_ir_var re, sc_ir_var bal, int32_t *min)
+{
+    const sc_lower_problem *p = L->p;
+    if (L->mode != FILL || !L->share || L->n != 3 || L->dlast != 1 || L->q >= 0 || !n)
+        return NULL;
+    int32_t t = pattern_operand(L), a0 = -1;
+    if (t < 0 || L->pos[t][1] != bal)
+        return NULL;
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (p->acc[a].operand == t)
+            a0 = a;
+    const sc_format *f = &p->ops[t].fmt;
+    if (a0 < 0 || p->acc[a0].order != 2 || p->acc[a0].lvar[0] != L->order[0] ||
+        p->acc[a0].lvar[1] != L->order[1] || f->kind[0] != SC_LEVEL_DENSE ||
+        f->kind[1] != SC_LEVEL_COMPRESSED || !f->unique[1] || S->nbound[a0] != 0)
+        return NULL;
+    rowcur rc = {S, a0, L->pos[t][1], newv(L, "r", SC_IR_I64)};
+    sc_ir_list out = {0};
+    sc_ir_push(B, &out, sc_ir_decl(B, rc.r, V(cvar)));
+    char pn[64], en[64];
+    snprintf(pn, sizeof pn, "%s1_p", oname(L, t));
+    snprintf(en, sizeof en, "%s1_end", oname(L, t));
+    iter it = {a0, 1, t, true, newv(L, pn, SC_IR_I64), newv(L, en, SC_IR_I64),
+               newv(L, vname(L, L->order[1]), SC_IR_I64), -1, sc_ir_load(B, rc.pos, V(cvar))};
+    sc_ir_push(B, &out, sc_ir_decl(B, it.e, sc_ir_load(B, rc.pos, V(re))));
+    if (!grouped_dots(L, 1, n, S, &it, &out, &rc))
+        return NULL;
+    int32_t W = sc_ir_vec_lanes(B->fn, L->vt);
+    *min = W < GROUP ? W : GROUP;
+    return sc_ir_list_block(B, &out);
 }
 
 /* The pos array that weighs the rows of a parallel dense loop over v: that of the first
@@ -1606,6 +1705,14 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         const sc_ir_stmt *loop = bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal,
                                                                inner_work(L, d), body)
                                           : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body);
+        if (bal >= 0 && par != SC_IR_SEQ && d == 0 && L->share) {
+            /* runs of short rows at once where short_rows applies */
+            sc_ir_var re = newv(L, "re", SC_IR_I64);
+            int32_t min = 0;
+            const sc_ir_stmt *run = short_rows(L, n, S, cvar, re, bal, &min);
+            if (run)
+                loop = sc_ir_runs(B, loop, min, re, run);
+        }
         if (bal >= 0 && par == SC_IR_PAR_FOR && L->mode == FILL && d + 2 == L->n) {
             /* rows two at a time where paired_rows applies */
             L->pairing = true;
@@ -1619,7 +1726,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         return sc_ir_list_block(B, &out);
     }
     if (nit == 1 && !lat.universe && it[0].unique && par == SC_IR_SEQ &&
-        (grouped_dots(L, d, n, S, &it[0], &out) || unrolled_segment(L, d, n, S, &it[0], &out)))
+        (grouped_dots(L, d, n, S, &it[0], &out, NULL) || unrolled_segment(L, d, n, S, &it[0], &out)))
         return sc_ir_list_block(B, &out);
     if (nit == 1 && !lat.universe && it[0].unique) {
         sc_ir_list body = {0};

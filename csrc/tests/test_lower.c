@@ -457,6 +457,60 @@ static void test_pairs_ir(void)
     sc_arena_release(&ar);
 }
 
+/* RUNS: a balanced loop's run body over rows v .. end - 1, its end variable in scope only
+ * there, printed after the loop's body; refused on a plain loop, a second time, for a
+ * minimum below 1 or with the loop variable as the end. */
+static void test_runs_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "ru", SC_DTYPE_F32, &err);
+    sc_ir_var pos = sc_ir_new_var(&bld, "pos", SC_IR_I32, true, false, false);
+    sc_ir_var y = sc_ir_new_var(&bld, "y", SC_IR_F32, true, false, false);
+    sc_ir_var i = sc_ir_new_var(&bld, "i", SC_IR_I64, false, false, false);
+    sc_ir_var n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    sc_ir_var re = sc_ir_new_var(&bld, "re", SC_IR_I64, false, false, false);
+    const sc_ir_expr *one = sc_ir_flt(&bld, 1.0, SC_IR_F32);
+    const sc_ir_stmt *body = sc_ir_store(&bld, y, sc_ir_var_ref(&bld, i), false, one);
+    const sc_ir_stmt *run = sc_ir_store(&bld, y, sc_ir_var_ref(&bld, re), false, one);
+    const sc_ir_stmt *loop = sc_ir_for_balanced(&bld, i, sc_ir_int(&bld, 0), sc_ir_var_ref(&bld, n),
+                                                SC_IR_PAR_FOR, pos, NULL, body);
+    CHECK(sc_ir_runs(&bld, loop, 0, re, run) == NULL && strstr(err.msg, "only a balanced loop"));
+    bld.st = SC_OK;
+    CHECK(sc_ir_runs(&bld, loop, 8, i, run) == NULL && strstr(err.msg, "variable of its own"));
+    bld.st = SC_OK;
+    CHECK(sc_ir_runs(&bld, loop, 8, re, run) == loop);
+    const sc_ir_stmt *items[4] = {
+        sc_ir_decl(&bld, n, sc_ir_int(&bld, 4)),
+        sc_ir_decl(&bld, pos, sc_ir_alloc(&bld, SC_IR_I32, sc_ir_int(&bld, 5))),
+        sc_ir_decl(&bld, y, sc_ir_alloc(&bld, SC_IR_F32, sc_ir_int(&bld, 6))), loop};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 4)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    char t[1024];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "runs of rows under 8 entries i_2 .. re_4:") != NULL);
+    CHECK(sc_ir_runs(&bld, loop, 8, re, run) == NULL && strstr(err.msg, "only a balanced loop"));
+    /* the end of a run used in the loop's own body is out of scope */
+    sc_ir_builder_init(&bld, &ar, &f, "ru2", SC_DTYPE_F32, &err);
+    pos = sc_ir_new_var(&bld, "pos", SC_IR_I32, true, false, false);
+    y = sc_ir_new_var(&bld, "y", SC_IR_F32, true, false, false);
+    i = sc_ir_new_var(&bld, "i", SC_IR_I64, false, false, false);
+    re = sc_ir_new_var(&bld, "re", SC_IR_I64, false, false, false);
+    one = sc_ir_flt(&bld, 1.0, SC_IR_F32);
+    loop = sc_ir_for_balanced(&bld, i, sc_ir_int(&bld, 0), sc_ir_int(&bld, 4), SC_IR_PAR_FOR, pos, NULL,
+                              sc_ir_store(&bld, y, sc_ir_var_ref(&bld, re), false, one));
+    CHECK(sc_ir_runs(&bld, loop, 8, re, sc_ir_store(&bld, y, sc_ir_var_ref(&bld, re), false, one)) == loop);
+    const sc_ir_stmt *items2[3] = {
+        sc_ir_decl(&bld, pos, sc_ir_alloc(&bld, SC_IR_I32, sc_ir_int(&bld, 5))),
+        sc_ir_decl(&bld, y, sc_ir_alloc(&bld, SC_IR_F32, sc_ir_int(&bld, 6))), loop};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items2, 3)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) != SC_OK);
+    sc_arena_release(&ar);
+}
+
 /* FOLD / LANE: full-width vectors of one type, a power-of-two block width below the lane
  * count, a lane inside the vector; printed and verified like the other expressions. */
 static void test_fold_ir(void)
@@ -572,5 +626,6 @@ int main(void)
     test_build_and_verify();
     test_fold_ir();
     test_pairs_ir();
+    test_runs_ir();
     return check_report("test_lower");
 }
