@@ -470,8 +470,10 @@ static void test_goldens(void)
         "float acc_",
         "acc_", "+= (v_",
         "pu_", " += 4) {", /* four independent accumulators per row */
-        "out_vals_", "sc_k_alloc_raw(env, out_size_"}; /* every row stored once: no zero fill */
-    golden(&spmv, g1, 15);
+        "out_vals_", "sc_k_alloc_raw(env, out_size_", /* every row stored once: no zero fill */
+        /* x's element 32 entries on, where x outgrows L2 (crd read within its length) */
+        "if ((262144 <= Nj_", "__builtin_prefetch(&B_vals_", "[sc_min((pu_", " + 32), (A1_len_"};
+    golden(&spmv, g1, 19);
     tcase spmm = {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g5[] = {
         "sc_vf32 acc_", /* register tiles of the dense output row: vector accumulators */
