@@ -7,7 +7,8 @@
  * cases inside, each case lowering its own specialised expression further down); unions
  * of three or more iterators use one loop in which absent operands read as zero.  Dense
  * levels are located.  Innermost reductions accumulate into a scalar: over a compressed
- * segment into four independent ones, over a dense range into vectors (operands
+ * segment into four independent ones (x gathered from beyond L2 prefetched 32 entries
+ * ahead), over a dense range into vectors (operands
  * contiguous along it) or eight/four scalars; factors known before a reduction multiply
  * its sum once.  Entries of a compressed segment that each end in a vector dot product
  * (SDDMM) are taken 8 at a time, their lane sums by one transpose-and-add tree; runs of
