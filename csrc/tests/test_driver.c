@@ -160,6 +160,19 @@ static void test_errors(sc_compiler *comp)
 }
 
 /* Index widths may differ per operand; a dense operand may broadcast a size-1 dimension. */
+/* Whether res (20 x 15) is dense a with every row multiplied by r elementwise. */
+static bool is_row_scaled(const sc_tensor *res, const double *a, const double *r)
+{
+    double got[20 * 15];
+    sc_error err;
+    if (sc_fmt_to_dense(&ctx, res, got, &err) != SC_OK)
+        return false;
+    bool ok = true;
+    for (int i = 0; i < 20 * 15; i++)
+        ok &= fabs(got[i] - a[i] * r[i % 15]) < 1e-12;
+    return ok;
+}
+
 static void test_mixed(sc_compiler *comp)
 {
     sc_tensor A, B;
@@ -208,12 +221,7 @@ static void test_mixed(sc_compiler *comp)
         CHECK(res.fmt.kind[1] == SC_LEVEL_COMPRESSED);
         /* A's pattern: the output borrows A's index arrays (released with A, not res) */
         CHECK(res.borrowed == 2u && res.pos[1] == A.pos[1] && res.crd[1] == A.crd[1]);
-        double got[20 * 15];
-        CHECK(sc_fmt_to_dense(&ctx, &res, got, &err) == SC_OK);
-        bool ok = true;
-        for (int i = 0; i < 20 * 15; i++)
-            ok &= fabs(got[i] - dA[i] * dR[i % 15]) < 1e-12;
-        CHECK(ok);
+        CHECK(is_row_scaled(&res, dA, dR));
         sc_tensor_release(&ctx, &res);
     }
     /* The same with A in csc and a csr output: the kernel runs on a csr copy of A made
@@ -231,12 +239,7 @@ static void test_mixed(sc_compiler *comp)
         sc_tensor res;
         CHECK(sc_kernel_run(k, op, 1, &res, &err) == SC_OK);
         CHECK(res.borrowed == 0 && res.crd[1] != Ac.crd[1] && res.pos[1] != NULL);
-        double got[20 * 15];
-        CHECK(sc_fmt_to_dense(&ctx, &res, got, &err) == SC_OK);
-        bool ok = true;
-        for (int i = 0; i < 20 * 15; i++)
-            ok &= fabs(got[i] - dAc[i] * dR[i % 15]) < 1e-12;
-        CHECK(ok);
+        CHECK(is_row_scaled(&res, dAc, dR));
         sc_tensor_release(&ctx, &res);
     }
     sc_tensor_release(&ctx, &Ac);
