@@ -2,7 +2,9 @@
 entries and the shorter at least 3/4 of the longer's, their segments run jammed in one loop
 (two accumulators a row, then each row's rest); other pairs run row by row, and a thread's
 last odd row alone.  Every case against the dense result, at 1 and 2 threads (a thread's
-range may start on either row of a pair), both index widths and both dtypes."""
+range may start on either row of a pair), both index widths and both dtypes (float64 rows
+run one at a time: the jam was 5-10 % slower there, so f64 checks that no pair body is
+emitted and that the rows still match)."""
 import pytest
 import torch
 
@@ -45,7 +47,10 @@ def test_paired_rows_match_dense(repeat, dtype, index_dtype, threads):
     A = scorch.to_sparse(x, "csr", index_dtype=index_dtype)
     v = torch.rand(64, dtype=dtype, generator=torch.Generator().manual_seed(3))
     text = scorch.explain(torch.mv, A, v)
-    assert "+= 2)" in text and "(16 <= m_" in text, text[-3000:]
+    if dtype == torch.float32:
+        assert "+= 2)" in text and "(16 <= m_" in text, text[-3000:]
+    else:   # f64 runs one row at a time: the jam was 5-10 % slower there
+        assert "(16 <= m_" not in text, text[-3000:]
     got = mv_at(threads, lambda: torch.mv(A, v))
     torch.testing.assert_close(got, x @ v, **TOL[dtype])
     # a factor known per row multiplies each row of the pair by its own value
@@ -75,6 +80,6 @@ def test_paired_row_sums_and_row_dots(dtype, threads):
     A = scorch.to_sparse(x, "csr")
     B = torch.rand(x.shape, dtype=dtype, generator=torch.Generator().manual_seed(5))
     for expr, ops, want in (("ij->i", (A,), x.sum(1)), ("ij,ij->i", (A, B), (x * B).sum(1))):
-        assert "+= 2)" in scorch.explain(expr, *ops)
+        assert ("+= 2)" in scorch.explain(expr, *ops)) == (dtype == torch.float32)
         got = mv_at(threads, lambda: scorch.einsum(expr, *ops))
         torch.testing.assert_close(got, want, **TOL[dtype])

@@ -1216,8 +1216,9 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
  * 760-791 us in a C model, MKL 768; FEM rows 4-7 %).  Only where the row variable v
  * (depth d) binds the dense first level of a single sparse operand whose compressed
  * second level is the innermost loop, and the output is dense: the next row's state is
- * this row's with the coordinate and that position one further.  False where the
- * pattern does not apply (the caller then lowers one row).
+ * this row's with the coordinate and that position one further; f32 only (the caller:
+ * in f64 the jam was 5-10 % slower on FEM rows).  False where the pattern does not apply
+ * (the caller then lowers one row).
  */
 enum { JAM_MIN = 16 };
 
@@ -1749,8 +1750,10 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             if (run)
                 loop = sc_ir_runs(B, loop, min, re, run);
         }
-        if (bal >= 0 && par == SC_IR_PAR_FOR && L->mode == FILL && d + 2 == L->n) {
-            /* rows two at a time where paired_rows applies */
+        if (bal >= 0 && par == SC_IR_PAR_FOR && L->mode == FILL && d + 2 == L->n &&
+            L->vt == SC_IR_F32) {
+            /* rows two at a time where paired_rows applies (f32 only: in f64 the jam was
+             * 5-10 % slower than one row at a time on FEM rows, level on banded ones) */
             L->pairing = true;
             L->paired = false;
             const sc_ir_stmt *pair = case_body(L, d, n, S, it, 0, 0, V(cvar), false);
