@@ -103,24 +103,17 @@ static void adopt_shared(sc_tensor *out, const sc_tensor *const *use, sc_tensor 
                          uint32_t made, int32_t nops)
 {
     for (int32_t l = 0; l < out->fmt.order; l++) {
-        void *pp = out->pos[l], *cp = out->crd[l];
-        if (!pp && !cp)
+        int32_t j, t = sc_tensor_lender(use, nops, out, l, &j);
+        if (t < 0)
             continue;
-        for (int32_t t = 0; t < nops; t++)
-            for (int32_t j = 0; j < use[t]->fmt.order; j++) {
-                if (!(pp && pp == use[t]->pos[j]) && !(cp && cp == use[t]->crd[j]))
-                    continue;
-                if ((made >> t) & 1u) {
-                    if (pp == tmp[t].pos[j])
-                        tmp[t].pos[j] = NULL;
-                    if (cp == tmp[t].crd[j])
-                        tmp[t].crd[j] = NULL;
-                } else {
-                    out->borrowed |= 1u << l;
-                }
-                goto next;
-            }
-    next:;
+        if ((made >> t) & 1u) {
+            if (out->pos[l] == tmp[t].pos[j])
+                tmp[t].pos[j] = NULL;
+            if (out->crd[l] == tmp[t].crd[j])
+                tmp[t].crd[j] = NULL;
+        } else {
+            out->borrowed |= 1u << l;
+        }
     }
 }
 

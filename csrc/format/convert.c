@@ -285,6 +285,19 @@ void sc_tensor_release(const sc_ctx *ctx, sc_tensor *t)
     memset(t, 0, sizeof *t);
 }
 
+int32_t sc_tensor_lender(const sc_tensor *const *ops, int32_t n, const sc_tensor *out, int32_t l,
+                         int32_t *level)
+{
+    const void *pp = out->pos[l], *cp = out->crd[l];
+    for (int32_t t = 0; t < n && (pp || cp); t++)
+        for (int32_t j = 0; j < ops[t]->fmt.order; j++)
+            if ((pp && pp == ops[t]->pos[j]) || (cp && cp == ops[t]->crd[j])) {
+                *level = j;
+                return t;
+            }
+    return -1;
+}
+
 static void init_out(sc_tensor *out, const sc_format *dst, const int64_t *dims,
                      sc_index_type it, sc_dtype dt)
 {

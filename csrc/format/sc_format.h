@@ -81,7 +81,14 @@ sc_status sc_fmt_convert(const sc_ctx *ctx, const sc_tensor *src, const sc_forma
 /* Write src densely into out (C-contiguous, prod(dims) values of src->dtype). */
 sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc_error *err);
 
-/* Free the arrays of a tensor built by this stage and zero the struct. */
+/* Free the arrays of a tensor built by this stage (not those it borrows) and zero the
+ * struct. */
 void sc_tensor_release(const sc_ctx *ctx, sc_tensor *t);
+
+/* Which of ops[0..n-1] holds level l's arrays of out (its pos or crd is the same pointer,
+ * as a kernel output that shares an operand's pattern has): that operand's index, with
+ * *level its level; -1 when none does (or out's level l has no arrays). */
+int32_t sc_tensor_lender(const sc_tensor *const *ops, int32_t n, const sc_tensor *out, int32_t l,
+                         int32_t *level);
 
 #endif /* SC_FORMAT_H */

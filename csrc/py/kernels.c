@@ -334,30 +334,23 @@ static bool row_major_dense(const sc_format *f)
 /* The arrays (new references) of the operand descriptions that out's borrowed levels
  * share: lent[2l], lent[2l + 1] are pos and crd of level l (left NULL where not found:
  * sc_py_tensor_result then raises). */
-static void lend_arrays(PyObject *ops, const sc_tensor *t, Py_ssize_t n, const sc_tensor *out,
-                        PyObject **lent)
+static void lend_arrays(PyObject *ops, const sc_tensor *const *t, Py_ssize_t n,
+                        const sc_tensor *out, PyObject **lent)
 {
     for (int32_t l = 0; l < out->fmt.order; l++) {
-        if (!((out->borrowed >> l) & 1u))
+        int32_t j, i = (out->borrowed >> l) & 1u ? sc_tensor_lender(t, (int32_t)n, out, l, &j) : -1;
+        if (i < 0)
             continue;
-        for (Py_ssize_t i = 0; i < n && !lent[2 * l]; i++) {
-            PyObject *o = PyList_GET_ITEM(ops, i), *desc = o;
-            if (PyCapsule_CheckExact(o)) {
-                prepared *p = PyCapsule_GetPointer(o, OPERAND_CAPSULE);
-                desc = p ? p->desc : NULL;
-            }
-            if (!desc || !PyTuple_Check(desc) || PyTuple_GET_SIZE(desc) < 4)
-                continue;
-            for (int32_t j = 0; j < t[i].fmt.order; j++) {
-                if (!(out->pos[l] && out->pos[l] == t[i].pos[j]) &&
-                    !(out->crd[l] && out->crd[l] == t[i].crd[j]))
-                    continue;
-                lent[2 * l] = PySequence_GetItem(PyTuple_GET_ITEM(desc, 2), j);
-                lent[2 * l + 1] = PySequence_GetItem(PyTuple_GET_ITEM(desc, 3), j);
-                PyErr_Clear();
-                break;
-            }
+        PyObject *desc = PyList_GET_ITEM(ops, i);
+        if (PyCapsule_CheckExact(desc)) {
+            prepared *p = PyCapsule_GetPointer(desc, OPERAND_CAPSULE);
+            desc = p ? p->desc : NULL;
         }
+        if (!desc || !PyTuple_Check(desc) || PyTuple_GET_SIZE(desc) < 4)
+            continue;
+        lent[2 * l] = PySequence_GetItem(PyTuple_GET_ITEM(desc, 2), j);
+        lent[2 * l + 1] = PySequence_GetItem(PyTuple_GET_ITEM(desc, 3), j);
+        PyErr_Clear();
     }
 }
 
@@ -406,7 +399,7 @@ PyObject *sc_py_run(PyObject *module, PyObject *args)
     }
     PyObject *lent[2 * SC_MAX_ORDER] = {NULL};
     if (out.borrowed)
-        lend_arrays(ops, t, n, &out, lent);
+        lend_arrays(ops, tp, n, &out, lent);
     PyObject *arrays = sc_py_tensor_result(&out, lent); /* takes out's own arrays */
     for (int32_t i = 0; i < 2 * SC_MAX_ORDER; i++)
         Py_XDECREF(lent[i]);
