@@ -534,7 +534,8 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             sc_cg_printf(m->out, "int64_t %s_e = %s(%s, %s_lo, %s_hi, %s_t + 1, %s_nt);\n", vn, split,
                          m->fn->vars[s->bal].name, vn, vn, vn, vn);
             indent(m, ind + 1);
-            if (s->orelse && s->run_min > 0) {
+            bool runs = s->orelse && s->run_min > 0;
+            if (runs) {
                 /* a long row alone, a run of short rows at once */
                 const char *pn = m->fn->vars[s->bal].name, *en = m->fn->vars[s->run_end].name;
                 sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e;) {\n", ctype(v->type), vn, vn, vn, vn);
@@ -574,7 +575,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                 sc_cg_printf(m->out, "for (%s %s = %s_b; %s < %s_e; %s++) {\n", ctype(v->type), vn,
                              vn, vn, vn, vn);
             }
-            if (!(s->orelse && s->run_min > 0)) {
+            if (!runs) {
                 stmt(m, s->body, ind + 2);
                 indent(m, ind + 1);
                 pr(m, "}\n");

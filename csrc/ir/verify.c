@@ -143,15 +143,16 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
         v->live[s->var] = 1;
         if (s->orelse && !s->balanced)
             return bad(v, "a pair body on a loop that is not balanced", s->var);
-        if (s->run_min > 0 && v->live[s->run_end])
+        bool runs = s->run_min > 0; /* the run body sees the end of its run */
+        if (runs && v->live[s->run_end])
             return bad(v, "the end of a run already in scope", s->run_end);
         v->par_depth += s->par == SC_IR_PAR_FOR;
         st = scoped(v, s->body);
         if (st == SC_OK && s->orelse) {
-            if (s->run_min > 0)
+            if (runs)
                 v->live[s->run_end] = 1;
             st = scoped(v, s->orelse);
-            if (s->run_min > 0)
+            if (runs)
                 v->live[s->run_end] = 0;
         }
         v->par_depth -= s->par == SC_IR_PAR_FOR;

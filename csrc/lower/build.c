@@ -1335,6 +1335,13 @@ static bool paired_rows(lb *L, int32_t d, const sc_lower_node *known, const sc_l
  */
 enum { GROUP = 8 }; /* at most: a group is no larger than a vector's lane count */
 
+/* The entries of a group: GROUP, or a vector's lane count where that is fewer. */
+static int32_t group_size(lb *L)
+{
+    int32_t W = sc_ir_vec_lanes(B->fn, L->vt);
+    return W < GROUP ? W : GROUP;
+}
+
 static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                          const iter *i0, sc_ir_list *res, const rowcur *rc)
 {
@@ -1358,7 +1365,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     for (int32_t a = 0; a < p->naccess; a++)
         if (((present >> a) & 1) && p->ops[p->acc[a].operand].sparse)
             return false;
-    int32_t W = sc_ir_vec_lanes(B->fn, L->vt), G = W < GROUP ? W : GROUP;
+    int32_t W = sc_ir_vec_lanes(B->fn, L->vt), G = group_size(L);
     sc_ir_list loc = {0}, *out = &loc;
     const sc_ir_expr *N = V(L->ext[kv]);
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
@@ -1513,8 +1520,7 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
     sc_ir_push(B, &out, sc_ir_decl(B, it.e, sc_ir_load(B, rc.pos, V(re))));
     if (!grouped_dots(L, 1, n, S, &it, &out, &rc))
         return NULL;
-    int32_t W = sc_ir_vec_lanes(B->fn, L->vt);
-    *min = W < GROUP ? W : GROUP;
+    *min = group_size(L);
     return sc_ir_list_block(B, &out);
 }
 
