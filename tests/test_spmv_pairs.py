@@ -1,7 +1,7 @@
 """SpMV's row loop takes its rows two at a time: where both rows of a pair have at least 16
 entries and the shorter at least 3/4 of the longer's, their segments run jammed in one loop
 (two accumulators a row, then each row's rest); other pairs run row by row, and a thread's
-last odd row alone.  Every case against the dense result, at 1 and 2 threads (a thread's
+last odd row alone; a thread whose rows average under 16 entries takes them one at a time.  Every case against the dense result, at 1 and 2 threads (a thread's
 range may start on either row of a pair), both index widths and both dtypes (float64 rows
 run one at a time: the jam was 5-10 % slower there, so f64 checks that no pair body is
 emitted and that the rows still match)."""
@@ -57,6 +57,25 @@ def test_paired_rows_match_dense(repeat, dtype, index_dtype, threads):
     d = torch.arange(1, x.shape[0] + 1, dtype=dtype)
     got = mv_at(threads, lambda: scorch.einsum("i,ij,j->i", d, A, v))
     torch.testing.assert_close(got, d * (x @ v), **TOL[dtype])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_pairs_only_in_ranges_of_long_rows(index_dtype, threads):
+    """The pair loop runs only in a thread's range whose rows average 16 entries or more
+    (pos[e] - pos[b] >= 16 (e - b)): long rows then short ones (at 2 threads one range
+    pairs, the other does not), short rows around two jammable ones (no range pairs),
+    and ranges right at the average of 16."""
+    long_short = PATTERN * 9 + [3, 0, 5, 2, 1, 4] * 40
+    sparse_pair = [2, 0, 1] * 50 + [20, 20] + [1, 3] * 50
+    at_bound = [16] * 64 + [15, 17] * 32
+    for k, lengths in enumerate((long_short, sparse_pair, at_bound)):
+        x = rows_with_lengths(lengths, 300, torch.float32, seed_of("pair-ranges", k))
+        A = scorch.to_sparse(x, "csr", index_dtype=index_dtype)
+        v = torch.rand(300, generator=torch.Generator().manual_seed(k))
+        assert ">= (int64_t)16 * (" in scorch.explain(torch.mv, A, v)
+        got = mv_at(threads, lambda: torch.mv(A, v))
+        torch.testing.assert_close(got, x @ v, **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("dtype", DT)

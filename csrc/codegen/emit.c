@@ -158,6 +158,50 @@ static const char *const PRELUDE[] = {
     "    }\n    return a;\n}\n\n"};
 
 /*
+ * Moves of the first n lanes of half and quarter vectors, and masked gathers into them
+ * (lane l < n: x[c[l]], the others 0; nothing read past c[n - 1]): one instruction each
+ * with AVX-512VL, lane by lane elsewhere.  The lowering gathers only for 64-byte vectors
+ * (sc_ir_vgather_n): 8 or 4 float lanes, 4 or 2 double lanes, 32-bit coordinates.
+ */
+static void partial_helpers(sc_cg_buf *b, int32_t bytes)
+{
+    if (bytes == 64) {
+        sc_cg_printf(b, "#ifdef __AVX512VL__\n"
+                        "typedef int32_t sc_vi32h __attribute__((vector_size(32)));\n"
+                        "typedef int32_t sc_vi32q __attribute__((vector_size(16)));\n");
+        static const struct {
+            const char *tag, *ct, *load, *gather, *idx, *ild;
+            int esz;
+        } h[4] = {
+            {"f32h", "float", "loadups256", "gather3siv8sf", "sc_vi32h", "loaddqusi256", 4},
+            {"f32q", "float", "loadups128", "gather3siv4sf", "sc_vi32q", "loaddqusi128", 4},
+            {"f64h", "double", "loadupd256", "gather3siv4df", "sc_vi32q", "loaddqusi128", 8},
+            {"f64q", "double", "loadupd128", "gather3siv2df", "sc_vi32q", "loaddqusi128", 8},
+        };
+        for (int k = 0; k < 4; k++) {
+            sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
+                            "{ return __builtin_ia32_%s_mask(p, (sc_v%s){0}, (unsigned char)SC_MASK(n)); }\n",
+                         h[k].tag, h[k].tag, h[k].ct, h[k].load, h[k].tag);
+            sc_cg_printf(b, "static inline sc_v%s sc_vgathern_%s(const %s *x, const int32_t *c, int64_t n)\n"
+                            "{\n    unsigned char k = (unsigned char)SC_MASK(n);\n"
+                            "    return __builtin_ia32_%s((sc_v%s){0}, x, "
+                            "__builtin_ia32_%s_mask(c, (%s){0}, k), k, %d);\n}\n",
+                         h[k].tag, h[k].tag, h[k].ct, h[k].gather, h[k].tag, h[k].ild, h[k].idx,
+                         h[k].esz);
+        }
+        sc_cg_printf(b, "#else\n");
+    }
+    sc_cg_printf(b, "#define SC_VG(T, S)                                                           \\\n"
+                    "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
+                    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
+                    "static inline sc_v##S sc_vgathern_##S(const T *x, const int32_t *c, int64_t n) \\\n"
+                    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = x[c[i]]; return v; }\n"
+                    "SC_VG(float, f32h)\nSC_VG(float, f32q)\nSC_VG(double, f64h)\nSC_VG(double, f64q)\n");
+    if (bytes == 64)
+        sc_cg_printf(b, "#endif\n");
+}
+
+/*
  * The vector helpers, for vectors of `bytes` (fn->vec_bytes: 64 or 32): the full, half and
  * quarter vector types of each float type with their unaligned views; lane sums by
  * halving (a tree, not a chain of dependent additions); and moves of a vector's first n
@@ -186,8 +230,15 @@ static void vector_helpers(sc_cg_buf *b, int32_t bytes)
         sc_cg_printf(b, "    sc_v%sh h[2];\n    sc_v%sq q[2];\n", tags[t], tags[t]);
         sc_cg_printf(b, "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n");
         sc_cg_printf(b, "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n");
-        sc_cg_printf(b, "    return %s;\n}\n", q == 4 ? "(q[0][0] + q[0][2]) + (q[0][1] + q[0][3])"
-                                               : q == 2 ? "q[0][0] + q[0][1]" : "q[0][0]");
+        const char *qsum = q == 4 ? "(q[0][0] + q[0][2]) + (q[0][1] + q[0][3])"
+                                  : q == 2 ? "q[0][0] + q[0][1]" : "q[0][0]";
+        sc_cg_printf(b, "    return %s;\n}\n", qsum);
+        /* the half and quarter vectors' sums: the same from the second halving on */
+        sc_cg_printf(b, "static inline %s sc_hsum_%sh(sc_v%sh v)\n{\n    sc_v%sq q[2];\n"
+                        "    memcpy(q, &v, sizeof q);\n    q[0] += q[1];\n    return %s;\n}\n",
+                     ct[t], tags[t], tags[t], tags[t], qsum);
+        sc_cg_printf(b, "static inline %s sc_hsum_%sq(sc_v%sq q0)\n{\n    sc_v%sq q[1] = {q0};\n"
+                        "    return %s;\n}\n", ct[t], tags[t], tags[t], tags[t], qsum);
     }
     if (bytes == 64) {
         sc_cg_printf(b, "#ifdef __AVX512F__\n"
@@ -226,6 +277,7 @@ static void vector_helpers(sc_cg_buf *b, int32_t bytes)
                     "{ for (int64_t i = 0; i < n; i++) p[i] = v[i]; }\n"
                     "SC_VN(float, f32)\nSC_VN(double, f64)\n"
                     "#endif\n");
+    partial_helpers(b, bytes);
 }
 
 typedef struct em {
@@ -301,6 +353,15 @@ static void expr(em *m, const sc_ir_expr *e)
         sc_cg_printf(m->out, "(*(const sc_v%su *)&%s[", vtag(fn, e->type, e->lanes), fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, "])");
+        break;
+    case SC_IR_E_VGATHER:
+        sc_cg_printf(m->out, "sc_vgathern_%s(%s, &", vtag(fn, e->type, e->lanes), fn->vars[e->var].name);
+        expr(m, e->c);
+        pr(m, "[");
+        expr(m, e->a);
+        pr(m, "], ");
+        expr(m, e->b);
+        pr(m, ")");
         break;
     case SC_IR_E_HSUM:
         sc_cg_printf(m->out, "sc_hsum_%s(", vtag(fn, e->type, e->a->lanes));
@@ -562,12 +623,17 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                 indent(m, ind + 1);
                 pr(m, "}\n");
             } else if (s->orelse) {
-                /* two iterations at a time while two remain, then the last one alone */
+                /* two iterations at a time while two remain (in a range of rows long enough
+                 * on average), then the rest one at a time */
+                const char *pn = m->fn->vars[s->bal].name;
                 sc_cg_printf(m->out, "%s %s = %s_b;\n", ctype(v->type), vn, vn);
                 indent(m, ind + 1);
+                sc_cg_printf(m->out, "if ((int64_t)%s[%s_e] - %s[%s_b] >= (int64_t)%d * (%s_e - %s_b))\n",
+                             pn, vn, pn, vn, (int)s->pair_min, vn, vn);
+                indent(m, ind + 2);
                 sc_cg_printf(m->out, "for (; %s + 1 < %s_e; %s += 2) {\n", vn, vn, vn);
-                stmt(m, s->orelse, ind + 2);
-                indent(m, ind + 1);
+                stmt(m, s->orelse, ind + 3);
+                indent(m, ind + 2);
                 pr(m, "}\n");
                 indent(m, ind + 1);
                 sc_cg_printf(m->out, "for (; %s < %s_e; %s++) {\n", vn, vn, vn);

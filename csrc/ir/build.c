@@ -289,14 +289,40 @@ const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr 
 }
 
 const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
-                                const sc_ir_expr *count)
+                                const sc_ir_expr *count, int32_t lanes)
 {
-    if (!scalar_int(b, count, "vector load count") || !var_ok(b, buf))
+    if (!scalar_int(b, count, "vector load count"))
         return NULL;
-    const sc_ir_expr *l = sc_ir_vload(b, buf, idx, sc_ir_vec_lanes(b->fn, b->fn->vars[buf].type));
+    const sc_ir_expr *l = sc_ir_vload(b, buf, idx, lanes);
     if (l)
         ((sc_ir_expr *)l)->b = count;
     return l;
+}
+
+const sc_ir_expr *sc_ir_vgather_n(sc_ir_builder *b, sc_ir_var buf, sc_ir_var crd,
+                                  const sc_ir_expr *idx, const sc_ir_expr *count, int32_t lanes)
+{
+    if (!element_of(b, crd, idx, "gather") || !scalar_int(b, count, "gather count") ||
+        !var_ok(b, buf))
+        return NULL;
+    const sc_ir_var_info *c = &b->fn->vars[crd], *x = &b->fn->vars[buf];
+    int32_t full = sc_ir_vec_lanes(b->fn, x->type);
+    if (c->type != SC_IR_I32 || !c->readonly || !x->buffer || !sc_ir_is_float(x->type) ||
+        !full || (lanes != full / 2 && lanes != full / 4)) {
+        sc_ir_fail(b, SC_INTERNAL, "gather of %d lanes from %s at %s", (int)lanes, x->name, c->name);
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_VGATHER;
+    e->var = buf;
+    e->type = x->type;
+    e->lanes = lanes;
+    e->a = idx;
+    e->b = count;
+    e->c = sc_ir_var_ref(b, crd);
+    return e->c ? e : NULL;
 }
 
 const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes)
@@ -321,8 +347,8 @@ const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x)
 {
     if (!need(b, x, "hsum"))
         return NULL;
-    if (x->lanes != sc_ir_vec_lanes(b->fn, x->type)) {
-        sc_ir_fail(b, SC_INTERNAL, "lane sum of a scalar or a partial vector");
+    if (!x->lanes) {
+        sc_ir_fail(b, SC_INTERNAL, "lane sum of a scalar");
         return NULL;
     }
     sc_ir_expr *e = node(b, sizeof *e);
@@ -741,15 +767,17 @@ const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s)
     return s;
 }
 
-const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, const sc_ir_stmt *pair)
+const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, int32_t min,
+                              const sc_ir_stmt *pair)
 {
     if (!need(b, s, "paired loop") || !need(b, pair, "pair body"))
         return NULL;
-    if (s->kind != SC_IR_S_FOR || !s->balanced || s->orelse) {
-        sc_ir_fail(b, SC_INTERNAL, "only a balanced loop takes a pair body, once");
+    if (s->kind != SC_IR_S_FOR || !s->balanced || s->orelse || min < 0) {
+        sc_ir_fail(b, SC_INTERNAL, "only a balanced loop takes a pair body, once, for rows averaging >= 0 entries");
         return NULL;
     }
     ((sc_ir_stmt *)s)->orelse = pair;
+    ((sc_ir_stmt *)s)->pair_min = min;
     return s;
 }
 

@@ -51,6 +51,15 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
             put(s, e->kind == SC_IR_E_VLOAD ? " +%d lanes]" : "]", (int)e->lanes);
         }
         break;
+    case SC_IR_E_VGATHER:
+        put(s, "%s[", fn->vars[e->var].name);
+        expr(s, fn, e->c);
+        put(s, "[");
+        expr(s, fn, e->a);
+        put(s, " +%d lanes, first ", (int)e->lanes);
+        expr(s, fn, e->b);
+        put(s, "]]");
+        break;
     case SC_IR_E_HSUM:
         put(s, "hsum(");
         expr(s, fn, e->a);
@@ -190,7 +199,8 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
                 v->name, fn->vars[st->run_end].name);
             stmt(s, fn, st->orelse, ind + 1);
         } else if (st->orelse) {
-            put(s, "%*spairs %s, %s + 1:\n", 2 * ind, "", v->name, v->name);
+            put(s, "%*spairs %s, %s + 1 in ranges of rows averaging >= %d entries:\n", 2 * ind, "",
+                v->name, v->name, (int)st->pair_min);
             stmt(s, fn, st->orelse, ind + 1);
         }
         break;

@@ -50,7 +50,8 @@ typedef enum {
     X(SPLAT, "splat")       \
     X(HSUM, "hsum")           \
     X(FOLD, "fold")           \
-    X(LANE, "lane")
+    X(LANE, "lane")           \
+    X(VGATHER, "vgather")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -152,7 +153,8 @@ struct sc_ir_expr {
     sc_ir_arg arg;   /* ARG */
     int32_t level;   /* ARG */
     const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count; VLOAD:
-                                    b = the lanes read, NULL: all) */
+                                    b = the lanes read, NULL: all; VGATHER: a = position,
+                                    b = the lanes read, c = the coordinate buffer) */
     bool uninit;     /* ALLOC: contents left undefined (no zero fill) */
     int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
                         VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
@@ -188,6 +190,7 @@ struct sc_ir_stmt {
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else;
                                         balanced FOR: the body of a pair (sc_ir_pairs) or
                                         of a run of short rows (sc_ir_runs) */
+    int32_t pair_min;      /* balanced FOR with a pair body: pairs where rows average this */
     int32_t run_min;       /* balanced FOR with a run body: rows under this weight run in runs */
     sc_ir_var run_end;     /* the run body's end of the run (declared by the loop) */
     int32_t lanes;         /* STORE: > 0 stores a vector into lanes consecutive elements */
@@ -275,14 +278,21 @@ const sc_ir_expr *sc_ir_alloc_uninit(sc_ir_builder *b, sc_ir_type type, const sc
 /* The vector of buf[idx .. idx + lanes) (buf of a float type; no alignment needed). */
 const sc_ir_expr *sc_ir_vload(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
                               int32_t lanes);
-/* The full-width vector whose first count lanes are buf[idx .. idx + count) and whose
- * other lanes are 0 (1 <= count <= the full lane count at run time): nothing past
- * buf[idx + count) is read. */
+/* The vector of lanes lanes (a valid lane count of buf's type) whose first count lanes are
+ * buf[idx .. idx + count) and whose other lanes are 0 (1 <= count <= lanes at run time):
+ * nothing past buf[idx + count) is read. */
 const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
-                                const sc_ir_expr *count);
+                                const sc_ir_expr *count, int32_t lanes);
+/* The vector of lanes lanes whose lane l < count is buf[crd[idx + l]] and whose other
+ * lanes are 0 (1 <= count <= lanes at run time; buf of a float type, crd a readonly int32
+ * buffer): a masked gather, reading nothing past crd[idx + count) and no element of buf
+ * for the lanes past count.  lanes: half or a quarter of the full count (the gathers a
+ * 64-byte target has in one instruction: 8 or 4 float, 4 or 2 double lanes). */
+const sc_ir_expr *sc_ir_vgather_n(sc_ir_builder *b, sc_ir_var buf, sc_ir_var crd,
+                                  const sc_ir_expr *idx, const sc_ir_expr *count, int32_t lanes);
 /* The vector of lanes lanes each of which is the scalar x. */
 const sc_ir_expr *sc_ir_splat(sc_ir_builder *b, const sc_ir_expr *x, int32_t lanes);
-/* The sum of the lanes of the full-width vector x (a scalar). */
+/* The sum of the lanes of the vector x (full, half or quarter width; a scalar). */
 const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x);
 
 /* One step of the lane sums of several full-width vectors at once (a transpose-and-add):
@@ -345,9 +355,12 @@ const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_
  * loaded coordinates: vectorizing them takes gathers and an in-order (strict IEEE) lane
  * reduction per step, which gcc 12 does for f32 and which made SpMV 1.5x slower. */
 const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s);
-/* The balanced loop s, its iterations taken two at a time by pair (iterations v and
- * v + 1) while a thread's range holds two more, its last one by its own body. */
-const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, const sc_ir_stmt *pair);
+/* The balanced loop s over v (rows of the pos buffer it is balanced by), its iterations
+ * taken two at a time by pair (iterations v and v + 1) while a thread's range holds two
+ * more, its last one by its own body; only in a thread's range whose rows average at
+ * least min (>= 0) entries (pos[e] - pos[b] >= min * (e - b)), elsewhere one at a time. */
+const sc_ir_stmt *sc_ir_pairs(sc_ir_builder *b, const sc_ir_stmt *s, int32_t min,
+                              const sc_ir_stmt *pair);
 /* The balanced loop s over v (rows of the pos buffer it is balanced by), a row of at least
  * min entries (pos[v + 1] - pos[v]) by its body, each maximal run of shorter rows of a
  * thread's range, v .. end - 1, by run at once (end: an integer variable that the loop

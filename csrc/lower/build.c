@@ -39,6 +39,7 @@
 #include "../schedule/sc_sched.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 /* The passes over the loop nest: count each row's entries, fill them, or (BOUND) add up
@@ -181,7 +182,7 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
             tiled |= ac->var[d] == S->vtile;
         }
         if (S->vec && tiled && S->vcount)
-            return sc_ir_vload_n(B, L->vals[ac->operand], addr, S->vcount);
+            return sc_ir_vload_n(B, L->vals[ac->operand], addr, S->vcount, S->vlanes);
         if (S->vec && tiled)
             return sc_ir_vload(B, L->vals[ac->operand], addr, S->vlanes);
         return sc_ir_load(B, L->vals[ac->operand], addr);
@@ -1151,6 +1152,95 @@ static const sc_ir_stmt *prefetch_gather(lb *L, const sc_lower_node *n, const it
     return NULL;
 }
 
+/*
+ * SpMV's short rows as one masked gather each: where the dense vector x(v) outgrows a
+ * core's L1 (GATHER_SHORT_BYTES, tested at run time) a segment of 1 to 4 float entries
+ * (a quarter vector) or up to 8 (half) is summed as hsum(vals[pb..] * x[crd[pb..]]) over
+ * that many lanes: no loop, so no exit mispredicted at each row's irregular length, and
+ * the row's gathers issued at once.  In a C model (2 threads, ratio to MKL's SpMV of the
+ * same run): usroads (rows of 1-4, x 516 KB) 1.13 -> 0.59, email-Enron 1.21 -> 0.69,
+ * soc-Slashdot0902 1.07 -> 0.83, uniform 1M 1.27 -> 0.89 (with the prefetch); with x
+ * in L1 the rows' loop won (cryg2500, rows of 5: 0.72 scalar, 0.96 gathered; bcspwr10
+ * 0.77 / 1.07), hence the gate.  The generated kernels, warm, before -> after (with the
+ * pair loop confined to long rows, paired_rows): usroads 1.15 -> 0.63, email-Enron
+ * 1.18 -> 0.84, soc-Slashdot0902 0.98 -> 0.78, uniform 1M 1.03 -> 0.84, R-MAT 2^20
+ * 1.02 -> 0.93.  f32 only: in f64 (2 or 4 lanes a gather) email-Enron went 1.07 -> 1.23
+ * and uniform 1M 0.67 -> 0.77.  Gathers need 64-byte vectors (AVX-512VL has the masked
+ * 128- and 256-bit forms) and 32-bit coordinates.
+ */
+enum { GATHER_SHORT_BYTES = 64 << 10 };
+
+/* n's values at the first count entries of the segment from pb as a vector of lanes
+ * lanes, or NULL unless n is a product of the segment operand's values (once: bit 0 of
+ * *has), dense vectors read at the segment's coordinate (bit 1) and finite literals: the
+ * lanes past count are 0 in the operand's values, so in the product. */
+static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, const iter *i0,
+                                  sc_expr_var v, const sc_ir_expr *pb, const sc_ir_expr *count,
+                                  int32_t lanes, int *has)
+{
+    const sc_lower_problem *p = L->p;
+    switch (n->kind) {
+    case SC_LN_ACCESS: {
+        const sc_lower_access *ac = &p->acc[n->access];
+        int32_t t = ac->operand;
+        if (p->ops[t].sparse) {
+            if ((*has & 1) || t != i0->operand || i0->level != ac->order - 1 ||
+                ac->lvar[i0->level] != v || S->nbound[n->access] != i0->level)
+                return NULL;
+            *has |= 1;
+            return sc_ir_vload_n(B, L->vals[t], pb, count, lanes);
+        }
+        const sc_ir_expr *step = L->stride[t][0];
+        if (ac->order != 1 || ac->var[0] != v || (t < 64 && p->bcast[t]) || !step ||
+            step->kind != SC_IR_E_INT || step->ival != 1)
+            return NULL;
+        *has |= 2;
+        return sc_ir_vgather_n(B, L->vals[t], L->crd[i0->operand][i0->level], pb, count, lanes);
+    }
+    case SC_LN_LIT:
+        return isfinite(n->value) ? sc_ir_splat(B, sc_ir_flt(B, n->value, L->vt), lanes) : NULL;
+    case SC_LN_NEG: {
+        const sc_ir_expr *x = gathered(L, n->a, S, i0, v, pb, count, lanes, has);
+        return x ? sc_ir_neg(B, x) : NULL;
+    }
+    case SC_LN_MUL: {
+        const sc_ir_expr *x = gathered(L, n->a, S, i0, v, pb, count, lanes, has);
+        const sc_ir_expr *y = x ? gathered(L, n->b, S, i0, v, pb, count, lanes, has) : NULL;
+        return y ? BIN(MUL, x, y) : NULL;
+    }
+    default:
+        return NULL;
+    }
+}
+
+/* if (x is large && len <= 2Q) { if (len != 0) { if (len <= Q) acc += hsum(Q lanes) else
+ * acc += hsum(2Q lanes) } } else seg: the segment from pb (of len entries) into the
+ * scalar sum S->acc; seg itself where the pattern does not apply.  (Empty rows tested
+ * on their own: one branch for them, not the loop's two; on p2p-Gnutella31, three rows
+ * in four empty, a C model without that test ran 1.4-1.6x MKL's time, with it 1.1.) */
+static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                                       const iter *i0, sc_ir_var pb, const sc_ir_stmt *seg)
+{
+    sc_expr_var v = L->order[d];
+    int32_t full = sc_ir_vec_lanes(B->fn, L->vt);
+    sc_ir_var crd = L->crd[i0->operand][i0->level];
+    if (B->fn->vec_bytes != 64 || L->vt != SC_IR_F32 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32)
+        return seg;
+    const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
+    const sc_ir_stmt *sum[2];
+    for (int32_t k = 0; k < 2; k++) {
+        int has = 0;
+        const sc_ir_expr *x = gathered(L, n, S, i0, v, V(pb), len, full / (2 << k), &has);
+        if (!x || has != 3)
+            return seg;
+        sum[k] = sc_ir_assign(B, S->acc, true, sc_ir_hsum(B, x));
+    }
+    const sc_ir_expr *big = BIN(LE, I(GATHER_SHORT_BYTES / 4), V(L->ext[v]));
+    const sc_ir_stmt *some = sc_ir_if(B, BIN(LE, len, I(full / 4)), sum[1], sum[0]);
+    return sc_ir_if(B, BIN(AND, big, BIN(LE, len, I(full / 2))),
+                    sc_ir_if(B, BIN(NE, len, I(0)), some, NULL), seg);
+}
+
 static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                              const iter *i0, sc_ir_list *res)
 {
@@ -1172,7 +1262,7 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
         }
     }
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
-    sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
+    sc_ir_push(B, res, sc_ir_decl(B, lo, i0->lo));
     const sc_ir_expr *len = BIN(SUB, V(i0->e), V(lo)), *main = BIN(MUL, BIN(DIV, len, I(U)), I(U));
     if (!vec)
         main = sc_ir_select(B, BIN(LT, len, I(SHORT_SEGMENT)), I(0), main);
@@ -1202,7 +1292,8 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
         return false;
     sc_ir_push(B, out, vec ? rest : sc_ir_scalar(B, rest));
     sc_ir_push(B, out, sc_ir_assign(B, part[0], true, sum));
-    sc_ir_push(B, res, sc_ir_list_block(B, &loc));
+    const sc_ir_stmt *seg = sc_ir_list_block(B, &loc);
+    sc_ir_push(B, res, vec ? seg : short_gathers(L, d, n, S, i0, lo, seg));
     return true;
 }
 
@@ -1211,7 +1302,12 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
  * balanced row loop): where both rows have at least JAM_MIN entries and the shorter
  * has at least 3/4 of the longer's, their segments run in one loop, two entries of each
  * row a step into two accumulators per row, then each row's rest one entry at a time;
- * otherwise each row runs as it would alone.  Two independent rows in one loop keep more
+ * otherwise each row runs as it would alone.  The loop takes rows in pairs only in a
+ * thread's range whose rows average at least JAM_MIN entries (sc_ir_pairs): in ranges
+ * of short rows the pair's tests and its larger body cost time for no jam (usroads in a
+ * C model of the generated code, rows gathered by short_gathers: 0.70 of MKL's time
+ * without the pair loop, 0.84 with it; testing the jam before each row instead, stepping
+ * one row where it fails: 0.91, p2p-Gnutella31 1.91 against 1.20).  Two independent rows in one loop keep more
  * loads in flight and halve the loop exits (banded rows of 27, 1 thread: 847-898 ->
  * 760-791 us in a C model, MKL 768; FEM rows 4-7 %).  Only where the row variable v
  * (depth d) binds the dense first level of a single sparse operand whose compressed
@@ -1765,7 +1861,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             const sc_ir_stmt *pair = case_body(L, d, n, S, it, 0, 0, V(cvar), false);
             L->pairing = false;
             if (pair && L->paired)
-                loop = sc_ir_pairs(B, loop, pair);
+                loop = sc_ir_pairs(B, loop, JAM_MIN, pair);
         }
         sc_ir_push(B, &out, loop);
         return sc_ir_list_block(B, &out);

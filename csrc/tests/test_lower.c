@@ -414,7 +414,8 @@ static void test_bitmap_ir(void)
 }
 
 /* PAIRS: a balanced loop's pair body, verified in the loop's scope and printed after its
- * body; refused on a loop that is not balanced, and a second time. */
+ * body with its minimum average row; refused on a loop that is not balanced, a second
+ * time, and for a negative minimum. */
 static void test_pairs_ir(void)
 {
     sc_arena ar;
@@ -435,7 +436,7 @@ static void test_pairs_ir(void)
                     false, one)};
     const sc_ir_stmt *loop = sc_ir_for_balanced(&bld, i, sc_ir_int(&bld, 0), sc_ir_var_ref(&bld, n),
                                                 SC_IR_PAR_FOR, pos, NULL, body);
-    CHECK(sc_ir_pairs(&bld, loop, sc_ir_block(&bld, pair, 2)) == loop);
+    CHECK(sc_ir_pairs(&bld, loop, 3, sc_ir_block(&bld, pair, 2)) == loop);
     const sc_ir_stmt *items[4] = {
         sc_ir_decl(&bld, n, sc_ir_int(&bld, 4)),
         sc_ir_decl(&bld, pos, sc_ir_alloc(&bld, SC_IR_I32, sc_ir_int(&bld, 5))),
@@ -444,15 +445,22 @@ static void test_pairs_ir(void)
     CHECK(sc_ir_verify(&f, &err) == SC_OK);
     char t[1024];
     sc_ir_print(&f, t, sizeof t);
-    CHECK(strstr(t, "balanced by pos_0:") != NULL && strstr(t, "pairs i_2, i_2 + 1:") != NULL);
+    CHECK(strstr(t, "balanced by pos_0:") != NULL && strstr(t, "pairs i_2, i_2 + 1 in ranges of rows averaging >= 3 entries:") != NULL);
     CHECK(strstr(t, "y_1[(i_2 + 1)] = 1") != NULL);
     /* a second pair body, and one on a plain loop, are refused */
-    CHECK(sc_ir_pairs(&bld, loop, body) == NULL && strstr(err.msg, "only a balanced loop"));
+    CHECK(sc_ir_pairs(&bld, loop, 3, body) == NULL && strstr(err.msg, "only a balanced loop"));
     sc_ir_builder_init(&bld, &ar, &f, "pr2", SC_DTYPE_F32, &err);
     i = sc_ir_new_var(&bld, "i", SC_IR_I64, false, false, false);
     const sc_ir_stmt *plain = sc_ir_for(&bld, i, sc_ir_int(&bld, 0), sc_ir_int(&bld, 2), sc_ir_int(&bld, 1),
                                         SC_IR_SEQ, 0, sc_ir_block(&bld, NULL, 0));
-    CHECK(sc_ir_pairs(&bld, plain, sc_ir_block(&bld, NULL, 0)) == NULL);
+    CHECK(sc_ir_pairs(&bld, plain, 0, sc_ir_block(&bld, NULL, 0)) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "only a balanced loop"));
+    sc_ir_builder_init(&bld, &ar, &f, "pr3", SC_DTYPE_F32, &err);
+    i = sc_ir_new_var(&bld, "i", SC_IR_I64, false, false, false);
+    pos = sc_ir_new_var(&bld, "pos", SC_IR_I32, true, false, false);
+    loop = sc_ir_for_balanced(&bld, i, sc_ir_int(&bld, 0), sc_ir_int(&bld, 2), SC_IR_PAR_FOR, pos, NULL,
+                              sc_ir_block(&bld, NULL, 0));
+    CHECK(sc_ir_pairs(&bld, loop, -1, sc_ir_block(&bld, NULL, 0)) == NULL);
     CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "only a balanced loop"));
     sc_arena_release(&ar);
 }
