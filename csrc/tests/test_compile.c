@@ -472,8 +472,13 @@ static void test_goldens(void)
         "pu_", " += 4) {", /* four independent accumulators per row */
         "out_vals_", "sc_k_alloc_raw(env, out_size_", /* every row stored once: no zero fill */
         /* x's element 32 entries on, where x outgrows L2 (crd read within its length) */
-        "if ((262144 <= Nj_", "__builtin_prefetch(&B_vals_", "[sc_min((pu_", " + 32), (A1_len_"};
-    golden(&spmv, g1, 19);
+        "if ((262144 <= Nj_", "__builtin_prefetch(&B_vals_", "[sc_min((pu_", " + 32), (A1_len_",
+        /* rows of 1-4 and 5-8 entries as one masked gather where x holds 64 KiB */
+        "if (((16384 <= Nj_", "sc_hsum_f32q((sc_vloadn_f32q(&A_vals_", "* sc_vgathern_f32q(B_vals_",
+        "sc_vgathern_f32h(B_vals_",
+        /* rows in pairs only in a thread's range of rows averaging 16 entries */
+        "] >= (int64_t)16 * (i_"};
+    golden(&spmv, g1, 24);
     tcase spmm = {"ij,jk->ik", 0, 2, {"csr", "dense"}, {{M, N}, {N, K}}, NULL, NULL};
     static const char *const g5[] = {
         "sc_vf32 acc_", /* register tiles of the dense output row: vector accumulators */

@@ -519,6 +519,61 @@ static void test_runs_ir(void)
     sc_arena_release(&ar);
 }
 
+/* VGATHER: a masked gather of half or a quarter of a vector's lanes at a readonly int32
+ * coordinate buffer, summed by a partial-width hsum; printed and verified with the
+ * coordinate buffer in scope; refused for full or odd widths, int64 or writable
+ * coordinates, a coordinate buffer that is not a buffer, and hsum of a scalar. */
+static void test_gather_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "ga", SC_DTYPE_F32, &err);
+    sc_ir_var x = sc_ir_new_var(&bld, "x", SC_IR_F32, true, true, false);
+    sc_ir_var crd = sc_ir_new_var(&bld, "crd", SC_IR_I32, true, true, false);
+    sc_ir_var s = sc_ir_new_var(&bld, "s", SC_IR_F32, false, false, false);
+    const sc_ir_expr *at = sc_ir_int(&bld, 3), *n = sc_ir_int(&bld, 2);
+    const sc_ir_expr *g = sc_ir_vgather_n(&bld, x, crd, at, n, 4);
+    CHECK(g != NULL && g->lanes == 4 && g->type == SC_IR_F32);
+    const sc_ir_expr *prod = sc_ir_bin(&bld, SC_IR_OP_MUL, sc_ir_vload_n(&bld, x, at, n, 4), g);
+    const sc_ir_stmt *items[3] = {
+        sc_ir_decl(&bld, x, sc_ir_alloc(&bld, SC_IR_F32, sc_ir_int(&bld, 8))),
+        sc_ir_decl(&bld, crd, sc_ir_alloc(&bld, SC_IR_I32, sc_ir_int(&bld, 8))),
+        sc_ir_decl(&bld, s, sc_ir_hsum(&bld, prod))};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 3)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    char t[1024];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "hsum((x_0[3 +4 lanes, first 2] * x_0[crd_1[3 +4 lanes, first 2]]))") != NULL);
+    /* the coordinate buffer used before its declaration */
+    sc_ir_builder_init(&bld, &ar, &f, "ga2", SC_DTYPE_F32, &err);
+    x = sc_ir_new_var(&bld, "x", SC_IR_F32, true, true, false);
+    crd = sc_ir_new_var(&bld, "crd", SC_IR_I32, true, true, false);
+    s = sc_ir_new_var(&bld, "s", SC_IR_F32, false, false, false);
+    const sc_ir_stmt *late[3] = {
+        sc_ir_decl(&bld, x, sc_ir_alloc(&bld, SC_IR_F32, sc_ir_int(&bld, 8))),
+        sc_ir_decl(&bld, s, sc_ir_hsum(&bld, sc_ir_vgather_n(&bld, x, crd, sc_ir_int(&bld, 0),
+                                                              sc_ir_int(&bld, 1), 8))),
+        sc_ir_decl(&bld, crd, sc_ir_alloc(&bld, SC_IR_I32, sc_ir_int(&bld, 8)))};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, late, 3)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) != SC_OK && strstr(err.msg, "crd") != NULL);
+    /* refusals: 16 (full) and 5 lanes; int64, writable and scalar coordinates */
+    static const int32_t bad_lanes[] = {16, 5};
+    for (int i = 0; i < 6; i++) {
+        sc_ir_builder_init(&bld, &ar, &f, "ga3", SC_DTYPE_F32, &err);
+        x = sc_ir_new_var(&bld, "x", SC_IR_F32, true, true, false);
+        sc_ir_type ct = i == 2 ? SC_IR_I64 : SC_IR_I32;
+        crd = sc_ir_new_var(&bld, "crd", ct, i != 4, i != 3, false);
+        const sc_ir_expr *e = i == 5 ? sc_ir_hsum(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32))
+                                     : sc_ir_vgather_n(&bld, x, crd, sc_ir_int(&bld, 0), sc_ir_int(&bld, 1),
+                                                       i < 2 ? bad_lanes[i] : 8);
+        CHECK(e == NULL && bld.st == SC_INTERNAL);
+    }
+    sc_arena_release(&ar);
+}
+
 /* FOLD / LANE: full-width vectors of one type, a power-of-two block width below the lane
  * count, a lane inside the vector; printed and verified like the other expressions. */
 static void test_fold_ir(void)
@@ -635,5 +690,6 @@ int main(void)
     test_fold_ir();
     test_pairs_ir();
     test_runs_ir();
+    test_gather_ir();
     return check_report("test_lower");
 }
