@@ -509,7 +509,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             sc_cg_printf(m->out, "%s%s *restrict %s = ", v->readonly ? "const " : "",
                          ctype(v->type), v->name);
         else
-            sc_cg_printf(m->out, "%s %s = ", ctype(v->type), v->name);
+            sc_cg_printf(m->out, "%s%s %s = ", v->readonly ? "const " : "", ctype(v->type), v->name);
         expr(m, s->a);
         pr(m, ";\n");
         break;

@@ -97,6 +97,8 @@ static sc_kernel *new_kernel(sc_compiler *c, const sc_lower_problem *p, const sc
     for (int32_t a = 0; a < p->naccess; a++)
         for (int32_t d = 0; d < p->acc[a].order; d++)
             k->var[p->acc[a].operand][d] = p->acc[a].var[d];
+    for (int32_t v = 0; v < p->nvars; v++)
+        k->fixed[v] = p->fixed[v];
     k->transpose = s->transpose;
     memcpy(k->tfmt, s->tfmt, sizeof k->tfmt);
     k->out_fmt = p->out_fmt;
@@ -188,6 +190,7 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
     sc_jit_hash_field(&h, &oit, sizeof oit);
     sc_jit_hash_field(&h, stext, strlen(stext));
     sc_jit_hash_field(&h, &s.vec_bytes, sizeof s.vec_bytes);
+    sc_jit_hash_field(&h, p.fixed, (size_t)p.nvars * sizeof p.fixed[0]);
     sc_jit_key key = sc_jit_hash_final(&h);
     const sc_kernel *hit = sc_drv_lookup(c, key);
     if (hit) {
@@ -230,6 +233,13 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
         sc_cg_printf(&dump, " %s", e.vars[s.order[d]].name);
     sc_cg_printf(&dump, "\nschedule: %s\n", stext);
     sc_cg_printf(&dump, "vectors: %d bytes\n", (int)s.vec_bytes);
+    int nfixed = 0;
+    for (int32_t v = 0; v < p.nvars; v++)
+        if (p.fixed[v] > 0)
+            sc_cg_printf(&dump, "%s%s = %lld", nfixed++ ? ", " : "written for ", e.vars[v].name,
+                         (long long)p.fixed[v]);
+    if (nfixed)
+        sc_cg_printf(&dump, " (other sizes of %s compile their own kernel)\n", nfixed > 1 ? "these" : "it");
     sc_lower_replace_formats(&p, s.transpose, s.tfmt);
     if (c->debug) {
         int8_t nb[SC_LOWER_MAX_ACCESSES] = {0};

@@ -152,6 +152,24 @@ const char *sc_kernel_schedule(const sc_kernel *k)
     return k->schedule;
 }
 
+int32_t sc_kernel_fixed(const sc_kernel *k, int32_t max, int32_t *op, int32_t *dim, int64_t *size)
+{
+    int32_t n = 0;
+    for (int32_t t = 0; t < k->nops; t++)
+        for (int32_t d = 0; d < k->fmt[t].order; d++) {
+            int32_t v = k->var[t][d];
+            if (v < 0 || k->fixed[v] <= 0 || ((k->bcast[t] >> d) & 1))
+                continue;
+            if (n < max) {
+                op[n] = t;
+                dim[n] = d;
+                size[n] = k->fixed[v];
+            }
+            n++;
+        }
+    return n;
+}
+
 void sc_kernel_times(const sc_kernel *k, double *front_us, double *jit_us)
 {
     *front_us = k->front_us;

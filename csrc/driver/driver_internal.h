@@ -26,6 +26,7 @@ struct sc_kernel {
     uint32_t bcast[SC_DRV_MAX_OPS];
     const char *opname[SC_DRV_MAX_OPS];  /* point into names */
     const char *varname[32];
+    int64_t fixed[32];                   /* extents the kernel is written for (0: any) */
     char *names;                         /* owned */
     uint32_t transpose;
     sc_format tfmt[SC_DRV_MAX_OPS];

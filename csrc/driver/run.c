@@ -90,9 +90,14 @@ static sc_status check_ops(const sc_kernel *k, const sc_tensor *const *ops, int6
                                k->opname[t], (long long)o->nvals, (long long)prod);
         }
     }
-    for (int32_t v = 0; v < k->nvars; v++)
+    for (int32_t v = 0; v < k->nvars; v++) {
         if (ext[v] < 0)
             ext[v] = 1;
+        if (k->fixed[v] > 0 && ext[v] != k->fixed[v])
+            return sc_fail(err, SC_USER, "run", "index %s has size %lld; the kernel was written "
+                           "for size %lld", k->varname[v], (long long)ext[v],
+                           (long long)k->fixed[v]);
+    }
     return SC_OK;
 }
 

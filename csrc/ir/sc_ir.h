@@ -135,7 +135,7 @@ typedef struct sc_ir_var_info {
     const char *name;
     sc_ir_type type; /* element type for buffers */
     bool buffer;     /* a pointer to elements of type */
-    bool readonly;   /* const elements (operand arrays) */
+    bool readonly;   /* const elements (operand arrays); a scalar: declared const, never assigned */
     bool owned;      /* declared NULL at the top, freed on the failure path */
     int32_t local_len; /* > 0: a local array of that many elements (sc_ir_new_local) */
     int32_t lanes;     /* > 0: a vector of that many values (sc_ir_new_vector) */

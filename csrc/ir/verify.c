@@ -115,6 +115,8 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
     case SC_IR_S_ASSIGN:
         if ((st = use(v, s->var)) != SC_OK)
             return st;
+        if (v->fn->vars[s->var].readonly)
+            return bad(v, "assignment to a read-only variable", s->var);
         return expr(v, s->a);
     case SC_IR_S_STORE:
         if ((st = use(v, s->var)) != SC_OK)

@@ -2020,10 +2020,12 @@ static void prologue(lb *L, sc_ir_list *out)
             for (int32_t d = 0; d < p->acc[a].order && !src; d++)
                 if (p->acc[a].var[d] == v && !((p->bcast[p->acc[a].operand] >> d) & 1))
                     src = sc_ir_arg_ref(B, SC_IR_ARG_DIM, p->acc[a].operand, d, SC_IR_I64);
-        if (!src)
-            src = I(1);
+        if (!src || p->fixed[v] > 0)
+            src = I(p->fixed[v] > 0 ? p->fixed[v] : 1);
         snprintf(nm, sizeof nm, "N%s", vname(L, v));
-        L->ext[v] = newv(L, nm, SC_IR_I64);
+        /* a fixed extent is a const: a constant inside the parallel regions too (a plain
+         * variable reaches them through OpenMP's shared-data block, unknown there) */
+        L->ext[v] = sc_ir_new_var(B, nm, SC_IR_I64, false, p->fixed[v] > 0, false);
         sc_ir_push(B, out, sc_ir_decl(B, L->ext[v], src));
     }
 }

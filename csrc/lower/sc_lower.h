@@ -85,6 +85,9 @@ typedef struct sc_lower_problem {
     int64_t out_dims[SC_MAX_ORDER];
     sc_index_type out_itype;
     bool out_sparse;
+    /* filled by sc_lower_set_output: extents the kernel is written for (0: read at run
+     * time); see sc_lower_set_output */
+    int64_t fixed[SC_LOWER_MAX_VARS];
 } sc_lower_problem;
 
 /*
@@ -110,6 +113,11 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out);
  * non-unique levels other than a COO tail).
  */
 sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_error *err);
+
+/* A variable summed over (not in the output) that only dense operands read, of extent 1
+ * to SC_LOWER_FIXED_MAX, is fixed: the kernel is written for that extent (SDDMM's K:
+ * its dot products then have constant trip counts and unroll) and runs only for it. */
+#define SC_LOWER_FIXED_MAX 64
 
 /* Replace the formats of the operands whose bit is set in mask by fmts[t] (their
  * transposed form, chosen by the schedule). */

@@ -433,6 +433,31 @@ PyObject *sc_py_kernel_info(PyObject *module, PyObject *args)
                          sc_kernel_explain(k));
 }
 
+/* kernel_fixed(kernel) -> ((operand, dim, size), ...): the sizes the kernel is written for */
+PyObject *sc_py_kernel_fixed(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const sc_kernel *k = kernel_arg(args);
+    if (!k)
+        return NULL;
+    enum { MAX = SC_PY_MAX_OPERANDS * SC_MAX_ORDER };
+    int32_t op[MAX], dim[MAX];
+    int64_t size[MAX];
+    int32_t n = sc_kernel_fixed(k, MAX, op, dim, size);
+    if (n > MAX)
+        n = MAX;
+    PyObject *r = PyTuple_New(n);
+    for (int32_t i = 0; r && i < n; i++) {
+        PyObject *item = Py_BuildValue("(iiL)", (int)op[i], (int)dim[i], (long long)size[i]);
+        if (!item) {
+            Py_CLEAR(r);
+            break;
+        }
+        PyTuple_SET_ITEM(r, i, item);
+    }
+    return r;
+}
+
 /* kernel_times(kernel) -> (front-end microseconds, jit microseconds) */
 PyObject *sc_py_kernel_times(PyObject *module, PyObject *args)
 {

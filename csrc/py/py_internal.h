@@ -70,6 +70,7 @@ PyObject *sc_py_run(PyObject *module, PyObject *args);
 PyObject *sc_py_prepare(PyObject *module, PyObject *args);
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args);
+PyObject *sc_py_kernel_fixed(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_times(PyObject *module, PyObject *args);
 PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
 
@@ -81,6 +82,8 @@ PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
     {"set_torch", sc_py_set_torch, METH_VARARGS, "torch's dtypes and from_numpy"},        \
     {"kernel_info", sc_py_kernel_info, METH_VARARGS,                                     \
      "(out shape, fmt, dtype, index, schedule, explain)"},                                 \
+    {"kernel_fixed", sc_py_kernel_fixed, METH_VARARGS,                                   \
+     "((operand, dim, size), ...) the kernel is written for"},                             \
     {"kernel_times", sc_py_kernel_times, METH_VARARGS, "(front-end us, jit us)"},         \
     {"jit_stats", sc_py_jit_stats, METH_NOARGS, "the JIT's counters"},
 

@@ -511,8 +511,13 @@ static void test_goldens(void)
         /* groups of 8 entries: 8 vector sums, one transpose-and-add tree of lane sums */
         " += 8) {", "= sc_fold8_f32(vacc_", "= sc_fold1_f32(fold_", "#define sc_fold4_f64(x, y)",
         /* runs of rows under 8 entries as one segment, each entry's row by a cursor */
-        "] >= 8) {", "int64_t re_", "while ((A1_pos_0[(r_", "B_vals_4[((row_"};
-    golden(&sddmm, g2, 22);
+        "] >= 8) {", "int64_t re_", "while ((A1_pos_0[(r_", "B_vals_4[((row_",
+        /* K (summed, read by dense operands only) is a constant of the kernel */
+        "const int64_t Nk_", " = 5;"};
+    golden(&sddmm, g2, 24);
+    /* SpMM's K is an output index: read at run time */
+    static const char *const g5f[] = {"const int64_t Nk_"};
+    absent(&spmm, g5f, 1);
     /* no count, no index array of its own: not allocated, not written */
     static const char *const g2n[] = {"phase 1: count", "cnt_", "out_crd_", "out_pos_"};
     absent(&sddmm, g2n, 4);

@@ -522,7 +522,8 @@ static void test_runs_ir(void)
 /* VGATHER: a masked gather of half or a quarter of a vector's lanes at a readonly int32
  * coordinate buffer, summed by a partial-width hsum; printed and verified with the
  * coordinate buffer in scope; refused for full or odd widths, int64 or writable
- * coordinates, a coordinate buffer that is not a buffer, and hsum of a scalar. */
+ * coordinates, a coordinate buffer that is not a buffer, and hsum of a scalar.  And a
+ * read-only scalar refuses an assignment. */
 static void test_gather_ir(void)
 {
     sc_arena ar;
@@ -571,6 +572,13 @@ static void test_gather_ir(void)
                                                        i < 2 ? bad_lanes[i] : 8);
         CHECK(e == NULL && bld.st == SC_INTERNAL);
     }
+    /* a read-only scalar (a fixed extent) is declared const and never assigned */
+    sc_ir_builder_init(&bld, &ar, &f, "ro", SC_DTYPE_F32, &err);
+    sc_ir_var nk = sc_ir_new_var(&bld, "Nk", SC_IR_I64, false, true, false);
+    const sc_ir_stmt *ro[2] = {sc_ir_decl(&bld, nk, sc_ir_int(&bld, 16)),
+                               sc_ir_assign(&bld, nk, true, sc_ir_int(&bld, 1))};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, ro, 2)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) != SC_OK && strstr(err.msg, "assignment to a read-only") != NULL);
     sc_arena_release(&ar);
 }
 

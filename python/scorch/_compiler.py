@@ -185,7 +185,7 @@ _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
-    kernel, how, fmt, index_dtype, _ = entry
+    kernel, how, fmt, index_dtype = entry[:4]
     threads = torch.get_num_threads()
     if how == _OUT_DENSE:
         return _C.run(kernel, descs, threads, True)
@@ -242,10 +242,8 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     descs, sigs = _operands(operands)
     sched = None if schedule is None else str(schedule)
-    key = (lang, expr, sigs, _out_key(out_format), sched)
-    entry = _KERNELS.get(key)
-    if entry is None:
-        entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+    key, entry = _entry(lang, expr, (lang, expr, sigs, _out_key(out_format), sched), operands,
+                        descs, out_format, sched)
     if not entry[4] or not pretranspose or not all(
             isinstance(operands[t], SparseTensor) for t, _ in entry[4]):
         return entry, descs
@@ -254,14 +252,27 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
         pre_descs[t], pre_sigs[t + 1] = _sparse_operand(_transposed(operands[t], fmt), sigs[0])
     out = entry[2] if out_format is None else out_format
     pre_key = (lang, expr, tuple(pre_sigs), _out_key(out), sched)
-    pre = _KERNELS.get(pre_key)
-    if pre is None:
-        try:
-            pre = _KERNELS[pre_key] = _new_entry(lang, expr, pre_descs, out, sched)
-        except Exception:   # then the kernel transposes on every run, as it was compiled
-            _KERNELS[key] = entry[:4] + ((),)
-            return entry, descs
+    try:
+        _, pre = _entry(lang, expr, pre_key, operands, pre_descs, out, sched)
+    except Exception:   # then the kernel transposes on every run, as it was compiled
+        _KERNELS[key] = entry[:4] + ((),) + entry[5:]
+        return entry, descs
     return pre, pre_descs
+
+
+def _entry(lang, expr, key, operands, descs, out_format, sched):
+    """(key, entry) of the kernel for key, compiled on a miss.  A kernel written for the
+    sizes of a summed dense index (SDDMM's K: _C.kernel_fixed) that these operands do not
+    have gives way to the one for theirs, under the key with those sizes added."""
+    entry = _KERNELS.get(key)
+    if entry is None:
+        entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+    if entry[5] and not _fits(entry[5], operands):
+        key += (tuple(_size(operands[t], d) for t, d, _ in entry[5]),)
+        entry = _KERNELS.get(key)
+        if entry is None:
+            entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+    return key, entry
 
 
 def _out_key(out_format):
@@ -278,7 +289,17 @@ def _new_entry(lang, expr, descs, out_format, sched):
     _, out_fmt_t, _, index_name, _, text = _C.kernel_info(kernel)
     out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
     return (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name],
-            _transposes(text))
+            _transposes(text), _C.kernel_fixed(kernel))
+
+
+def _size(x, d):
+    return x._shape[d] if isinstance(x, SparseTensor) else x.shape[d]
+
+
+def _fits(fixed, operands):
+    """Whether the operands have the sizes a kernel was written for ((operand, dim, size),
+    ...: _C.kernel_fixed)."""
+    return all(_size(operands[t], d) == n for t, d, n in fixed)
 
 
 _TRANSPOSED = re.compile(r"  transposed before running to (?:\S+ = )?(\S+) \(([\d,]+)\)")

@@ -1,0 +1,75 @@
+"""Kernels written for the size of a summed dense index (lower/problem.c: an index not in
+the output that only dense operands read, of extent 1..64, such as SDDMM's K): the extent
+is a constant in the generated C, the kernel refuses other sizes, and scorch compiles the
+kernel for each size it meets, on every route (einsum, scorch.kernel, autograd, a kernel
+remembered on the operand, an operand transposed before the run)."""
+import pytest
+import torch
+
+import scorch
+from scorch import _C
+
+SDDMM = "ij,ik,jk->ij"
+KS = [16, 32, 16, 100, 1, 64, 65, 16]
+
+
+def _sparse(rows, cols, fmt="csr", seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    d = torch.rand(rows, cols, generator=g, dtype=dtype) * (torch.rand(rows, cols, generator=g) < 0.3)
+    return scorch.to_sparse(d, fmt), d
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sddmm_alternating_sizes(fmt, dtype):
+    A, d = _sparse(37, 29, fmt, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    for K in KS:
+        U = torch.rand(37, K, generator=g, dtype=dtype)
+        V = torch.rand(29, K, generator=g, dtype=dtype)
+        y = scorch.einsum(SDDMM, A, U, V)
+        torch.testing.assert_close(y.to_dense(), d * (U @ V.T))
+        text = scorch.explain(SDDMM, A, U, V)
+        assert (f"written for k = {K} " in text) == (K <= 64), text[:600]
+        if K <= 64:
+            assert f"const int64_t Nk_" in text and f" = {K};" in text
+
+
+def test_a_kernel_refuses_other_sizes():
+    A, _ = _sparse(20, 10)
+    U, V = torch.rand(20, 16), torch.rand(10, 16)
+    scorch.einsum(SDDMM, A, U, V)
+    entry = A._kernels[SDDMM][1]
+    assert entry[5] == ((1, 1, 16), (2, 1, 16))
+    with pytest.raises(ValueError, match="index k has size 8; the kernel was written for size 16"):
+        _C.run(entry[0], [A._desc[0], torch.rand(20, 8), torch.rand(10, 8)], 1)
+
+
+def test_index_notation_and_a_vector_factor():
+    """scorch.kernel with alternating K, and a summed index read by a matrix and a vector
+    (ij,jk,k->i: k fixed, j is A's)."""
+    A, d = _sparse(23, 17)
+    k = scorch.kernel("out(i,j) = A(i,j) * B(i,k) * C(j,k)", A="csr")
+    for K in (8, 9, 8):
+        B, C = torch.rand(23, K), torch.rand(17, K)
+        torch.testing.assert_close(k(A, B, C).to_dense(), d * (B @ C.T))
+        M, c = torch.rand(17, K), torch.rand(K)
+        torch.testing.assert_close(scorch.einsum("ij,jk,k->i", A, M, c), d @ (M @ c))
+
+
+def test_output_and_sparse_indices_are_not_fixed():
+    A, _ = _sparse(30, 20)
+    assert "written for" not in scorch.explain("ij,jk->ik", A, torch.rand(20, 16))   # k: output
+    assert "written for" not in scorch.explain("ij,j->i", A, torch.rand(20))         # j: A's
+
+
+def test_autograd_through_alternating_widths():
+    """dA of A @ X is an SDDMM over X's columns: alternate them."""
+    A, d = _sparse(25, 15)
+    rows, cols = d.nonzero(as_tuple=True)   # CSR's entry order
+    g = torch.Generator().manual_seed(2)
+    for K in (16, 24, 16):
+        X, W = torch.rand(15, K, generator=g), torch.rand(25, K, generator=g)
+        v = A.values().clone().requires_grad_(True)
+        ((A.with_values(v) @ X) * W).sum().backward()
+        torch.testing.assert_close(v.grad, (W @ X.T)[rows, cols])
