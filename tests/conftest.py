@@ -4,6 +4,9 @@ Every input is built from a seed derived from the test case's own id, so a faili
 reproduces alone.  Values are small integers (as floats) so that summing duplicates is exact
 in any order, and every comparison with the dense reference can be bit-exact (torch.equal).
 """
+import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -41,6 +44,32 @@ SHAPES_ND = [
 def seed_of(*parts) -> int:
     """A stable seed for a test case (independent of PYTHONHASHSEED)."""
     return zlib.crc32(repr(parts).encode())
+
+
+def run_code(code: str, tmp_path, **env):
+    """Run code in a fresh Python with its own kernel cache (tmp_path) and env added; it
+    must exit 0 having printed "ok" last."""
+    env = dict(os.environ, SCORCH_CACHE_DIR=str(tmp_path), **env)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def _gcc_runtime(name):
+    p = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True,
+                       text=True).stdout.strip()
+    return p if os.path.isabs(p) and os.path.exists(p) else None
+
+
+def sanitized_env():
+    """The env for run_code that builds kernels with -fsanitize=address,undefined (gcc's
+    runtimes preloaded), or None where those runtimes are not installed."""
+    asan, ubsan = _gcc_runtime("libasan.so"), _gcc_runtime("libubsan.so")
+    if not (asan and ubsan):
+        return None
+    return {"LD_PRELOAD": asan + ":" + ubsan, "ASAN_OPTIONS": "detect_leaks=0",
+            "SCORCH_CFLAGS": "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all "
+                             "-march=native -fopenmp"}
 
 
 def generator(seed: int) -> torch.Generator:

@@ -4,15 +4,13 @@ from a quarter vector, 5-8 from a half vector, whose lanes past the row's length
 masked off; empty rows add nothing.  Checked against dense on both sides of the size
 gate, for row lengths around every cut, 32- and 64-bit coordinates, 1 and 2 threads,
 and for products with literals and negation; f64 (never gathered) alike."""
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import scorch
+from conftest import run_code, sanitized_env
 
 GATE = {torch.float32: 16384, torch.float64: 8192}   # 64 KiB of x
 
@@ -115,30 +113,13 @@ print("ok")
 """
 
 
-def _runtime(name):
-    p = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
-    return p if os.path.isabs(p) and os.path.exists(p) else None
-
-
-def _run(tmp_path, extra_env):
-    env = dict(os.environ, SCORCH_CACHE_DIR=str(tmp_path), **extra_env)
-    r = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
-
-
 def test_short_rows_without_avx512vl(tmp_path):
     """Kernels compiled without -march=native: the gathers' lane-by-lane fallbacks."""
-    _run(tmp_path, {"SCORCH_CFLAGS": "-O2 -fopenmp"})
+    run_code(CODE, tmp_path, SCORCH_CFLAGS="-O2 -fopenmp")
 
 
-@pytest.mark.skipif(not (_runtime("libasan.so") and _runtime("libubsan.so")),
-                    reason="gcc's sanitizer runtimes are not installed")
+@pytest.mark.skipif(sanitized_env() is None, reason="gcc's sanitizer runtimes are not installed")
 def test_short_rows_under_asan(tmp_path):
     """Kernels compiled with -fsanitize=address,undefined (runtimes preloaded), a short
     row last in the arrays."""
-    _run(tmp_path, {
-        "LD_PRELOAD": _runtime("libasan.so") + ":" + _runtime("libubsan.so"),
-        "ASAN_OPTIONS": "detect_leaks=0",
-        "SCORCH_CFLAGS": "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all "
-                         "-march=native -fopenmp"})
+    run_code(CODE, tmp_path, **sanitized_env())

@@ -2,14 +2,11 @@
 (1 MiB, tested at run time), every unrolled step prefetches x at the coordinate 32
 entries on, read from crd within its length.  Correct on both sides of the size gate,
 and the coordinate read stays inside crd (a kernel built with AddressSanitizer)."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import scorch
+from conftest import run_code, sanitized_env
 
 CODE = r"""
 import torch, scorch
@@ -35,29 +32,12 @@ print("ok")
 """
 
 
-def _run(tmp_path, extra_env):
-    env = dict(os.environ, SCORCH_CACHE_DIR=str(tmp_path), **extra_env)
-    r = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
-
-
 def test_gather_prefetch_against_dense(tmp_path):
-    _run(tmp_path, {})
+    run_code(CODE, tmp_path)
 
 
-def _runtime(name):
-    p = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
-    return p if os.path.isabs(p) and os.path.exists(p) else None
-
-
-@pytest.mark.skipif(not (_runtime("libasan.so") and _runtime("libubsan.so")),
-                    reason="gcc's sanitizer runtimes are not installed")
+@pytest.mark.skipif(sanitized_env() is None, reason="gcc's sanitizer runtimes are not installed")
 def test_gather_prefetch_under_asan(tmp_path):
     """Kernels compiled with -fsanitize=address,undefined, the runtimes preloaded: reading
     crd past its end (the clamp removed) fails here with a heap-buffer-overflow."""
-    _run(tmp_path, {
-        "LD_PRELOAD": _runtime("libasan.so") + ":" + _runtime("libubsan.so"),
-        "ASAN_OPTIONS": "detect_leaks=0",
-        "SCORCH_CFLAGS": "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all "
-                         "-march=native -fopenmp"})
+    run_code(CODE, tmp_path, **sanitized_env())

@@ -319,6 +319,19 @@ static void vloadn(em *m, const char *tag, const char *buf, const sc_ir_expr *id
     pr(m, ")");
 }
 
+/* open a mid1 b mid2 c ")": three operands between fixed text. */
+static void three(em *m, const char *open, const sc_ir_expr *a, const char *mid1,
+                  const sc_ir_expr *b, const char *mid2, const sc_ir_expr *c)
+{
+    pr(m, open);
+    expr(m, a);
+    pr(m, mid1);
+    expr(m, b);
+    pr(m, mid2);
+    expr(m, c);
+    pr(m, ")");
+}
+
 static void expr(em *m, const sc_ir_expr *e)
 {
     const sc_ir_func *fn = m->fn;
@@ -355,13 +368,8 @@ static void expr(em *m, const sc_ir_expr *e)
         pr(m, "])");
         break;
     case SC_IR_E_VGATHER:
-        sc_cg_printf(m->out, "sc_vgathern_%s(%s, &", vtag(fn, e->type, e->lanes), fn->vars[e->var].name);
-        expr(m, e->c);
-        pr(m, "[");
-        expr(m, e->a);
-        pr(m, "], ");
-        expr(m, e->b);
-        pr(m, ")");
+        sc_cg_printf(m->out, "sc_vgathern_%s(%s, ", vtag(fn, e->type, e->lanes), fn->vars[e->var].name);
+        three(m, "&", e->c, "[", e->a, "], ", e->b);
         break;
     case SC_IR_E_HSUM:
         sc_cg_printf(m->out, "sc_hsum_%s(", vtag(fn, e->type, e->a->lanes));
@@ -415,13 +423,7 @@ static void expr(em *m, const sc_ir_expr *e)
         pr(m, ")");
         break;
     case SC_IR_E_SELECT:
-        pr(m, "(");
-        expr(m, e->a);
-        pr(m, " ? ");
-        expr(m, e->b);
-        pr(m, " : ");
-        expr(m, e->c);
-        pr(m, ")");
+        three(m, "(", e->a, " ? ", e->b, " : ", e->c);
         break;
     case SC_IR_E_ARG: {
         char who[32];
