@@ -1307,9 +1307,9 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
  * of short rows the pair's tests and its larger body cost time for no jam (usroads in a
  * C model of the generated code, rows gathered by short_gathers: 0.70 of MKL's time
  * without the pair loop, 0.84 with it; testing the jam before each row instead, stepping
- * one row where it fails: 0.91, p2p-Gnutella31 1.91 against 1.20).  Two independent rows in one loop keep more
- * loads in flight and halve the loop exits (banded rows of 27, 1 thread: 847-898 ->
- * 760-791 us in a C model, MKL 768; FEM rows 4-7 %).  Only where the row variable v
+ * one row where it fails: 0.91, p2p-Gnutella31 1.91 against 1.20).  Two independent
+ * rows in one loop keep more loads in flight and halve the loop exits (banded rows of
+ * 27, 1 thread: 847-898 -> 760-791 us in a C model, MKL 768; FEM rows 4-7 %).  Only where the row variable v
  * (depth d) binds the dense first level of a single sparse operand whose compressed
  * second level is the innermost loop, and the output is dense: the next row's state is
  * this row's with the coordinate and that position one further; f32 only (the caller:
