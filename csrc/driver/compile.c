@@ -111,9 +111,35 @@ static sc_kernel *new_kernel(sc_compiler *c, const sc_lower_problem *p, const sc
     return k;
 }
 
+/* The fixed extents into the key by index name, in name order (the two languages number
+ * the indices of one canonical expression differently). */
+static void hash_fixed(sc_jit_hasher *h, const sc_expr *e, const sc_lower_problem *p)
+{
+    const char *last = "";
+    for (;;) {
+        int32_t next = -1;
+        for (int32_t v = 0; v < p->nvars; v++)
+            if (p->fixed[v] > 0 && strcmp(e->vars[v].name, last) > 0 &&
+                (next < 0 || strcmp(e->vars[v].name, e->vars[next].name) < 0))
+                next = v;
+        if (next < 0)
+            return;
+        last = e->vars[next].name;
+        sc_jit_hash_field(h, last, strlen(last) + 1);
+        sc_jit_hash_field(h, &p->fixed[next], sizeof p->fixed[next]);
+    }
+}
+
 sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
                      const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
                      const sc_kernel **out, sc_error *err)
+{
+    return sc_compile_sized(c, lang, expr, nops, ops, out_fmt, schedule, true, out, err);
+}
+
+sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                           const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                           bool sizes, const sc_kernel **out, sc_error *err)
 {
     *out = NULL;
     sc_error_clear(err);
@@ -155,6 +181,8 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
         goto done;
     if ((st = sc_lower_set_output(&p, out_fmt, err)) != SC_OK)
         goto done;
+    if (!sizes)
+        memset(p.fixed, 0, sizeof p.fixed);
 
     /* schedule */
     sc_sched s;
@@ -190,7 +218,7 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
     sc_jit_hash_field(&h, &oit, sizeof oit);
     sc_jit_hash_field(&h, stext, strlen(stext));
     sc_jit_hash_field(&h, &s.vec_bytes, sizeof s.vec_bytes);
-    sc_jit_hash_field(&h, p.fixed, (size_t)p.nvars * sizeof p.fixed[0]);
+    hash_fixed(&h, &e, &p);
     sc_jit_key key = sc_jit_hash_final(&h);
     const sc_kernel *hit = sc_drv_lookup(c, key);
     if (hit) {

@@ -38,6 +38,12 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
                      const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
                      const sc_kernel **out, sc_error *err);
 
+/* The same, with sizes: false gives the kernel generic in every size (sc_compile writes
+ * a kernel for the sizes of the dense-only indices of small extent: sc_kernel_fixed). */
+sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                           const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                           bool sizes, const sc_kernel **out, sc_error *err);
+
 /*
  * Run k on operands matching its descriptions (checked: formats, dtypes, index widths,
  * dims).  *out receives the result with arrays allocated through the compiler's ctx

@@ -165,15 +165,15 @@ sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_erro
     p->out_itype = it;
     set_lvars(p);
     for (sc_expr_var v = 0; v < p->nvars; v++) {
-        bool ok = p->extent[v] >= 1 && p->extent[v] <= SC_LOWER_FIXED_MAX;
-        for (int32_t d = 0; d < p->out_order; d++)
-            ok &= p->out_var[d] != v;
+        bool ok = p->extent[v] >= 1 && p->extent[v] <= SC_LOWER_FIXED_MAX, read = false;
         for (int32_t a = 0; a < p->naccess; a++)
             for (int32_t d = 0; d < p->acc[a].order; d++)
-                if (p->acc[a].var[d] == v)
+                if (p->acc[a].var[d] == v) {
                     ok &= !p->ops[p->acc[a].operand].sparse &&
                           !((p->bcast[p->acc[a].operand] >> d) & 1);
-        p->fixed[v] = ok ? p->extent[v] : 0;
+                    read = true;
+                }
+        p->fixed[v] = ok && read ? p->extent[v] : 0;
     }
     return SC_OK;
 }

@@ -114,9 +114,10 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out);
  */
 sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_error *err);
 
-/* A variable summed over (not in the output) that only dense operands read, of extent 1
- * to SC_LOWER_FIXED_MAX, is fixed: the kernel is written for that extent (SDDMM's K:
- * its dot products then have constant trip counts and unroll) and runs only for it. */
+/* A variable that only dense operands read (at least one), of extent 1 to
+ * SC_LOWER_FIXED_MAX, is fixed: the kernel is written for that extent (SDDMM's and
+ * SpMM's K: dot products and register tiles of constant trip counts) and runs only for
+ * it. */
 #define SC_LOWER_FIXED_MAX 64
 
 /* Replace the formats of the operands whose bit is set in mask by fmts[t] (their

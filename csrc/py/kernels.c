@@ -256,13 +256,15 @@ static int parse_ops(PyObject *module, PyObject *ops, sc_tensor *t, Py_ssize_t *
     return 0;
 }
 
-/* compile(lang, expr, ops, out_fmt or None, schedule or None) -> kernel capsule */
+/* compile(lang, expr, ops, out_fmt or None, schedule or None, sizes=True) -> kernel capsule
+ * (sizes=False: generic in every size, sc_compile_sized) */
 PyObject *sc_py_compile(PyObject *module, PyObject *args)
 {
     int lang;
     const char *expr, *schedule = NULL;
     PyObject *ops, *out_fmt_o;
-    if (!PyArg_ParseTuple(args, "isOOz", &lang, &expr, &ops, &out_fmt_o, &schedule))
+    int sizes = 1;
+    if (!PyArg_ParseTuple(args, "isOOz|p", &lang, &expr, &ops, &out_fmt_o, &schedule, &sizes))
         return NULL;
     sc_tensor t[SC_PY_MAX_OPERANDS];
     Py_ssize_t n;
@@ -282,8 +284,8 @@ PyObject *sc_py_compile(PyObject *module, PyObject *args)
     sc_error err;
     sc_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = sc_compile(c, lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM, expr, (int32_t)n, t,
-                    outp, schedule, &k, &err);
+    st = sc_compile_sized(c, lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM, expr, (int32_t)n, t,
+                          outp, schedule, sizes != 0, &k, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise_at(module, &err, err.stage && !strcmp(err.stage, "schedule")

@@ -229,6 +229,7 @@ def _output_order(lang, expr: str) -> int:
 # ((operand, Format it is transposed to), ...)): a warm call skips the C compiler's lookup
 # and the description of the result.
 _KERNELS: dict = {}
+_SIZES: dict = {}   # key -> how many kernels written for sizes it has (_entry)
 
 
 def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
@@ -260,18 +261,31 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
     return pre, pre_descs
 
 
+_SIZED = 4   # kernels written for sizes, per signature; further sizes share a generic one
+
+
 def _entry(lang, expr, key, operands, descs, out_format, sched):
     """(key, entry) of the kernel for key, compiled on a miss.  A kernel written for the
-    sizes of a summed dense index (SDDMM's K: _C.kernel_fixed) that these operands do not
-    have gives way to the one for theirs, under the key with those sizes added."""
+    sizes of a dense-only index (SDDMM's and SpMM's K: _C.kernel_fixed) that these
+    operands do not have gives way to the one for theirs, under the key with those sizes
+    added; past _SIZED such kernels for one key (a batch size that keeps changing), to
+    one generic in every size."""
     entry = _KERNELS.get(key)
     if entry is None:
         entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
     if entry[5] and not _fits(entry[5], operands):
-        key += (tuple(_size(operands[t], d) for t, d, _ in entry[5]),)
-        entry = _KERNELS.get(key)
-        if entry is None:
-            entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+        sized = key + (tuple(_size(operands[t], d) for t, d, _ in entry[5]),)
+        hit = _KERNELS.get(sized)
+        if hit is None:
+            n = _SIZES.get(key, 1)
+            if n >= _SIZED:
+                sized = key + ("any",)
+                hit = _KERNELS.get(sized)
+            if hit is None:
+                hit = _KERNELS[sized] = _new_entry(lang, expr, descs, out_format, sched,
+                                                   n < _SIZED)
+                _SIZES[key] = n + 1
+        key, entry = sized, hit
     return key, entry
 
 
@@ -281,11 +295,11 @@ def _out_key(out_format):
     return out_format.as_tuple()
 
 
-def _new_entry(lang, expr, descs, out_format, sched):
+def _new_entry(lang, expr, descs, out_format, sched, sizes=True):
     fmt_t = None
     if out_format is not None:
         fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
-    kernel = _C.compile(lang, expr, descs, fmt_t, sched)
+    kernel = _C.compile(lang, expr, descs, fmt_t, sched, sizes)
     _, out_fmt_t, _, index_name, _, text = _C.kernel_info(kernel)
     out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
     return (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name],
