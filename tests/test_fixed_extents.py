@@ -60,10 +60,14 @@ def test_index_notation_and_a_vector_factor():
 
 
 def test_which_indices_are_fixed():
-    """SpMM's K (an output index only X reads) is fixed; SpMV's j and the rows (A's) are
-    not, nor is an extent above 64."""
-    A, _ = _sparse(30, 20)
+    """SpMM's K (an output index only X reads) is fixed where the loop over the output's
+    rows is outermost; not in a scatter (A.t() @ H, the stored columns outermost), not
+    SpMV's j nor the rows (A's), nor an extent above 64."""
+    A, d = _sparse(30, 20)
     assert "written for k = 16 " in scorch.explain("ij,jk->ik", A, torch.rand(20, 16))
+    H = torch.rand(30, 16)
+    assert "written for" not in scorch.explain(torch.mm, A.t(), H)
+    torch.testing.assert_close(A.t() @ H, d.t() @ H)
     assert "written for" not in scorch.explain("ij,jk->ik", A, torch.rand(20, 65))
     assert "written for" not in scorch.explain("ij,j->i", A, torch.rand(20))
 
