@@ -1131,6 +1131,15 @@ static const sc_ir_stmt *one_at_a_time(lb *L, int32_t d, const sc_lower_node *n,
  */
 enum { GATHER_AHEAD = 32, GATHER_PREFETCH_BYTES = 1 << 20 };
 
+/* Whether access ac is a dense vector x(v) (not broadcast, its stride known), read where a
+ * segment over v has its coordinate: the gather of SpMV's row. */
+static bool gathered_vector(const lb *L, const sc_lower_access *ac, sc_expr_var v)
+{
+    int32_t t = ac->operand;
+    return !L->p->ops[t].sparse && ac->order == 1 && ac->var[0] == v &&
+           !(t < 64 && L->p->bcast[t]) && L->vals[t] >= 0 && L->stride[t][0];
+}
+
 static const sc_ir_stmt *prefetch_gather(lb *L, const sc_lower_node *n, const iter *i0,
                                          sc_expr_var v, const sc_ir_expr *at)
 {
@@ -1140,8 +1149,7 @@ static const sc_ir_stmt *prefetch_gather(lb *L, const sc_lower_node *n, const it
     for (int32_t a = 0; a < p->naccess && clen >= 0; a++) {
         const sc_lower_access *ac = &p->acc[a];
         int32_t t = ac->operand;
-        if (!((present >> a) & 1) || p->ops[t].sparse || ac->order != 1 || ac->var[0] != v ||
-            (t < 64 && p->bcast[t]) || L->vals[t] < 0 || !L->stride[t][0])
+        if (!((present >> a) & 1) || !gathered_vector(L, ac, v))
             continue;
         const sc_ir_expr *ahead = BIN(MIN, BIN(ADD, at, I(GATHER_AHEAD)), BIN(SUB, V(clen), I(1)));
         const sc_ir_expr *c = sc_ir_load(B, L->crd[i0->operand][i0->level], ahead);
@@ -1190,9 +1198,8 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
             *has |= 1;
             return sc_ir_vload_n(B, L->vals[t], pb, count, lanes);
         }
-        const sc_ir_expr *step = L->stride[t][0];
-        if (ac->order != 1 || ac->var[0] != v || (t < 64 && p->bcast[t]) || !step ||
-            step->kind != SC_IR_E_INT || step->ival != 1)
+        if (!gathered_vector(L, ac, v) || L->stride[t][0]->kind != SC_IR_E_INT ||
+            L->stride[t][0]->ival != 1)
             return NULL;
         *has |= 2;
         return sc_ir_vgather_n(B, L->vals[t], L->crd[i0->operand][i0->level], pb, count, lanes);
