@@ -181,8 +181,6 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         goto done;
     if ((st = sc_lower_set_output(&p, out_fmt, err)) != SC_OK)
         goto done;
-    if (!sizes)
-        memset(p.fixed, 0, sizeof p.fixed);
 
     /* schedule */
     sc_sched s;
@@ -198,15 +196,8 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     if ((st = sc_sched_check(&p, &s, err)) != SC_OK)
         goto done;
     s.vec_bytes = c->vec_bytes;
-    /* An output index stays generic unless the outermost loop runs over the output's
-     * rows: in a scatter (A.t() @ H, the loop over A's stored columns outermost) a fixed K
-     * made the products 1.7-2.2x slower (the GCN demo's backward, Cora: At @ H16
-     * 61-67 -> 108-110 us, Xt @ H16 142-165 -> 316-327). */
-    bool rows_out = false;
-    for (int32_t d = 0; d < p.out_order; d++)
-        rows_out |= s.norder > 0 && p.out_var[d] == s.order[0];
-    for (int32_t d = 0; d < p.out_order && !rows_out; d++)
-        p.fixed[p.out_var[d]] = 0;
+    if (sizes)
+        sc_lower_fix_extents(&p, s.norder > 0 ? s.order[0] : -1);
     char stext[512];
     sc_sched_print(&e, &s, stext, sizeof stext);
     t1 = now_us();

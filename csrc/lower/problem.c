@@ -164,8 +164,18 @@ sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_erro
     }
     p->out_itype = it;
     set_lvars(p);
+    return SC_OK;
+}
+
+void sc_lower_fix_extents(sc_lower_problem *p, sc_expr_var outer)
+{
+    bool rows_out = false;
+    for (int32_t d = 0; d < p->out_order; d++)
+        rows_out |= p->out_var[d] == outer;
     for (sc_expr_var v = 0; v < p->nvars; v++) {
         bool ok = p->extent[v] >= 1 && p->extent[v] <= SC_LOWER_FIXED_MAX, read = false;
+        for (int32_t d = 0; d < p->out_order; d++)
+            ok &= rows_out || p->out_var[d] != v;
         for (int32_t a = 0; a < p->naccess; a++)
             for (int32_t d = 0; d < p->acc[a].order; d++)
                 if (p->acc[a].var[d] == v) {
@@ -175,7 +185,6 @@ sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_erro
                 }
         p->fixed[v] = ok && read ? p->extent[v] : 0;
     }
-    return SC_OK;
 }
 
 void sc_lower_replace_formats(sc_lower_problem *p, uint32_t mask, const sc_format *fmts)

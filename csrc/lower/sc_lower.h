@@ -85,8 +85,7 @@ typedef struct sc_lower_problem {
     int64_t out_dims[SC_MAX_ORDER];
     sc_index_type out_itype;
     bool out_sparse;
-    /* filled by sc_lower_set_output: extents the kernel is written for (0: read at run
-     * time); see sc_lower_set_output */
+    /* extents the kernel is written for (0: read at run time): sc_lower_fix_extents */
     int64_t fixed[SC_LOWER_MAX_VARS];
 } sc_lower_problem;
 
@@ -114,11 +113,15 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out);
  */
 sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_error *err);
 
-/* A variable that only dense operands read (at least one), of extent 1 to
- * SC_LOWER_FIXED_MAX, is fixed: the kernel is written for that extent (SDDMM's and
- * SpMM's K: dot products and register tiles of constant trip counts) and runs only for
- * it. */
+/* Set p->fixed: a variable that only dense operands read (at least one), of extent 1 to
+ * SC_LOWER_FIXED_MAX, is fixed (the kernel is written for that extent: SDDMM's and
+ * SpMM's K, dot products and register tiles of constant trip counts; it runs only for
+ * it), an output variable only where outer (the outermost loop's variable) is one too:
+ * in a scatter (A.t() @ H, A's stored columns outermost) a fixed K made the products
+ * 1.7-2.2x slower (the GCN demo's backward on Cora: At @ H16 61-67 -> 108-110 us,
+ * Xt @ H16 142-165 -> 316-327).  Without this call nothing is fixed. */
 #define SC_LOWER_FIXED_MAX 64
+void sc_lower_fix_extents(sc_lower_problem *p, sc_expr_var outer);
 
 /* Replace the formats of the operands whose bit is set in mask by fmts[t] (their
  * transposed form, chosen by the schedule). */
