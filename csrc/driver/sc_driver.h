@@ -59,8 +59,8 @@ void sc_kernel_output(const sc_kernel *k, sc_tensor *desc);
  * schedule in its text form, and the generated C.  Owned by the kernel. */
 const char *sc_kernel_explain(const sc_kernel *k);
 
-/* The operand dimensions whose size the kernel was written for (a summed index that only
- * dense operands read, of a small extent: sc_lower_set_output): up to max of them as
+/* The operand dimensions whose size the kernel was written for (an index that only dense
+ * operands read, of a small extent: sc_lower_fix_extents): up to max of them as
  * (op[i], dim[i], size[i]); returns how many there are.  Running it on other sizes is a
  * USER error. */
 int32_t sc_kernel_fixed(const sc_kernel *k, int32_t max, int32_t *op, int32_t *dim, int64_t *size);
