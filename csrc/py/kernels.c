@@ -6,6 +6,7 @@
  */
 #include "py_internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,15 +115,23 @@ PyObject *sc_py_prepare(PyObject *module, PyObject *args)
     return cap;
 }
 
-/* set_torch(torch.float32, torch.float64, torch.from_numpy) */
+/* set_torch(torch.float32, torch.float64, torch.from_numpy, torch.Tensor,
+ *           scorch.SparseTensor, torch.is_grad_enabled, torch.get_num_threads) */
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
 {
-    PyObject *f32, *f64, *from_numpy;
-    if (!PyArg_ParseTuple(args, "OOO", &f32, &f64, &from_numpy))
+    PyObject *refs[SC_PY_TORCH_REFS] = {NULL};
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &refs[SC_PY_T_F32], &refs[SC_PY_T_F64],
+                          &refs[SC_PY_T_FROM_NUMPY], &refs[SC_PY_T_TENSOR],
+                          &refs[SC_PY_T_SPARSE], &refs[SC_PY_T_IS_GRAD_ENABLED],
+                          &refs[SC_PY_T_GET_NUM_THREADS]))
         return NULL;
+    if (!PyType_Check(refs[SC_PY_T_TENSOR]) || !PyType_Check(refs[SC_PY_T_SPARSE])) {
+        PyErr_SetString(PyExc_TypeError, "set_torch: torch.Tensor and SparseTensor are types");
+        return NULL;
+    }
     static const char *const names[] = {"dtype", "shape", "data_ptr", "is_contiguous",
-                                        "is_cpu", "is_neg"};
-    PyObject *refs[SC_PY_TORCH_REFS] = {f32, f64, from_numpy};
+                                        "is_cpu", "is_neg", "requires_grad", "_kernels",
+                                        "_desc", "_values"};
     for (int i = SC_PY_T_DTYPE; i < SC_PY_TORCH_REFS; i++) {
         refs[i] = PyUnicode_InternFromString(names[i - SC_PY_T_DTYPE]);
         if (!refs[i]) {
@@ -336,14 +345,14 @@ static bool row_major_dense(const sc_format *f)
 /* The arrays (new references) of the operand descriptions that out's borrowed levels
  * share: lent[2l], lent[2l + 1] are pos and crd of level l (left NULL where not found:
  * sc_py_tensor_result then raises). */
-static void lend_arrays(PyObject *ops, const sc_tensor *const *t, Py_ssize_t n,
+static void lend_arrays(PyObject *const *descs, const sc_tensor *const *t, Py_ssize_t n,
                         const sc_tensor *out, PyObject **lent)
 {
     for (int32_t l = 0; l < out->fmt.order; l++) {
         int32_t j, i = (out->borrowed >> l) & 1u ? sc_tensor_lender(t, (int32_t)n, out, l, &j) : -1;
         if (i < 0)
             continue;
-        PyObject *desc = PyList_GET_ITEM(ops, i);
+        PyObject *desc = descs[i];
         if (PyCapsule_CheckExact(desc)) {
             prepared *p = PyCapsule_GetPointer(desc, OPERAND_CAPSULE);
             desc = p ? p->desc : NULL;
@@ -356,23 +365,13 @@ static void lend_arrays(PyObject *ops, const sc_tensor *const *t, Py_ssize_t n,
     }
 }
 
-/* run(kernel, ops, threads, as_torch=False) -> (shape, (pos, crd, vals)) of the output;
- * with as_torch, an output whose levels are dense in dimension order comes back as a
- * torch.Tensor of its shape instead (owning the kernel's array, no copy). */
-PyObject *sc_py_run(PyObject *module, PyObject *args)
+/* Run k on t[0..n-1] (parsed from descs[0..n-1], which keep their arrays alive) → the
+ * output as (shape, (pos, crd, vals)), or with as_torch, an output whose levels are dense
+ * in dimension order as a torch.Tensor of its shape (owning the kernel's array, no copy). */
+static PyObject *run_parsed(PyObject *module, const sc_kernel *k, PyObject *const *descs,
+                            sc_tensor *t, Py_ssize_t n, int threads, bool as_torch)
 {
-    PyObject *cap, *ops;
-    int threads, as_torch = 0;
-    if (!PyArg_ParseTuple(args, "OOi|p", &cap, &ops, &threads, &as_torch))
-        return NULL;
-    const sc_kernel *k = kernel_of(cap);
-    if (!k)
-        return NULL;
-    sc_tensor t[SC_PY_MAX_OPERANDS];
     const sc_tensor *tp[SC_PY_MAX_OPERANDS];
-    Py_ssize_t n;
-    if (parse_ops(module, ops, t, &n) < 0)
-        return NULL;
     for (Py_ssize_t i = 0; i < n; i++)
         tp[i] = &t[i];
     sc_tensor out;
@@ -401,7 +400,7 @@ PyObject *sc_py_run(PyObject *module, PyObject *args)
     }
     PyObject *lent[2 * SC_MAX_ORDER] = {NULL};
     if (out.borrowed)
-        lend_arrays(ops, tp, n, &out, lent);
+        lend_arrays(descs, tp, n, &out, lent);
     PyObject *arrays = sc_py_tensor_result(&out, lent); /* takes out's own arrays */
     for (int32_t i = 0; i < 2 * SC_MAX_ORDER; i++)
         Py_XDECREF(lent[i]);
@@ -411,6 +410,131 @@ PyObject *sc_py_run(PyObject *module, PyObject *args)
     }
     return Py_BuildValue("(NN)", shape, arrays);
 }
+
+/* run(kernel, ops, threads, as_torch=False) -> (shape, (pos, crd, vals)) of the output;
+ * with as_torch, an output whose levels are dense in dimension order comes back as a
+ * torch.Tensor of its shape instead (owning the kernel's array, no copy). */
+PyObject *sc_py_run(PyObject *module, PyObject *args)
+{
+    PyObject *cap, *ops;
+    int threads, as_torch = 0;
+    if (!PyArg_ParseTuple(args, "OOi|p", &cap, &ops, &threads, &as_torch))
+        return NULL;
+    const sc_kernel *k = kernel_of(cap);
+    if (!k)
+        return NULL;
+    sc_tensor t[SC_PY_MAX_OPERANDS];
+    Py_ssize_t n;
+    if (parse_ops(module, ops, t, &n) < 0)
+        return NULL;
+    return run_parsed(module, k, PySequence_Fast_ITEMS(ops), t, n, threads, as_torch != 0);
+}
+
+/* An attribute of x (new reference), NULL with an error set. */
+#define GET(x, name) PyObject_GetAttr((x), T[name])
+
+/* requires_grad of x: 1, 0, or -1 with an error set. */
+static int requires_grad(PyObject *const *T, PyObject *x)
+{
+    return torch_flag(x, T[SC_PY_T_REQUIRES_GRAD], false);
+}
+
+/* remembered(key, ops) -> the result of the kernel that ops[0], a SparseTensor, remembers
+ * under key (its _kernels[key] = (len(ops), entry), set by _compiler._remembered_run) run
+ * on its prepared operand (_desc[0]) and the plain torch.Tensors ops[1:]; None where the
+ * general route must run the call: no such kernel, another operand type, autograd
+ * recording (an operand requires grad in grad mode), or an operand the kernel does not
+ * take as it is (a dtype to promote, a strided view, other fixed sizes).  A result whose
+ * levels are dense in dimension order comes back as a torch.Tensor, another as
+ * (entry, (shape, (pos, crd, vals))) for the Python layer to wrap.  The Python route
+ * would run the same kernel on the same operands; this one only skips its bookkeeping
+ * (each Python step costs far more on a cold cache than a small kernel). */
+PyObject *sc_py_remembered(PyObject *module, PyObject *args)
+{
+    PyObject *key, *ops;
+    if (!PyArg_ParseTuple(args, "OO!", &key, &PyTuple_Type, &ops))
+        return NULL;
+    PyObject *const *T = sc_py_state_of(module)->torch;
+    Py_ssize_t n = PyTuple_GET_SIZE(ops);
+    if (!T[SC_PY_T_SPARSE] || n < 1 || n > SC_PY_MAX_OPERANDS)
+        Py_RETURN_NONE;
+    PyObject *a = PyTuple_GET_ITEM(ops, 0);
+    if (Py_TYPE(a) != (PyTypeObject *)T[SC_PY_T_SPARSE])
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (Py_TYPE(PyTuple_GET_ITEM(ops, i)) != (PyTypeObject *)T[SC_PY_T_TENSOR])
+            Py_RETURN_NONE;
+    PyObject *result = NULL, *entry = NULL, *prepared_op = NULL;
+    PyObject *memo = GET(a, SC_PY_T_KERNELS);
+    if (!memo)
+        return NULL;
+    PyObject *hit = PyDict_CheckExact(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
+    if (!hit || !PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 2 ||
+        PyLong_AsSsize_t(PyTuple_GET_ITEM(hit, 0)) != n)
+        goto general;   /* (an unhashable key is an error the general route reports) */
+    entry = PyTuple_GET_ITEM(hit, 1);
+    Py_INCREF(entry);
+    PyObject *desc = GET(a, SC_PY_T_DESC);
+    if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 2 &&
+        PyCapsule_IsValid(PyTuple_GET_ITEM(desc, 0), OPERAND_CAPSULE)) {
+        prepared_op = PyTuple_GET_ITEM(desc, 0);
+        Py_INCREF(prepared_op);
+    }
+    Py_XDECREF(desc);
+    if (!prepared_op || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 1)
+        goto general;
+    /* autograd: records when an operand requires grad and grad mode is on */
+    PyObject *vals = GET(a, SC_PY_T_VALUES);
+    int grad = vals ? requires_grad(T, vals) : -1;
+    Py_XDECREF(vals);
+    for (Py_ssize_t i = 1; i < n && grad == 0; i++)
+        grad = requires_grad(T, PyTuple_GET_ITEM(ops, i));
+    if (grad == 1) {
+        PyObject *on = PyObject_CallNoArgs(T[SC_PY_T_IS_GRAD_ENABLED]);
+        grad = on ? PyObject_IsTrue(on) : -1;
+        Py_XDECREF(on);
+    }
+    if (grad != 0)
+        goto general;
+    const sc_kernel *k = kernel_of(PyTuple_GET_ITEM(entry, 0));
+    if (!k)
+        goto general;
+    PyObject *nt = PyObject_CallNoArgs(T[SC_PY_T_GET_NUM_THREADS]);
+    long threads = nt ? PyLong_AsLong(nt) : -1;
+    Py_XDECREF(nt);
+    if (threads < 0 || threads > INT_MAX)
+        goto general;
+    sc_tensor t[SC_PY_MAX_OPERANDS];
+    PyObject *descs[SC_PY_MAX_OPERANDS];
+    t[0] = ((prepared *)PyCapsule_GetPointer(prepared_op, OPERAND_CAPSULE))->t;
+    descs[0] = prepared_op;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        descs[i] = PyTuple_GET_ITEM(ops, i);
+        if (parse_torch_dense(module, i, descs[i], &t[i]) < 0)
+            goto general;
+    }
+    PyObject *r = run_parsed(module, k, descs, t, n, (int)threads, true);
+    if (r && PyTuple_CheckExact(r)) {
+        result = PyTuple_Pack(2, entry, r);
+        Py_DECREF(r);
+    } else {
+        result = r;
+    }
+general:
+    /* Ordinary failures (a size or dtype the kernel does not take, an attribute torch
+     * refuses) leave the call to the general route, which says what is wrong where
+     * that is an error; KeyboardInterrupt and the like go on up. */
+    if (!result && (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_Exception))) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(prepared_op);
+    Py_XDECREF(entry);
+    Py_DECREF(memo);
+    return result;
+}
+
+#undef GET
 
 /* kernel_info(kernel) -> (shape, fmt, dtype name, index name, schedule, explain) */
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args)

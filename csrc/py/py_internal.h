@@ -29,15 +29,18 @@ typedef struct sc_py_state {
     sc_compiler *compiler;   /* created on first compile (under the GIL); lives as long as
                                 the module */
     char *include_dir;       /* where scorch_rt.h is, set by the Python layer */
-    /* What a dense torch operand or result needs, set by the Python layer (set_torch):
-     * torch.float32, torch.float64, torch.from_numpy, then the attribute names read from
-     * a tensor (interned). */
-#define SC_PY_TORCH_REFS 9
+    /* What a dense torch operand or result and a remembered kernel's call need, set by
+     * the Python layer (set_torch): torch.float32, torch.float64, torch.from_numpy,
+     * torch.Tensor, scorch.SparseTensor, torch.is_grad_enabled, torch.get_num_threads,
+     * then the attribute names read from a tensor (interned). */
+#define SC_PY_TORCH_REFS 17
     PyObject *torch[SC_PY_TORCH_REFS];
 } sc_py_state;
 
-enum { SC_PY_T_F32, SC_PY_T_F64, SC_PY_T_FROM_NUMPY, SC_PY_T_DTYPE, SC_PY_T_SHAPE,
-       SC_PY_T_DATA_PTR, SC_PY_T_IS_CONTIGUOUS, SC_PY_T_IS_CPU, SC_PY_T_IS_NEG };
+enum { SC_PY_T_F32, SC_PY_T_F64, SC_PY_T_FROM_NUMPY, SC_PY_T_TENSOR, SC_PY_T_SPARSE,
+       SC_PY_T_IS_GRAD_ENABLED, SC_PY_T_GET_NUM_THREADS,
+       SC_PY_T_DTYPE, SC_PY_T_SHAPE, SC_PY_T_DATA_PTR, SC_PY_T_IS_CONTIGUOUS, SC_PY_T_IS_CPU,
+       SC_PY_T_IS_NEG, SC_PY_T_REQUIRES_GRAD, SC_PY_T_KERNELS, SC_PY_T_DESC, SC_PY_T_VALUES };
 
 sc_py_state *sc_py_state_of(PyObject *module);
 /* Set the Python exception for err; returns NULL. */
@@ -67,6 +70,7 @@ void sc_py_kernels_free(sc_py_state *st);
 PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args);
 PyObject *sc_py_compile(PyObject *module, PyObject *args);
 PyObject *sc_py_run(PyObject *module, PyObject *args);
+PyObject *sc_py_remembered(PyObject *module, PyObject *args);
 PyObject *sc_py_prepare(PyObject *module, PyObject *args);
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args);
@@ -78,8 +82,10 @@ PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
     {"set_include_dir", sc_py_set_include_dir, METH_VARARGS, "where scorch_rt.h lives"},  \
     {"compile", sc_py_compile, METH_VARARGS, "compile an expression -> kernel handle"},   \
     {"run", sc_py_run, METH_VARARGS, "run a kernel on operands"},                          \
+    {"remembered", sc_py_remembered, METH_VARARGS,                                       \
+     "run the kernel a SparseTensor remembers, or None"},                                 \
     {"prepare", sc_py_prepare, METH_VARARGS, "an operand description parsed once"},       \
-    {"set_torch", sc_py_set_torch, METH_VARARGS, "torch's dtypes and from_numpy"},        \
+    {"set_torch", sc_py_set_torch, METH_VARARGS, "the torch objects the extension uses"}, \
     {"kernel_info", sc_py_kernel_info, METH_VARARGS,                                     \
      "(out shape, fmt, dtype, index, schedule, explain)"},                                 \
     {"kernel_fixed", sc_py_kernel_fixed, METH_VARARGS,                                   \

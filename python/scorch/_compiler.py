@@ -31,7 +31,8 @@ def _include_dir() -> str:
 
 
 _C.set_include_dir(_include_dir())
-_C.set_torch(torch.float32, torch.float64, torch.from_numpy)
+_C.set_torch(torch.float32, torch.float64, torch.from_numpy, torch.Tensor, SparseTensor,
+             torch.is_grad_enabled, torch.get_num_threads)
 
 
 class Schedule:
@@ -185,11 +186,15 @@ _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 
 def _run(entry, descs):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
-    kernel, how, fmt, index_dtype = entry[:4]
-    threads = torch.get_num_threads()
-    if how == _OUT_DENSE:
-        return _C.run(kernel, descs, threads, True)
-    shape, (pos, crd, vals) = _C.run(kernel, descs, threads)
+    r = _C.run(entry[0], descs, torch.get_num_threads(), True)
+    return r if type(r) is not tuple else _finish(entry, r)
+
+
+def _finish(entry, raw):
+    """The result of a run whose output is not dense in dimension order (the extension
+    returns those as a torch.Tensor itself), from its (shape, (pos, crd, vals))."""
+    _, how, fmt, index_dtype = entry[:4]
+    shape, (pos, crd, vals) = raw
     if how == _OUT_SPARSE:
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
     if how == _OUT_SCALAR:
@@ -371,34 +376,32 @@ _REMEMBERED = 16   # kernels a SparseTensor remembers (einsum texts, Kernel obje
 def _remembered_run(key, lang, expr, operands, out_format, schedule):
     """Run ``expr`` over ``operands``.  A SparseTensor first operand followed by plain
     tensors remembers the kernel its last call under ``key`` ran (``_kernels``), and the
-    next call runs it without building the signature and cache key again: on a cold
-    cache (after other work has swept it) those Python steps cost ~30 us, more than a
-    small kernel.  The extension checks the dense operands against the kernel (dtype,
-    dimensions, sizes, contiguity); where one does not fit (a dtype to promote, a
-    strided view) the general route runs instead."""
-    a = operands[0] if operands else None
-    if type(a) is not SparseTensor:
-        return _run(*_compile(lang, expr, operands, out_format, schedule))
-    memo = a._kernels
-    hit = memo.get(key) if memo is not None else None
-    if hit is not None and hit[0] == len(operands):
-        descs = [a._desc[0]]
-        for x in operands[1:]:
-            if type(x) is not torch.Tensor:
-                break
-            descs.append(x)
-        else:
-            try:
-                return _run(hit[1], descs)
-            except (TypeError, ValueError):
-                pass  # the general route runs it, or says what is wrong
+    next call runs it in the extension (``_C.remembered``, see ``remembered``) without
+    building the signature and cache key again: on a cold cache (after other work has
+    swept it) those Python steps cost ~30 us, more than a small kernel.  Where the
+    extension finds no such kernel or an operand it does not fit (a dtype to promote, a
+    strided view, other fixed sizes) the general route runs instead."""
+    r = remembered(key, operands)
+    if r is not None:
+        return r
     entry, descs = _compile(lang, expr, operands, out_format, schedule)
-    if (a._desc is not None and descs[0] is a._desc[0] and
+    a = operands[0] if operands else None
+    if (type(a) is SparseTensor and a._desc is not None and descs[0] is a._desc[0] and
             all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
+        memo = a._kernels
         if memo is None or len(memo) >= _REMEMBERED:
             memo = a._kernels = {}
         memo[key] = (len(operands), entry)
     return _run(entry, descs)
+
+
+def remembered(key, operands):
+    """What the kernel ``operands[0]`` remembers under ``key`` gives on ``operands``, run
+    by the extension with no Python step (autograd not recording, plain dense operands
+    it takes as they are); None where the general route must run the call.  The hot
+    route of scorch.einsum, the torch products and scorch.kernel."""
+    r = _C.remembered(key, operands)
+    return r if type(r) is not tuple else _finish(*r)
 
 
 class Kernel:

