@@ -5,6 +5,7 @@
 #define _DEFAULT_SOURCE /* madvise */
 #include "sc_base.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -151,12 +152,56 @@ void sc_mem_free(void *p)
     default_free(NULL, p);
 }
 
+/* "32768K" (sysfs's cache size) or a plain byte count as bytes; 0 if it is neither. */
+static int64_t parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v <= 0 || v > ((long long)1 << 40))
+        return 0;
+    int64_t scale = *end == 'K' ? 1 << 10 : *end == 'M' ? 1 << 20 : *end == 'G' ? 1 << 30 : 1;
+    if (scale > 1)
+        end++;
+    while (*end == '\n' || *end == ' ')
+        end++;
+    return *end ? 0 : (int64_t)v * scale;
+}
+
+static int64_t cache_bytes_once;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void read_cache_bytes(void)
+{
+    const char *e = getenv("SCORCH_CACHE_BYTES");
+    int64_t n = e && *e ? parse_bytes(e) : 0;
+    static const char *const files[] = {"/sys/devices/system/cpu/cpu0/cache/index3/size",
+                                        "/sys/devices/system/cpu/cpu0/cache/index2/size"};
+    for (size_t k = 0; k < sizeof files / sizeof files[0] && n == 0; k++) {
+        FILE *f = fopen(files[k], "re");
+        char buf[64];
+        if (!f)
+            continue;
+        if (fgets(buf, sizeof buf, f))
+            n = parse_bytes(buf);
+        fclose(f);
+    }
+    cache_bytes_once = n > 0 ? n : (int64_t)32 << 20;
+}
+
+int64_t sc_cache_bytes(void)
+{
+    pthread_once(&cache_once, read_cache_bytes);
+    return cache_bytes_once;
+}
+
 void sc_ctx_init(sc_ctx *ctx)
 {
     ctx->mem.alloc = default_alloc;
     ctx->mem.free = default_free;
     ctx->mem.user = NULL;
     ctx->num_threads = 0;
+    ctx->cache_bytes = sc_cache_bytes();
 }
 
 void *sc_alloc(const sc_ctx *ctx, size_t n, sc_error *err)

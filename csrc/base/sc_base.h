@@ -31,11 +31,16 @@ typedef struct sc_allocator {
 typedef struct sc_ctx {
     sc_allocator mem;
     int num_threads; /* <= 0: let OpenMP decide */
+    int64_t cache_bytes; /* the last-level cache's size (see sc_cache_bytes) */
 } sc_ctx;
 
 /* A context with the default allocator (malloc/free; large blocks huge-page advised and
  * kept for reuse once freed, base.c) and default settings. */
 void sc_ctx_init(sc_ctx *ctx);
+/* The size in bytes of this machine's last-level cache, read once: $SCORCH_CACHE_BYTES if
+ * set (a positive integer), else the L3 (or L2) size the kernel reports in sysfs, else
+ * 32 MiB.  (sysfs, not sysconf: in a VM glibc's cpuid answer is the host's whole L3.) */
+int64_t sc_cache_bytes(void);
 /* Free memory from the default allocator (what a default ctx's mem.free does). */
 void sc_mem_free(void *p);
 

@@ -449,6 +449,9 @@ static void expr(em *m, const sc_ir_expr *e)
         case SC_IR_ARG_THREADS:
             pr(m, "nt_");
             break;
+        case SC_IR_ARG_CACHE:
+            pr(m, "env->cache_bytes");
+            break;
         default:
             break;
         }

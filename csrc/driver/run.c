@@ -158,6 +158,7 @@ sc_status sc_kernel_run(const sc_kernel *k, const sc_tensor *const *ops, int num
     env.free = ctx->mem.free;
     env.user = ctx->mem.user;
     env.num_threads = num_threads > 0 ? num_threads : ctx->num_threads;
+    env.cache_bytes = ctx->cache_bytes;
     int rc = k->fn(use, out, &env);
     if (rc == SC_OK)
         adopt_shared(out, use, tmp, made, k->nops);

@@ -119,8 +119,8 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         put(s, ")");
         break;
     case SC_IR_E_ARG:
-        if (e->arg == SC_IR_ARG_THREADS)
-            put(s, "num_threads");
+        if (e->arg == SC_IR_ARG_THREADS || e->arg == SC_IR_ARG_CACHE)
+            put(s, "%s", sc_ir_arg_name(e->arg));
         else if (e->ival < 0)
             put(s, "out.%s[%d]", sc_ir_arg_name(e->arg), (int)e->level);
         else

@@ -84,14 +84,16 @@ typedef enum {
 
 /* Fields of the kernel arguments an ARG expression reads: X(ENUM, name).
  * operand -1 means the output tensor; level is the level (pos, crd, crd_len: the number
- * of entries of that level) or dimension (dim). */
+ * of entries of that level) or dimension (dim); num_threads and cache_bytes (int64: the
+ * last-level cache's size) are the env's. */
 #define SC_IR_ARGS(X)       \
     X(POS, "pos")           \
     X(CRD, "crd")           \
     X(VALS, "vals")         \
     X(DIM, "dims")          \
     X(CRD_LEN, "crd_len")   \
-    X(THREADS, "num_threads")
+    X(THREADS, "num_threads") \
+    X(CACHE, "cache_bytes")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_ARG_##e,

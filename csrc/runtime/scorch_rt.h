@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SC_RT_VERSION 3
+#define SC_RT_VERSION 4
 
 /* Most dimensions (= levels) a tensor may have. */
 #define SC_MAX_ORDER 8
@@ -124,13 +124,15 @@ typedef struct sc_tensor {
 /*
  * What a generated kernel gets besides its tensors: the allocator for sparse outputs
  * (alloc returns NULL on failure), the thread count to use (<= 0: OpenMP's default),
- * and room for a message when it fails.
+ * the size of the last-level cache in bytes (kernels prefetch dense rows only from
+ * operands larger than it), and room for a message when it fails.
  */
 typedef struct sc_rt_env {
     void *(*alloc)(void *user, size_t n);
     void (*free)(void *user, void *p);
     void *user;
     int num_threads;
+    int64_t cache_bytes;
     char msg[256];
 } sc_rt_env;
 

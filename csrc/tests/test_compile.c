@@ -488,8 +488,11 @@ static void test_goldens(void)
         "*(sc_vf32u *)&out_vals_",
         "sc_vloadn_f32(&B_vals_", "sc_vstoren_f32(&out_vals_", /* one partial vector tile */
         "sc_k_alloc_raw(env, out_size_",
-        " += 2) {"}; /* one-vector tiles: two accumulators over alternate nonzeros */
-    golden(&spmm, g5, 11);
+        " += 2) {", /* one-vector tiles: two accumulators over alternate nonzeros */
+        /* B's rows beyond the cache, far apart: the tile's lines of the row 32 entries on */
+        "int rowpf_", "= ((env->cache_bytes <= (Nj_", "(4096 * (",
+        "int64_t pfrow_", "= A1_crd_1[sc_min((A1_p_", "__builtin_prefetch(&B_vals_4[((pfrow_"};
+    golden(&spmm, g5, 17);
     static const char *const g5n[] = {")] += (v_", /* no read-modify-write of out */
                                       "sc_vf32h acc_", "float acc_"}; /* nor narrower tiles */
     absent(&spmm, g5n, 3);
@@ -513,8 +516,10 @@ static void test_goldens(void)
         /* runs of rows under 8 entries as one segment, each entry's row by a cursor */
         "] >= 8) {", "int64_t re_", "while ((A1_pos_0[(r_", "B_vals_4[((row_",
         /* K (summed, read by dense operands only) is a constant of the kernel */
-        "const int64_t Nk_", " = 5;"};
-    golden(&sddmm, g2, 24);
+        "const int64_t Nk_", " = 5;",
+        /* C's whole rows (at most 512 bytes) prefetched, in the runs of short rows too */
+        "* 4) <= 512)", "__builtin_prefetch(&C_vals_6[((pfrow_", "+ pfo_"};
+    golden(&sddmm, g2, 27);
     /* SpMM's K (only the dense operand reads it) is a constant of the kernel too */
     static const char *const g5f[] = {"const int64_t Nk_", " = 5;"};
     golden(&spmm, g5f, 2);

@@ -299,7 +299,7 @@ static void test_nomem(void)
     int done = 0;
     for (int k = 0; k < 200 && !done; k++) {
         budget b = {0, k};
-        sc_ctx c = {{budget_alloc, budget_free, &b}, 0};
+        sc_ctx c = {{budget_alloc, budget_free, &b}, 0, 0};
         sc_jit_config cfg = {"cc", "-O1", cache, "runtime"};
         sc_error err;
         sc_jit *jit = sc_jit_new(&c, &cfg, &err);
