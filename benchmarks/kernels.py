@@ -16,7 +16,9 @@ scorch / baseline (< 1: scorch is faster).  GB/s use a traffic model per matrix:
 (matrix + dense operands + output each moved once) for banded / FEM-like / DNN weights, and
 "no-reuse" (one dense row of K values fetched per nonzero) for random and power-law
 matrices; "% BW" relates them to the STREAM triad measured at the start of the run and is
-printed only where the modelled traffic exceeds the last-level cache (64 MiB).
+printed only where the modelled traffic exceeds the last-level cache (64 MiB); "% rows"
+relates no-reuse figures to a random-row probe of the same run (256-byte rows from a
+256 MiB table, read by torch's embedding_bag): what random rows can move on this machine.
 """
 from __future__ import annotations
 
@@ -208,6 +210,20 @@ def gather_probe(n=16 << 20, table_bytes=4 << 20, repeat=7):
     return {"gather_ns_per_elem": t / n * 1e9, "sequential_ns_per_elem": ts / n * 1e9}
 
 
+def row_probe(rows=1 << 20, reads=10_000_000, K=64, repeat=5):
+    """Random 256-byte rows (K = 64 float32) from a table of `rows` (256 MiB: beyond the
+    L3), torch on all threads: GB/s of rows read (and their int64 indices) by ATen's
+    embedding_bag sum over bags of 1000 random rows, a tuned gather-and-reduce.  What the
+    no-reuse model's random rows can reach on this machine (DRAM latency and TLB misses
+    bound it, not STREAM's sequential bandwidth)."""
+    g = torch.Generator().manual_seed(0)
+    table = torch.rand(rows, K)
+    idx = torch.randint(0, rows, (reads // 1000, 1000), generator=g)
+    t = median_time(lambda: torch.nn.functional.embedding_bag(idx, table, mode="sum"),
+                    repeat=repeat, warmup=1)
+    return {"rows_GBps": idx.numel() * (K * 4 + 8) / t / 1e9, "rows_table_MiB": rows * K * 4 / 2**20}
+
+
 def parallel_probe(repeat=15):
     """Health of 2-thread parallel regions: a 512×512×256 torch.mm (~0.8 ms on 2 idle
     cores) with all threads and with one.  When the host deschedules a vCPU, the
@@ -316,6 +332,8 @@ class Bench:
         row["GBps"] = b / t_s / 1e9 if b == b else None
         row["pct_bw"] = (100 * row["GBps"] / self.probes["triad_GBps"]
                          if b == b and bmin > LLC_BYTES else None)
+        row["pct_rows"] = (100 * row["GBps"] / self.probes["rows_GBps"]
+                           if row["pct_bw"] is not None and model == "noreuse" else None)
         if out_nnz is not None:
             row["out_nnz"] = int(out_nnz)
         self.rows.append(row)
@@ -324,7 +342,8 @@ class Bench:
         print(f"{matrix[:34]:<35}{label:<13}{dtype:<4}{m.nnz:>10}{row['scorch_ms']:>11.3f}"
               f"{f(row['torch_ms'], 10, 3)}{f(row['scipy_ms'], 10, 3)}{f(row['dense_ms'], 10, 3)}"
               f"{f(row['vs_torch'])}{f(row['vs_scipy'])}{f(row['vs_dense'])}"
-              f"{f(row['GBps'], 7, 1)}{f(row['pct_bw'], 6, 0)} {model[:2]:<3}{check}",
+              f"{f(row['GBps'], 7, 1)}{f(row['pct_bw'], 6, 0)}{f(row['pct_rows'], 6, 0)}"
+              f" {model[:2]:<3}{check}",
               flush=True)
 
     # ----------------------------------------------------------------- kernels
@@ -490,6 +509,8 @@ def summarize(rows):
                 s[f"worst_vs_{b}"] = (w["matrix"], w[f"vs_{b}"])
         pct = [r["pct_bw"] for r in sel if r["pct_bw"]]
         s["median_pct_bw"] = float(np.median(pct)) if pct else None
+        pct = [r["pct_rows"] for r in sel if r.get("pct_rows")]
+        s["median_pct_rows"] = float(np.median(pct)) if pct else None
         out.append(s)
     return out
 
@@ -497,14 +518,15 @@ def summarize(rows):
 def print_summary(summary):
     print("\nsummary: geometric mean of scorch / baseline (< 1: scorch faster), "
           "worst matrix vs torch")
-    print(f"{'kernel':<22}{'n':>4}{'/torch':>8}{'/scipy':>8}{'/dense':>8}{'%BW':>6}  "
+    print(f"{'kernel':<22}{'n':>4}{'/torch':>8}{'/scipy':>8}{'/dense':>8}{'%BW':>6}{'%rows':>6}  "
           f"worst vs torch")
     f = lambda v, w=8: f"{v:>{w}.2f}" if v is not None else f"{'-':>{w}}"
     for s in summary:
         w = s.get("worst_vs_torch")
-        pb = s["median_pct_bw"]
+        pb, pr = s["median_pct_bw"], s["median_pct_rows"]
         print(f"{s['group']:<22}{s['cases']:>4}{f(s['geo_vs_torch'])}{f(s['geo_vs_scipy'])}"
-              f"{f(s['geo_vs_dense'])}{(f'{pb:6.0f}' if pb else '     -')}  "
+              f"{f(s['geo_vs_dense'])}{(f'{pb:6.0f}' if pb else '     -')}"
+              f"{(f'{pr:6.0f}' if pr else '     -')}  "
               f"{f'{w[1]:.2f} ({w[0]})' if w else '-'}")
 
 
@@ -578,14 +600,16 @@ def main(argv=None):
     print(f"load average before: {os.getloadavg()[0]:.2f} (other processes distort timings "
           f"on this 2-core machine; times in multiples of ~4-8 ms are a sign of it)")
     probes = {**stream_probe(16 << 20 if args.quick else 32 << 20),
-              **gather_probe(8 << 20 if args.quick else 16 << 20)}
+              **gather_probe(8 << 20 if args.quick else 16 << 20),
+              **(row_probe(1 << 18, 2_000_000) if args.quick else row_probe())}
     pp = parallel_probe()
     probes.update({k + "_start": v for k, v in pp.items()})
     report_parallel(pp, "start")
     print(f"limits measured now: STREAM triad {probes['triad_GBps']:.1f} GB/s "
           f"(copy {probes['copy_GBps']:.1f}), random 4-byte gather from 4 MiB "
           f"{probes['gather_ns_per_elem']:.2f} ns/element "
-          f"(sequential {probes['sequential_ns_per_elem']:.2f})")
+          f"(sequential {probes['sequential_ns_per_elem']:.2f}), random 256-byte rows from "
+          f"{probes['rows_table_MiB']:.0f} MiB {probes['rows_GBps']:.1f} GB/s (embedding_bag)")
 
     # warm the JIT for every (expression, dtype) before anything is timed
     for dt in (torch.float32, torch.float64):
@@ -601,7 +625,7 @@ def main(argv=None):
     bench = Bench(args, probes)
     hdr = (f"{'matrix':<35}{'kernel':<13}{'dt':<4}{'nnz':>10}{'scorch ms':>11}{'torch ms':>10}"
            f"{'scipy ms':>10}{'dense ms':>10}{'/torch':>8}{'/scipy':>8}{'/dense':>8}"
-           f"{'GB/s':>7}{'%BW':>6} mdl check")
+           f"{'GB/s':>7}{'%BW':>6}{'%rows':>6} mdl check")
     Ks = [16, 64] if args.quick else [16, 64, 256]
 
     quick_names = {"bcsstk13", "cryg2500", "wiki-Vote", "email-Enron", "usroads"}
