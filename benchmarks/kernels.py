@@ -16,7 +16,8 @@ scorch / baseline (< 1: scorch is faster).  GB/s use a traffic model per matrix:
 (matrix + dense operands + output each moved once) for banded / FEM-like / DNN weights, and
 "no-reuse" (one dense row of K values fetched per nonzero) for random and power-law
 matrices; "% BW" relates them to the STREAM triad measured at the start of the run and is
-printed only where the modelled traffic exceeds the last-level cache (64 MiB); "% rows"
+printed only where the modelled traffic exceeds the last-level cache (the L3 Linux reports,
+else 64 MiB); "% rows"
 relates no-reuse figures to a random-row probe of the same run (256-byte rows from a
 256 MiB table, read by torch's embedding_bag): what random rows can move on this machine.
 """
@@ -43,7 +44,22 @@ from .common import SHARED, median_time, shared_matrices
 
 DENSE_LIMIT = 1 << 30          # bytes: dense baseline only where the dense matrix fits in 1 GB
 DENSE_FLOP_LIMIT = 2e11        # dense A·A only below this many flops
-LLC_BYTES = 64 << 20           # "% of bandwidth" only for traffic above this
+
+
+def _llc_bytes(default=64 << 20):
+    """This machine's L3 as Linux reports it (scorch's kernels read the same file), else
+    64 MiB."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            v = f.read().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1:], 1)
+        return int(v.rstrip("KMG")) * scale
+    except (OSError, ValueError):
+        return default
+
+
+LLC_BYTES = _llc_bytes()       # "% of bandwidth" only for traffic above this; a gathered
+                               # operand larger than it counts under the no-reuse model
 MEM_LIMIT = 20 << 30           # skip a case whose estimated footprint exceeds this
 
 # Matrices with locality (banded, FEM, stencils, roads, circuits, DNN weights): "min" model.
