@@ -301,11 +301,13 @@ def test_second_process_reuses_the_disk_cache(tmp_path):
     assert second == (0, first[0])            # the second only loaded from disk
 
 
+@pytest.mark.parametrize("bfmt", ["csr", "dcsr", "dcsc", "coo"])
 @pytest.mark.parametrize("expr", ["ij,jk->ik", "ij,kj->ik"])
-def test_sparse_product_stores_only_its_entries(expr):
-    """Whatever the operands' sizes steer the automatic order to, a csr·csr product holds
+def test_sparse_product_stores_only_its_entries(expr, bfmt):
+    """Whatever the operands' sizes steer the automatic order to, a csr·B product holds
     exactly the coordinates that have a product (no order that walks an output column
-    densely and stores every one, zeros included)."""
+    densely and stores every one, zeros included; nor, with B's rows a compressed level,
+    the inner-product order that stores every (i,k) of B's nonempty rows)."""
     import scipy.sparse as sps
     rng = np.random.default_rng(7)
     a = sps.random(400, 50, density=0.6, format="csr", random_state=rng, dtype=np.float64)
@@ -314,6 +316,6 @@ def test_sparse_product_stores_only_its_entries(expr):
     if expr == "ij,kj->ik":
         b = sps.random(30, 50, density=0.05, format="csr", random_state=rng)
     ref = sps.csr_array(a @ (b.T if expr == "ij,kj->ik" else b))
-    C = scorch.einsum(expr, scorch.to_sparse(a, "csr"), scorch.to_sparse(b, "csr"))
+    C = scorch.einsum(expr, scorch.to_sparse(a, "csr"), scorch.to_sparse(b, bfmt))
     assert C.nnz == ref.nnz
     np.testing.assert_allclose(C.to_dense().numpy(), ref.toarray(), rtol=1e-12)

@@ -19,6 +19,7 @@
 #include "sched_internal.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static double est(const sc_lower_problem *p, const sc_lower_access *ac, uint32_t bound)
@@ -67,19 +68,78 @@ static double fanout(const sc_lower_problem *p, const sc_lower_node *n, sc_expr_
     }
 }
 
+/* Whether a loop over v (the variables in bound already bound around it) runs over
+ * stored coordinates only: some sparse operand's next level is a compressed or singleton
+ * one over v (every level above it bound), so the merge lattice iterates that level —
+ * one factor of a product does, every term of a sum must. */
+static bool thinned(const sc_lower_problem *p, const sc_lower_node *n, sc_expr_var v,
+                    uint32_t bound)
+{
+    if (!n)
+        return false;
+    switch (n->kind) {
+    case SC_LN_ACCESS: {
+        const sc_lower_access *ac = &p->acc[n->access];
+        const sc_lower_operand *op = &p->ops[ac->operand];
+        for (int32_t k = 0; op->sparse && k < ac->order; k++) {
+            if (ac->lvar[k] == v)
+                return op->fmt.kind[k] != SC_LEVEL_DENSE;
+            if (!((bound >> ac->lvar[k]) & 1))
+                return false; /* a level above v's is not bound yet */
+        }
+        return false;
+    }
+    case SC_LN_NEG:
+        return thinned(p, n->a, v, bound);
+    case SC_LN_MUL:
+        return thinned(p, n->a, v, bound) || thinned(p, n->b, v, bound);
+    case SC_LN_ADD:
+    case SC_LN_SUB:
+        return thinned(p, n->a, v, bound) && thinned(p, n->b, v, bound);
+    default:
+        return false;
+    }
+}
+
+/* Whether v is an output index. */
+static bool is_output(const sc_lower_problem *p, sc_expr_var v)
+{
+    for (int32_t k = 0; k < p->out_order; k++)
+        if (p->out_var[k] == v)
+            return true;
+    return false;
+}
+
 /* A sparse output without a workspace whose compressed level's index is walked densely
  * (no sparse operand thins its loop) stores every coordinate of that loop, zeros
  * included (A·B in order i,k,j: every (i,k)): a result that much denser than the
  * product.  Such an order costs more than any other (a penalty, not +inf, so that the
- * least bad one still wins when all of them do it). */
+ * least bad one still wins when all of them do it).  The estimate (fanout at least the
+ * extent) also finds every coordinate present when a compressed level with an entry in
+ * each row drives the loop (a dcsr or coo operand); such a loop stores only the
+ * operand's coordinates, so it is exempt — unless a sparse reduction runs inside it,
+ * whose intersection may be empty and leave a stored zero (the inner-product order).
+ * Penalising the exempt case sent SDDMM over coo and dcsr to order (k,i,j) with a
+ * workspace of every (i,j). */
 static double densified_output(const sc_lower_problem *p, const sc_expr_var *order)
 {
+    bool th[SC_LOWER_MAX_VARS];
     uint32_t bound = 0;
     for (int32_t d = 0; d < p->nvars; d++) {
+        th[d] = thinned(p, p->rhs, order[d], bound);
+        bound |= 1u << order[d];
+    }
+    bound = 0;
+    for (int32_t d = 0; d < p->nvars; d++) {
         sc_expr_var v = order[d];
+        bool exempt = th[d];
+        for (int32_t e = d + 1; e < p->nvars && exempt; e++)
+            if (th[e] && !is_output(p, order[e]))
+                exempt = false;
         for (int32_t k = 0; k < p->out_order; k++)
             if (p->out_lvar[k] == v && p->out_fmt.kind[k] != SC_LEVEL_DENSE &&
-                p->extent[v] > 1 && fanout(p, p->rhs, v, bound) >= (double)p->extent[v])
+                p->extent[v] > 1 && !exempt &&
+                fanout(p, p->rhs, v, bound) >= (double)p->extent[v])
                 return 1e18;
         bound |= 1u << v;
     }

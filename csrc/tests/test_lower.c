@@ -213,6 +213,12 @@ static void test_loop_orders(void)
     const int64_t nnz_sddmm[3] = {1000000, 3200000, 3200000};
     schedule_is("ij,ik,jk->ij", 3, "csr", "dense", "dense", sddmm, nnz_sddmm, NULL,
                 "order(i,j,k) parallel(i)", 0);
+    /* rows as a compressed level (every row estimated nonempty): still the sampled
+     * operand's entries outermost, not (k,i,j) with a workspace of every (i,j) */
+    schedule_is("ij,ik,jk->ij", 3, "dcsr", "dense", "dense", sddmm, nnz_sddmm, NULL,
+                "order(i,j,k)", 0);
+    schedule_is("ij,ik,jk->ij", 3, "coo", "dense", "dense", sddmm, nnz_sddmm, NULL,
+                "order(i,j,k)", 0);
     const int64_t mttkrp[3][4] = {{1000, 1000, 1000}, {1000, 16}, {1000, 16}};
     const int64_t nnz_mttkrp[3] = {100000, 16000, 16000};
     schedule_is("ijk,jr,kr->ir", 3, "csf", "dense", "dense", mttkrp, nnz_mttkrp, NULL,
