@@ -17,9 +17,9 @@ scorch / baseline (< 1: scorch is faster).  GB/s use a traffic model per matrix:
 "no-reuse" (one dense row of K values fetched per nonzero) for random and power-law
 matrices; "% BW" relates them to the STREAM triad measured at the start of the run and is
 printed only where the modelled traffic exceeds the last-level cache (the L3 Linux reports,
-else 64 MiB); "% rows"
-relates no-reuse figures to a random-row probe of the same run (256-byte rows from a
-256 MiB table, read by torch's embedding_bag): what random rows can move on this machine.
+else 64 MiB); "% rows" relates no-reuse figures to a random-row probe of the same run
+(256-byte rows from a 256 MiB table, read by torch's embedding_bag): what random rows can
+move on this machine.
 """
 from __future__ import annotations
 

@@ -1143,14 +1143,35 @@ static iter renamed(lb *L, const iter *i0)
     return t;
 }
 
-/* Start the prefetching copy of a segment's loop over i0 (rows of access a, flag f). */
-static void rowpf_begin(lb *L, sc_ir_var f, int32_t a, const iter *i0)
+/* A builder of one copy of a segment's loop over i0 into out (arg: what else it needs);
+ * false where the loop cannot be built. */
+typedef bool (*segment_fn)(lb *L, const iter *i0, const void *arg, sc_ir_list *out);
+
+/* The loop fn builds over segment i0 at depth d, into out: where a dense row is read at
+ * its coordinate (prefetched_row) and may is set, twice under a row_flag — the copy that
+ * prefetches the rows (L->rowpf set while it is built) and the plain one (i0's variables
+ * renamed) — else once. */
+static bool row_prefetched(lb *L, int32_t d, const sc_lower_node *n, const st *S, const iter *i0,
+                           bool may, segment_fn fn, const void *arg, sc_ir_list *out)
 {
+    int32_t a = may && !L->rowpf_busy ? prefetched_row(L, d, n, S, i0) : -1;
+    if (a < 0)
+        return fn(L, i0, arg, out);
+    sc_ir_var f = row_flag(L, S, i0, a, out);
+    sc_ir_list with = {0}, without = {0};
     L->rowpf_busy = true;
     L->rowpf = f;
     L->rowpf_acc = a;
     L->rowpf_op = i0->operand;
     L->rowpf_lvl = i0->level;
+    bool ok = fn(L, i0, arg, &with);
+    L->rowpf = -1;
+    iter i1 = renamed(L, i0);
+    ok = ok && fn(L, &i1, arg, &without);
+    L->rowpf_busy = false;
+    if (ok)
+        sc_ir_push(B, out, sc_ir_if(B, V(f), sc_ir_list_block(B, &with), sc_ir_list_block(B, &without)));
+    return ok;
 }
 
 /* The entry of segment iterator i0 at position at: its position and coordinate declared
@@ -1275,7 +1296,7 @@ static const sc_ir_stmt *prefetch_gather(lb *L, const sc_lower_node *n, const it
             continue;
         const sc_ir_expr *ahead = BIN(MIN, BIN(ADD, at, I(GATHER_AHEAD)), BIN(SUB, V(clen), I(1)));
         const sc_ir_expr *c = sc_ir_load(B, L->crd[i0->operand][i0->level], ahead);
-        int64_t big = GATHER_PREFETCH_BYTES / (L->vt == SC_IR_F64 ? 8 : 4);
+        int64_t big = GATHER_PREFETCH_BYTES / val_bytes(L);
         return sc_ir_if(B, BIN(LE, I(big), V(L->ext[v])),
                         sc_ir_prefetch(B, L->vals[t], BIN(MUL, c, L->stride[t][0])), NULL);
     }
@@ -1708,6 +1729,19 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
 
 static int32_t pattern_operand(const lb *L);
 
+/* grouped_dots over a run of short rows (a segment_fn; arg: run_arg). */
+typedef struct run_arg {
+    const sc_lower_node *n;
+    const st *S;
+    const rowcur *rc;
+} run_arg;
+
+static bool run_groups(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
+{
+    const run_arg *g = arg;
+    return grouped_dots(L, 1, g->n, g->S, i0, out, g->rc);
+}
+
 /*
  * The body of a run of short rows cvar .. re - 1 of a balanced row loop (sc_ir_runs):
  * their entries as one segment, pos[cvar] .. pos[re], in groups of grouped_dots that
@@ -1744,24 +1778,10 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
     iter it = {a0, 1, t, true, newv(L, pn, SC_IR_I64), newv(L, en, SC_IR_I64),
                newv(L, vname(L, L->order[1]), SC_IR_I64), -1, sc_ir_load(B, rc.pos, V(cvar))};
     sc_ir_push(B, &out, sc_ir_decl(B, it.e, sc_ir_load(B, rc.pos, V(re))));
-    int32_t a = L->rowpf_busy ? -1 : prefetched_row(L, 1, n, S, &it);
-    if (a < 0) {
-        if (!grouped_dots(L, 1, n, S, &it, &out, &rc))
-            return NULL;
-    } else {
-        /* the run's rows prefetched as a row's are (lower_at): two copies of its loop */
-        sc_ir_var pf = row_flag(L, S, &it, a, &out);
-        sc_ir_list with = {0}, without = {0};
-        rowpf_begin(L, pf, a, &it);
-        bool ok = grouped_dots(L, 1, n, S, &it, &with, &rc);
-        L->rowpf = -1;
-        iter i1 = renamed(L, &it);
-        ok = ok && grouped_dots(L, 1, n, S, &i1, &without, &rc);
-        L->rowpf_busy = false;
-        if (!ok)
-            return NULL;
-        sc_ir_push(B, &out, sc_ir_if(B, V(pf), sc_ir_list_block(B, &with), sc_ir_list_block(B, &without)));
-    }
+    /* the run's rows prefetched as a row's are (lower_at) */
+    run_arg g = {n, S, &rc};
+    if (!row_prefetched(L, 1, n, S, &it, true, run_groups, &g, &out))
+        return NULL;
     *min = group_size(L);
     return sc_ir_list_block(B, &out);
 }
@@ -1872,26 +1892,39 @@ static void span_step(lb *L, const iter *it, int32_t nit, bool universe, sc_expr
     sc_ir_push(B, out, sc_ir_assign(B, hi, false, BIN(SUB, V(L->ext[v]), I(1))));
 }
 
+/* What segment needs besides its iterator. */
+typedef struct segment_arg {
+    int32_t d;
+    const sc_lower_node *n;
+    const st *S;
+    sc_ir_par par;
+    int32_t chunk;
+} segment_arg;
+
 /* The loop over the one compressed segment of iterator i0 (unique, no universe) at depth
- * d: its entries in groups (grouped_dots), unrolled (unrolled_segment) or one at a time. */
-static const sc_ir_stmt *segment(lb *L, int32_t d, const sc_lower_node *n, const st *S,
-                                 const iter *i0, sc_ir_par par, int32_t chunk)
+ * d, into out (a segment_fn): its entries in groups (grouped_dots), unrolled
+ * (unrolled_segment) or one at a time. */
+static bool segment(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
 {
-    sc_ir_list out = {0};
-    if (par == SC_IR_SEQ && (grouped_dots(L, d, n, S, i0, &out, NULL) || unrolled_segment(L, d, n, S, i0, &out)))
-        return sc_ir_list_block(B, &out);
+    const segment_arg *g = arg;
+    int32_t d = g->d;
+    const sc_lower_node *n = g->n;
+    const st *S = g->S;
+    if (g->par == SC_IR_SEQ && (grouped_dots(L, d, n, S, i0, out, NULL) || unrolled_segment(L, d, n, S, i0, out)))
+        return true;
     sc_ir_list body = {0};
     sc_ir_push(B, &body, sc_ir_decl(B, i0->c, sc_ir_load(B, L->crd[i0->operand][i0->level], V(i0->p))));
     row_prefetch(L, S, i0, V(i0->p), &body);
     prefetch_rows(L, n, S, L->order[d], i0, &body);
     const sc_ir_stmt *cb = case_body(L, d, n, S, i0, 1, 1, V(i0->c), false);
     if (!cb)
-        return sc_ir_block(B, NULL, 0);
+        return true; /* nothing to push: the builder has failed */
     sc_ir_push(B, &body, cb);
     const sc_ir_stmt *bs = sc_ir_list_block(B, &body);
-    if (par == SC_IR_OMP_FOR && L->ws_ok >= 0)
+    if (g->par == SC_IR_OMP_FOR && L->ws_ok >= 0)
         bs = sc_ir_if(B, V(L->ws_ok), bs, NULL);
-    return sc_ir_for(B, i0->p, i0->lo, V(i0->e), I(1), par, chunk, bs);
+    sc_ir_push(B, out, sc_ir_for(B, i0->p, i0->lo, V(i0->e), I(1), g->par, g->chunk, bs));
+    return true;
 }
 
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
@@ -2035,20 +2068,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         return sc_ir_list_block(B, &out);
     }
     if (nit == 1 && !lat.universe && it[0].unique) {
-        int32_t a = par == SC_IR_SEQ && !L->rowpf_busy ? prefetched_row(L, d, n, S, &it[0]) : -1;
-        if (a < 0) {
-            sc_ir_push(B, &out, segment(L, d, n, S, &it[0], par, chunk));
-            return sc_ir_list_block(B, &out);
-        }
-        /* two copies of the segment's loop, with and without the rows' prefetches */
-        sc_ir_var f = row_flag(L, S, &it[0], a, &out);
-        rowpf_begin(L, f, a, &it[0]);
-        const sc_ir_stmt *with = segment(L, d, n, S, &it[0], par, chunk);
-        L->rowpf = -1;
-        iter i1 = renamed(L, &it[0]);
-        const sc_ir_stmt *without = segment(L, d, n, S, &i1, par, chunk);
-        L->rowpf_busy = false;
-        sc_ir_push(B, &out, sc_ir_if(B, V(f), with, without));
+        segment_arg g = {d, n, S, par, chunk};
+        row_prefetched(L, d, n, S, &it[0], par == SC_IR_SEQ, segment, &g, &out);
         return sc_ir_list_block(B, &out);
     }
     if (par != SC_IR_SEQ) {

@@ -182,13 +182,9 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
             if (uses && ac->var[op->fmt.lvl2dim[op->fmt.order - 1]] != in)
                 cost += 0.5 * cnt;
         }
-        if (!p->out_sparse && p->out_order > 0) {
-            bool uses = false;
-            for (int32_t d = 0; d < p->out_order; d++)
-                uses |= p->out_var[d] == in;
-            if (uses && p->out_lvar[p->out_order - 1] != in)
-                cost += 0.5 * cnt;
-        }
+        if (!p->out_sparse && p->out_order > 0 && is_output(p, in) &&
+            p->out_lvar[p->out_order - 1] != in)
+            cost += 0.5 * cnt;
     }
     if (p->out_sparse && s.ws_depth < 0)
         cost += densified_output(p, order);
