@@ -123,6 +123,43 @@ def test_transposed_operand_converted_once_until_its_values_change(it):
     assert A._transposed is None and torch.equal(B.to_dense(), 2 * b)   # B's own arrays
 
 
+def _generated(text):
+    return [line for line in text.splitlines() if line.startswith("generated C (")]
+
+
+@pytest.mark.parametrize("how", ["einsum", "kernel"])
+def test_explain_shows_the_kernel_the_call_runs(how):
+    """A discordant operand is transposed once and the kernel compiled for the copy runs:
+    explain shows that kernel (its C and schedule), and says where the operand went."""
+    from scorch import _compiler
+
+    s = seed_of("explain-run", how)
+    A = sp((7, 5), "csr", torch.float32, torch.int32, s)
+    B = sp((6, 5), "csr", torch.float32, torch.int32, s + 1)
+    lang, expr = _compiler._LANG_EINSUM, "ij,kj->ik"
+    if how == "einsum":
+        text = scorch.explain(expr, A, B)
+    else:
+        lang, expr = _compiler._LANG_INDEX, "C(i,k) = A(i,j) * B(k,j)"
+        text = scorch.kernel(expr, A="csr", B="csr").explain(A, B)
+    asked, _ = _compiler._compile(lang, expr, (A, B), None, None, False)
+    ran, _ = _compiler._compile(lang, expr, (A, B), None, None)
+    assert ran is not asked                                  # the case this is about
+    info = lambda e: _compiler._C.kernel_info(e[0])[5]      # noqa: E731
+    assert _generated(text) == _generated(info(ran)) != _generated(info(asked))
+    lines = text.splitlines()
+    b = next(i for i, line in enumerate(lines) if line.startswith("operand B:"))
+    assert lines[b] == [x for x in info(asked).splitlines() if x.startswith("operand B:")][0]
+    assert lines[b + 1].startswith("  transposed before running to csc")
+    assert "once: the copy is kept on the tensor" in lines[b + 1]
+    assert [x for x in lines if x.startswith("operand B:")] == [lines[b]]
+    for field in ("loop order:", "schedule:", "output "):
+        assert ([x for x in lines if x.startswith(field)] ==
+                [x for x in info(ran).splitlines() if x.startswith(field)])
+    torch.testing.assert_close(dense_of(scorch.einsum("ij,kj->ik", A, B)),
+                               A.to_dense() @ B.to_dense().t())
+
+
 @pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "coo"), ("csc", "dcsr"),
                                    ("coo", "csr")])
 @pytest.mark.parametrize("dtype", DT)

@@ -448,9 +448,7 @@ class Kernel:
                                self.schedule)
 
     def explain(self, *operands) -> str:
-        entry, _ = _compile(_LANG_INDEX, self.notation, operands, self.out_format,
-                            self.schedule, False)
-        return _C.kernel_info(entry[0])[5]
+        return _explain(_LANG_INDEX, self.notation, operands, self.out_format, self.schedule)
 
     def __repr__(self):
         fm = ", ".join(f"{k}={v!r}" for k, v in self.formats.items())
@@ -484,5 +482,42 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
             raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
                                       "string")
         expr = _TORCH_EXPR[name]
-    entry, _ = _compile(_LANG_EINSUM, expr, operands, out_format, schedule, False)
-    return _C.kernel_info(entry[0])[5]
+    return _explain(_LANG_EINSUM, expr, operands, out_format, schedule)
+
+
+def _explain(lang, expr, operands, out_format, schedule) -> str:
+    """The explanation of the kernel a call runs.  Where the kernel as asked would
+    transpose a sparse operand on every run, the call transposes it once and runs the
+    kernel compiled for that copy (``_compile``), whose loop order and schedule can differ:
+    the text is that kernel's, with each such operand's line as given followed by the line
+    saying where it went.  (Like the call, this makes the copy, kept on the operand.)"""
+    asked, _ = _compile(lang, expr, operands, out_format, schedule, False)
+    ran, _ = _compile(lang, expr, operands, out_format, schedule)
+    text = _C.kernel_info(ran[0])[5]
+    if ran is asked:
+        return text
+    given = _operand_lines(_C.kernel_info(asked[0])[5])
+    lines, t = [], -1
+    for line in text.splitlines():
+        if line.startswith("operand ") and t + 1 < len(given):
+            t += 1
+            if any(k == t for k, _ in asked[4]):
+                lines.extend(given[t])
+                lines[-1] += (", once: the copy is kept on the tensor while its values are "
+                              "unchanged, and the kernel below reads it")
+                continue
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def _operand_lines(explain: str):
+    """[[operand line, its following indented lines], ...] of an explanation."""
+    out = []
+    for line in explain.splitlines():
+        if line.startswith("operand "):
+            out.append([line])
+        elif line.startswith("output "):
+            break
+        elif out and line.startswith("  "):
+            out[-1].append(line)
+    return out
