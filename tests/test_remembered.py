@@ -43,6 +43,23 @@ def test_second_call_is_served_by_the_extension(monkeypatch, fmt, dtype):
     torch.testing.assert_close(A @ X2, x @ X2)
 
 
+@pytest.mark.parametrize("expr", ["ij,jk->ik", "ij,j->i"])
+def test_converted_copy_served_while_its_version_holds(expr):
+    """COO runs a kernel over its DCSR copy: the extension serves the second call on that
+    copy, and hands the call back once the values changed in place (the copy is stale)."""
+    A, x, X = _pair(torch.float64, fmt="coo")
+    b = X if expr == "ij,jk->ik" else X[:, 0].contiguous()
+    torch.testing.assert_close(scorch.einsum(expr, A, b), x @ b)
+    (_, copy), = A._transposed.values()
+    n, entry, prepared, version = A._kernels[expr]
+    assert prepared is copy._desc[0] and version == A._values._version
+    torch.testing.assert_close(_C.remembered(expr, (A, b)), x @ b)
+    A.values().mul_(2)
+    assert _C.remembered(expr, (A, b)) is None               # stale copy: general route
+    torch.testing.assert_close(scorch.einsum(expr, A, b), 2 * x @ b)
+    torch.testing.assert_close(_C.remembered(expr, (A, b)), 2 * x @ b)   # the new copy
+
+
 @pytest.mark.parametrize("expr, dense, out", [
     ("ij,ik,jk->ij", [(7, 2), (5, 2)], "sparse"),    # SDDMM: the pattern of A
     ("ij,jk->ki", [(5, 3)], "permuted"),             # a dense output in another order

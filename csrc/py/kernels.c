@@ -131,7 +131,7 @@ PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
     }
     static const char *const names[] = {"dtype", "shape", "data_ptr", "is_contiguous",
                                         "is_cpu", "is_neg", "requires_grad", "_kernels",
-                                        "_desc", "_values"};
+                                        "_desc", "_values", "_version"};
     for (int i = SC_PY_T_DTYPE; i < SC_PY_TORCH_REFS; i++) {
         refs[i] = PyUnicode_InternFromString(names[i - SC_PY_T_DTYPE]);
         if (!refs[i]) {
@@ -441,7 +441,10 @@ static int requires_grad(PyObject *const *T, PyObject *x)
 
 /* remembered(key, ops) -> the result of the kernel that ops[0], a SparseTensor, remembers
  * under key (its _kernels[key] = (len(ops), entry), set by _compiler._remembered_run) run
- * on its prepared operand (_desc[0]) and the plain torch.Tensors ops[1:]; None where the
+ * on its prepared operand (_desc[0]) and the plain torch.Tensors ops[1:]; or, where the
+ * kernel reads a converted copy of ops[0] (a transposed or DCSR copy, _compiler._transposed:
+ * _kernels[key] = (len(ops), entry, the copy's prepared operand, ops[0]'s values version
+ * when it was made)), on that copy while the version is unchanged; None where the
  * general route must run the call: no such kernel, another operand type, autograd
  * recording (an operand requires grad in grad mode), or an operand the kernel does not
  * take as it is (a dtype to promote, a strided view, other fixed sizes).  A result whose
@@ -469,24 +472,36 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
     if (!memo)
         return NULL;
     PyObject *hit = PyDict_CheckExact(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
-    if (!hit || !PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 2 ||
+    if (!hit || !PyTuple_CheckExact(hit) ||
+        (PyTuple_GET_SIZE(hit) != 2 && PyTuple_GET_SIZE(hit) != 4) ||
         PyLong_AsSsize_t(PyTuple_GET_ITEM(hit, 0)) != n)
         goto general;   /* (an unhashable key is an error the general route reports) */
     entry = PyTuple_GET_ITEM(hit, 1);
     Py_INCREF(entry);
-    PyObject *desc = GET(a, SC_PY_T_DESC);
-    if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 2 &&
-        PyCapsule_IsValid(PyTuple_GET_ITEM(desc, 0), OPERAND_CAPSULE)) {
-        prepared_op = PyTuple_GET_ITEM(desc, 0);
-        Py_INCREF(prepared_op);
-    }
-    Py_XDECREF(desc);
-    if (!prepared_op || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 1)
-        goto general;
-    /* autograd: records when an operand requires grad and grad mode is on */
     PyObject *vals = GET(a, SC_PY_T_VALUES);
-    int grad = vals ? requires_grad(T, vals) : -1;
-    Py_XDECREF(vals);
+    if (!vals)
+        goto general;
+    if (PyTuple_GET_SIZE(hit) == 4) {   /* a converted copy, valid for one values version */
+        PyObject *version = GET(vals, SC_PY_T_VERSION);
+        int same = version ? PyObject_RichCompareBool(version, PyTuple_GET_ITEM(hit, 3), Py_EQ)
+                           : -1;
+        Py_XDECREF(version);
+        if (same == 1 && PyCapsule_IsValid(PyTuple_GET_ITEM(hit, 2), OPERAND_CAPSULE))
+            prepared_op = Py_NewRef(PyTuple_GET_ITEM(hit, 2));
+    } else {
+        PyObject *desc = GET(a, SC_PY_T_DESC);
+        if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 2 &&
+            PyCapsule_IsValid(PyTuple_GET_ITEM(desc, 0), OPERAND_CAPSULE))
+            prepared_op = Py_NewRef(PyTuple_GET_ITEM(desc, 0));
+        Py_XDECREF(desc);
+    }
+    if (!prepared_op || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 1) {
+        Py_DECREF(vals);
+        goto general;
+    }
+    /* autograd: records when an operand requires grad and grad mode is on */
+    int grad = requires_grad(T, vals);
+    Py_DECREF(vals);
     for (Py_ssize_t i = 1; i < n && grad == 0; i++)
         grad = requires_grad(T, PyTuple_GET_ITEM(ops, i));
     if (grad == 1) {

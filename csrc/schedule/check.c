@@ -5,7 +5,9 @@
  * Derives what the loop builder relies on: operands to transpose (a sparse operand whose
  * levels the loop order visits out of level order gets its levels re-ordered, keeping
  * the level kinds), the workspace of a sparse output (the output indices nested inside
- * the first reduction loop that has output loops inside it) and the parallel loop.
+ * the first reduction loop that has output loops inside it) and the parallel loop (for
+ * which an operand whose repeated top-level coordinates would keep it sequential is
+ * converted to unique ones: made_unique).
  */
 #include "sched_internal.h"
 
@@ -141,6 +143,38 @@ static bool parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *why
     return false;
 }
 
+/* The operand whose first level the outermost loop walks, when that level is compressed
+ * with repeated coordinates (COO's rows): a loop that cannot be split between threads.
+ * The operand is converted before running to the same levels with unique coordinates
+ * (COO to DCSR: duplicates summed, which is what they mean), if the loop can then run in
+ * parallel; false (s unchanged) otherwise.  Only the automatic parallel loop does this: a
+ * parallel(...) the caller writes is checked as asked. */
+static bool made_unique(const sc_lower_problem *p, sc_sched *s)
+{
+    for (int32_t t = 0; t < p->nops && t < 32; t++) {
+        bool tr = (s->transpose >> t) & 1;
+        const sc_format *f = tr ? &s->tfmt[t] : &p->ops[t].fmt;
+        if (!p->ops[t].sparse || f->order < 1 || f->kind[0] != SC_LEVEL_COMPRESSED ||
+            f->unique[0])
+            continue;
+        sc_format u = *f;
+        for (int32_t k = 0; k < u.order; k++) {
+            if (u.kind[k] == SC_LEVEL_SINGLETON)
+                u.kind[k] = SC_LEVEL_COMPRESSED;
+            u.unique[k] = 1;
+        }
+        sc_sched tried = *s;
+        tried.transpose |= 1u << t;
+        tried.tfmt[t] = u;
+        char why[200];
+        if (parallel_ok(p, &tried, why, sizeof why)) {
+            *s = tried;
+            return true;
+        }
+    }
+    return false;
+}
+
 sc_status sc_sched_check(const sc_lower_problem *p, sc_sched *s, sc_error *err)
 {
     const sc_expr *e = p->e;
@@ -186,7 +220,7 @@ sc_status sc_sched_check(const sc_lower_problem *p, sc_sched *s, sc_error *err)
         s->parallel = -1;
         if (p->nvars > 0) {
             s->parallel = s->order[0];
-            if (!parallel_ok(p, s, why, sizeof why))
+            if (!parallel_ok(p, s, why, sizeof why) && !made_unique(p, s))
                 s->parallel = -1;
         }
     }

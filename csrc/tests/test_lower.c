@@ -199,6 +199,10 @@ static void test_loop_orders(void)
     schedule_is("ij,jk->ik", 2, "csc", "dense", NULL, spmm, nnz_spmm, NULL, "order(j,i,k)", 0);
     const int64_t spmv[2][4] = {{100000, 100000}, {100000}};
     schedule_is("ij,j->i", 2, "csr", "dense", NULL, spmv, nnz_spmm, NULL, "order(i,j) parallel(i)", 0);
+    /* COO's rows repeat coordinates: converted to unique ones (bit 0) for a parallel loop */
+    schedule_is("ij,j->i", 2, "coo", "dense", NULL, spmv, nnz_spmm, NULL, "order(i,j) parallel(i)", 1);
+    schedule_is("ij,jk->ik", 2, "coo", "dense", NULL, spmm, nnz_spmm, NULL,
+                "order(i,j,k) parallel(i)", 1);
     const int64_t gemm[2][4] = {{100000, 100000}, {100000, 100000}};
     const int64_t nnz_gemm[2] = {1000000, 1000000};
     schedule_is("ij,jk->ik", 2, "csr", "csr", NULL, gemm, nnz_gemm, NULL,

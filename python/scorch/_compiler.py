@@ -321,7 +321,8 @@ def _fits(fixed, operands):
     return all(_size(operands[t], d) == n for t, d, n in fixed)
 
 
-_TRANSPOSED = re.compile(r"  transposed before running to (?:\S+ = )?(\S+) \(([\d,]+)\)")
+_TRANSPOSED = re.compile(r"  (?:transposed|converted) before running to (?:\S+ = )?(\S+) "
+                         r"\(([\d,]+)\)")
 
 
 def _transposes(explain: str):
@@ -386,12 +387,19 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
         return r
     entry, descs = _compile(lang, expr, operands, out_format, schedule)
     a = operands[0] if operands else None
-    if (type(a) is SparseTensor and a._desc is not None and descs[0] is a._desc[0] and
+    if (type(a) is SparseTensor and
             all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
-        memo = a._kernels
-        if memo is None or len(memo) >= _REMEMBERED:
-            memo = a._kernels = {}
-        memo[key] = (len(operands), entry)
+        if a._desc is not None and descs[0] is a._desc[0]:
+            hit = (len(operands), entry)
+        else:   # the kernel reads a converted copy of a (_transposed): while it is valid
+            hit = next(((len(operands), entry, c._desc[0], version)
+                        for version, c in (a._transposed or {}).values()
+                        if c._desc is not None and descs[0] is c._desc[0]), None)
+        if hit is not None:
+            memo = a._kernels
+            if memo is None or len(memo) >= _REMEMBERED:
+                memo = a._kernels = {}
+            memo[key] = hit
     return _run(entry, descs)
 
 
