@@ -181,6 +181,7 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         goto done;
     if ((st = sc_lower_set_output(&p, out_fmt, err)) != SC_OK)
         goto done;
+    p.convert_once = c->convert_once;
 
     /* schedule */
     sc_sched s;

@@ -60,6 +60,11 @@ sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_err
     return c;
 }
 
+void sc_compiler_set_convert_once(sc_compiler *c, bool once)
+{
+    c->convert_once = once;
+}
+
 void sc_drv_kernel_free(sc_compiler *c, sc_kernel *k)
 {
     if (!k)

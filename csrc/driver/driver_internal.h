@@ -46,6 +46,7 @@ struct sc_compiler {
     sc_jit *jit;
     bool debug;
     int32_t vec_bytes; /* the vector width kernels are written for (see sc_compiler_new) */
+    bool convert_once; /* sc_compiler_set_convert_once */
     pthread_mutex_t mu;
     sc_kernel **map; /* open addressing on key.w[0]; NULL = empty */
     size_t cap, count;

@@ -24,6 +24,13 @@ typedef struct sc_kernel sc_kernel;
 /* Build a compiler; cfg is passed to sc_jit_new (include_dir required). */
 sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_error *err);
 void sc_compiler_free(sc_compiler *c);
+/* Tell the automatic schedule that the caller converts an operand it transposes once and
+ * keeps the copy for later runs (as scorch's Python layer does), so that a conversion that
+ * buys a parallel loop is charged as a tenth of a pass over the operand (made once, shared
+ * by the calls that read it) instead of a sort on every run: a loop order that reads a
+ * copy in parallel then wins over one that runs on one thread.  Default false
+ * (sc_kernel_run converts on every run). */
+void sc_compiler_set_convert_once(sc_compiler *c, bool once);
 
 typedef enum { SC_EXPR_LANG_EINSUM, SC_EXPR_LANG_INDEX } sc_expr_lang;
 

@@ -87,6 +87,10 @@ typedef struct sc_lower_problem {
     bool out_sparse;
     /* extents the kernel is written for (0: read at run time): sc_lower_fix_extents */
     int64_t fixed[SC_LOWER_MAX_VARS];
+    /* the caller converts an operand the schedule transposes once and keeps the copy (the
+     * Python layer does): the cost model charges that conversion as a tenth of a pass, not
+     * a sort per run, where it buys a parallel loop */
+    bool convert_once;
 } sc_lower_problem;
 
 /*

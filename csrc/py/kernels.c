@@ -61,6 +61,8 @@ static sc_compiler *get_compiler(PyObject *module)
     st->compiler = sc_compiler_new(&st->ctx, &cfg, &err);
     if (!st->compiler)
         sc_py_raise(module, &err);
+    else   /* _compiler._compile transposes an operand once and keeps the copy */
+        sc_compiler_set_convert_once(st->compiler, true);
     return st->compiler;
 }
 

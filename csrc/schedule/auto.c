@@ -9,8 +9,13 @@
  * over a sum's terms, the extent for dense operands and literals, and for a sparse
  * operand est(vars bound with v) / est(vars bound), est(S) = min(prod of S's extents,
  * nnz) (uniformly spread entries); a loop of extent 1 costs nothing (so a size-1
- * dimension never displaces the rows from the outermost, parallel loop).  Added:
- * converting each discordant sparse operand (~10 nnz log nnz), a penalty for dense
+ * dimension never displaces the rows from the outermost, parallel loop), halved where
+ * the outermost loop can run in parallel.  Added: converting each discordant sparse
+ * operand (~10 nnz log nnz per run; a tenth of a pass, 0.1 nnz, where the caller keeps
+ * the copy, convert_once — made once, shared by the calls that read it — and the copy
+ * buys a parallel loop: the orders that do not, a SpGEMM
+ * workspace over two levels among them, keep the charge they were weighed with), a
+ * penalty for dense
  * accesses with a non-unit stride in the innermost loop, the scatter and sort traffic of
  * a sparse output's workspace, and a penalty above all else for a sparse output that
  * would store every coordinate of a dense loop.  Sparse
@@ -146,17 +151,48 @@ static double densified_output(const sc_lower_problem *p, const sc_expr_var *ord
     return 0;
 }
 
+/* A parallel outermost loop that splits a sparse operand's rows shares the work among the
+ * threads: counted as two, the fewest a parallel machine has.  (Without it a sequential
+ * order won every tie, and A^T X ran on one thread, scattering into the output's rows,
+ * rather than over the transposed copy in parallel: 2.7-7x slower on the shared graphs
+ * at K = 64.)  Only such a loop: a parallel loop over a dense index outside the sparse
+ * operands (SpMM's columns, order k,j,i) walks the whole operand once per iteration, which
+ * the iteration counts do not see. */
+enum { PAR_SHARE = 2 };
+
+/* Whether v is the index of some sparse operand's first level (in the format s gives it). */
+static bool splits_rows(const sc_lower_problem *p, const sc_sched *s, sc_expr_var v)
+{
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        int32_t t = ac->operand;
+        if (!p->ops[t].sparse || ac->order == 0)
+            continue;
+        const sc_format *f = t < 32 && ((s->transpose >> t) & 1) ? &s->tfmt[t] : &p->ops[t].fmt;
+        if (ac->var[f->lvl2dim[0]] == v)
+            return true;
+    }
+    return false;
+}
+
 double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
 {
     sc_sched s;
     memset(&s, 0, sizeof s);
     if (sc_sched_analyse(p, order, &s, NULL) != SC_OK)
         return INFINITY;
-    double cost = 0;
+    char why[200];
+    s.norder = p->nvars;
+    memcpy(s.order, order, (size_t)p->nvars * sizeof order[0]);
+    s.parallel = p->nvars > 0 ? order[0] : -1;
+    bool par = s.parallel >= 0 && (sc_sched_parallel_ok(p, &s, why, sizeof why) ||
+                                   sc_sched_made_unique(p, &s)) &&
+               splits_rows(p, &s, order[0]);
+    double convert = 0, cost = 0;
     for (int32_t t = 0; t < p->nops && t < 32; t++)
         if ((s.transpose >> t) & 1) {
             double nnz = (double)(p->ops[t].nnz > 0 ? p->ops[t].nnz : 1);
-            cost += 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
+            convert += p->convert_once && par ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
         }
     double cnt = 1, cnt_at_ws = 0;
     uint32_t bound = 0;
@@ -192,7 +228,9 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
         double out = cnt < cnt_at_ws * 1e9 ? cnt : cnt_at_ws;
         cost += cnt + 0.5 * out * (1.0 + log2(out + 1.0) / 4.0);
     }
-    return cost;
+    if (par)
+        cost /= PAR_SHARE;
+    return convert + cost;
 }
 
 typedef struct search {

@@ -7,7 +7,7 @@
  * the level kinds), the workspace of a sparse output (the output indices nested inside
  * the first reduction loop that has output loops inside it) and the parallel loop (for
  * which an operand whose repeated top-level coordinates would keep it sequential is
- * converted to unique ones: made_unique).
+ * converted to unique ones: sc_sched_made_unique).
  */
 #include "sched_internal.h"
 
@@ -105,7 +105,7 @@ sc_status sc_sched_analyse(const sc_lower_problem *p, const sc_expr_var *order, 
     return SC_OK;
 }
 
-static bool parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *why, size_t n)
+bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *why, size_t n)
 {
     sc_lower_problem p = *p0;
     sc_lower_operand ops[64];
@@ -143,14 +143,10 @@ static bool parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *why
     return false;
 }
 
-/* The operand whose first level the outermost loop walks, when that level is compressed
- * with repeated coordinates (COO's rows): a loop that cannot be split between threads.
- * The operand is converted before running to the same levels with unique coordinates
- * (COO to DCSR: duplicates summed, which is what they mean), if the loop can then run in
- * parallel; false (s unchanged) otherwise.  Only the automatic parallel loop does this: a
- * parallel(...) the caller writes is checked as asked. */
-static bool made_unique(const sc_lower_problem *p, sc_sched *s)
+bool sc_sched_made_unique(const sc_lower_problem *p, sc_sched *s)
 {
+    if (!p->convert_once)
+        return false;
     for (int32_t t = 0; t < p->nops && t < 32; t++) {
         bool tr = (s->transpose >> t) & 1;
         const sc_format *f = tr ? &s->tfmt[t] : &p->ops[t].fmt;
@@ -167,7 +163,7 @@ static bool made_unique(const sc_lower_problem *p, sc_sched *s)
         tried.transpose |= 1u << t;
         tried.tfmt[t] = u;
         char why[200];
-        if (parallel_ok(p, &tried, why, sizeof why)) {
+        if (sc_sched_parallel_ok(p, &tried, why, sizeof why)) {
             *s = tried;
             return true;
         }
@@ -214,13 +210,13 @@ sc_status sc_sched_check(const sc_lower_problem *p, sc_sched *s, sc_error *err)
     /* parallel */
     char why[200];
     if (s->has_parallel && s->parallel >= 0) {
-        if (!parallel_ok(p, s, why, sizeof why))
+        if (!sc_sched_parallel_ok(p, s, why, sizeof why))
             return bad(err, "parallel(%s) is illegal: %s", e->vars[s->parallel].name, why);
     } else if (!s->has_parallel) {
         s->parallel = -1;
         if (p->nvars > 0) {
             s->parallel = s->order[0];
-            if (!parallel_ok(p, s, why, sizeof why) && !made_unique(p, s))
+            if (!sc_sched_parallel_ok(p, s, why, sizeof why) && !sc_sched_made_unique(p, s))
                 s->parallel = -1;
         }
     }

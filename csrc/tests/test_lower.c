@@ -161,6 +161,8 @@ static void test_inference(void)
     sc_arena_release(&P.arena);
 }
 
+static bool convert_once; /* the problems schedule_is builds: p.convert_once */
+
 static void schedule_is(const char *expr, int nops, const char *f0, const char *f1,
                         const char *f2, const int64_t (*dims)[4], const int64_t *nnz,
                         const char *out, const char *want, uint32_t want_transpose)
@@ -168,6 +170,7 @@ static void schedule_is(const char *expr, int nops, const char *f0, const char *
     prob P;
     const char *fmts[3] = {f0, f1, f2};
     mk(&P, expr, 0, nops, fmts, dims, nnz, out);
+    P.p.convert_once = convert_once;
     CHECK(P.st == SC_OK);
     if (P.st == SC_OK) {
         sc_sched s;
@@ -199,10 +202,21 @@ static void test_loop_orders(void)
     schedule_is("ij,jk->ik", 2, "csc", "dense", NULL, spmm, nnz_spmm, NULL, "order(j,i,k)", 0);
     const int64_t spmv[2][4] = {{100000, 100000}, {100000}};
     schedule_is("ij,j->i", 2, "csr", "dense", NULL, spmv, nnz_spmm, NULL, "order(i,j) parallel(i)", 0);
-    /* COO's rows repeat coordinates: converted to unique ones (bit 0) for a parallel loop */
+    /* COO's rows repeat coordinates: converted to unique ones (bit 0) for a parallel loop
+     * where the caller keeps the copy; on one thread where it would be made every run */
+    convert_once = true;
     schedule_is("ij,j->i", 2, "coo", "dense", NULL, spmv, nnz_spmm, NULL, "order(i,j) parallel(i)", 1);
     schedule_is("ij,jk->ik", 2, "coo", "dense", NULL, spmm, nnz_spmm, NULL,
                 "order(i,j,k) parallel(i)", 1);
+    /* csc: A X transposed once to csr and run in parallel, A^T X (csr) likewise */
+    schedule_is("ij,jk->ik", 2, "csc", "dense", NULL, spmm, nnz_spmm, NULL,
+                "order(i,j,k) parallel(i)", 1);
+    const int64_t atx[2][4] = {{100000, 64}, {100000, 100000}};
+    const int64_t nnz_atx[2] = {6400000, 1000000};
+    schedule_is("ik,ij->jk", 2, "dense", "csr", NULL, atx, nnz_atx, NULL,
+                "order(j,i,k) parallel(j)", 2);
+    convert_once = false;
+    schedule_is("ij,j->i", 2, "coo", "dense", NULL, spmv, nnz_spmm, NULL, "order(i,j)", 0);
     const int64_t gemm[2][4] = {{100000, 100000}, {100000, 100000}};
     const int64_t nnz_gemm[2] = {1000000, 1000000};
     schedule_is("ij,jk->ik", 2, "csr", "csr", NULL, gemm, nnz_gemm, NULL,
