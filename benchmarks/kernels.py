@@ -1,11 +1,12 @@
 """Kernel benchmark: scorch's generated kernels against torch.sparse, scipy.sparse and dense
 torch.mm, all in the same run, with the machine's own limits measured in that run.
 
-    python -m benchmarks.kernels [--quick] [--only spmv,spmm,sddmm,spgemm,dlmc]
+    python -m benchmarks.kernels [--quick] [--only spmv,spmm,spmmt,sddmm,spgemm,dlmc]
                                  [--dtypes f32,f64] [--json PATH] [--png PATH]
 
-Kernels: SpMV "ij,j->i"; SpMM "ij,jk->ik" (K = 16, 64, 256); SDDMM "ij,ik,jk->ij"
-(K = 16, 64, 256); SpGEMM A·A ("ij,jk->ik" with both operands CSR; A·Aᵀ via "ij,kj->ik" when
+Kernels: SpMV "ij,j->i"; SpMM "ij,jk->ik" (K = 16, 64, 256); SpMMᵀ Aᵀ·G "ik,ij->jk" (K =
+64: the gradient of A·X with respect to X, with A stored as CSR; against torch.sparse.mm
+on the transposed CSR, a CSC view); SDDMM "ij,ik,jk->ij" (K = 16, 64, 256); SpGEMM A·A ("ij,jk->ik" with both operands CSR; A·Aᵀ via "ij,kj->ik" when
 A is rectangular).  Inputs: ../shared/data/matrices (SuiteSparse / SNAP), DLMC 90 %-pruned
 Transformer and ResNet-50 weights (SpMM W @ Xᵀ, batch 256: y = x @ Wᵀ computed as its
 transpose, the field's standard layout), and deterministic synthetic inputs (uniform random,
@@ -282,6 +283,8 @@ def traffic(kernel, m, K, vb, model, out_nnz=None):
         return A + ncols * vb + n * vb, A + nnz * vb + n * vb
     if kernel == "spmm":
         return A + ncols * K * vb + n * K * vb, A + nnz * K * vb + n * K * vb
+    if kernel == "spmmt":   # Aᵀ·G: G's rows gathered, one output row per column of A
+        return A + n * K * vb + ncols * K * vb, A + nnz * K * vb + ncols * K * vb
     if kernel == "sddmm":
         return (A + n * K * vb + ncols * K * vb + nnz * vb,
                 A + n * K * vb + nnz * K * vb + nnz * vb)
@@ -415,6 +418,23 @@ class Bench:
             c = self.time_all(c, big)
             self.record(name, kind, "spmm", K, dtype, m, model, c, chk)
             del X, Xn
+            gc.collect()
+
+        if "spmmt" in kernels and 64 in Ks:
+            K = 64
+            G = rnd(n, K)
+            Gn = G.numpy()
+            tAT = tA.t()
+            y = scorch.einsum("ik,ij->jk", G, A)
+            chk = close(y, torch.sparse.mm(tAT, G))
+            del y
+            c = {"scorch": lambda: scorch.einsum("ik,ij->jk", G, A),
+                 "torch": lambda: torch.sparse.mm(tAT, G), "scipy": lambda: m.T @ Gn}
+            if D is not None:
+                c["dense"] = lambda: torch.mm(D.t(), G)
+            c = self.time_all(c, big)
+            self.record(name, kind, "spmmt", K, dtype, m, model, c, chk)
+            del G, Gn
             gc.collect()
 
         for K in Ks if "sddmm" in kernels else ():
@@ -585,24 +605,24 @@ def main(argv=None):
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="small matrices, small synthetic inputs, fewer repetitions (< 2 min)")
-    ap.add_argument("--only", default="spmv,spmm,sddmm,spgemm,dlmc",
-                    help="comma list of kernels/sets: spmv,spmm,sddmm,spgemm,dlmc,synthetic,"
-                         "shared (default: all)")
+    ap.add_argument("--only", default="spmv,spmm,spmmt,sddmm,spgemm,dlmc",
+                    help="comma list of kernels/sets: spmv,spmm,spmmt,sddmm,spgemm,dlmc,"
+                         "synthetic,shared (default: all)")
     ap.add_argument("--dtypes", default="f32,f64", help="f32,f64 (f64 runs a subset)")
     ap.add_argument("--matrices", help="comma list of shared matrix names to run")
     ap.add_argument("--json", default="bench_out/kernels.json")
     ap.add_argument("--png", default="bench_out/kernels.png")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
-    bad = only - {"spmv", "spmm", "sddmm", "spgemm", "dlmc", "shared", "synthetic"}
+    bad = only - {"spmv", "spmm", "spmmt", "sddmm", "spgemm", "dlmc", "shared", "synthetic"}
     if bad:
         ap.error(f"unknown --only item(s): {', '.join(sorted(bad))}")
-    kernels = only & {"spmv", "spmm", "sddmm", "spgemm"}
+    kernels = only & {"spmv", "spmm", "spmmt", "sddmm", "spgemm"}
     sets = (only & {"shared", "synthetic"}) or ({"shared", "synthetic"} if kernels else set())
     if "dlmc" in only:
         sets.add("dlmc")
     if not kernels and sets - {"dlmc"}:
-        kernels = {"spmv", "spmm", "sddmm", "spgemm"}
+        kernels = {"spmv", "spmm", "spmmt", "sddmm", "spgemm"}
     dtypes = args.dtypes.split(",")
     t_start = time.perf_counter()
     for p in (args.json, args.png):
@@ -632,6 +652,7 @@ def main(argv=None):
         w = scorch.to_sparse(torch.eye(4, dtype=dt), "csr")
         scorch.einsum("ij,j->i", w, torch.ones(4, dtype=dt))
         scorch.einsum("ij,jk->ik", w, torch.ones(4, 3, dtype=dt))
+        scorch.einsum("ik,ij->jk", torch.ones(4, 3, dtype=dt), w)
         scorch.einsum("ij,ik,jk->ij", w, torch.ones(4, 3, dtype=dt), torch.ones(4, 3, dtype=dt))
         scorch.einsum("ij,jk->ik", w, w)
 
