@@ -521,6 +521,46 @@ def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
+@pytest.mark.parametrize("density", [0.3, 0.01])
+def test_linear_sparse_input(fmt, dtype, density, monkeypatch):
+    """F.linear with a sparse input and a dense weight: from one nonzero per input feature
+    an SpMM on a row-major copy of W^T, below it the product over W's rows.  Both: the
+    values of F.linear on dense, and gradients to the weight, the bias and the input's
+    values (its pattern); the weight itself untouched."""
+    from scorch import _torch_ops
+    seen = []
+    real = _torch_ops._contract
+    monkeypatch.setattr(_torch_ops, "_contract", lambda e, o: seen.append(e) or real(e, o))
+    g = torch.Generator().manual_seed(int(density * 100))
+    x = torch.randn(40, 30, generator=g, dtype=dtype)
+    x = x * (torch.rand(40, 30, generator=g) < density)
+    X = scorch.to_sparse(x, fmt)
+    Xv = X.values().clone().requires_grad_()
+    Xg = X.with_values(Xv)
+    w = torch.randn(25, 30, generator=g, dtype=dtype, requires_grad=True)
+    w0 = w.detach().clone()
+    b = torch.randn(25, generator=g, dtype=dtype, requires_grad=True)
+    y = F.linear(Xg, w, b)
+    assert seen == (["aj,jk->ak"] if X.nnz >= 30 else ["aj,kj->ak"])
+    xd = x.clone().requires_grad_()
+    wd = w.detach().clone().requires_grad_()
+    bd = b.detach().clone().requires_grad_()
+    ref = F.linear(xd, wd, bd)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else {}
+    torch.testing.assert_close(y, ref, **tol)
+    gy = torch.randn(ref.shape, generator=g, dtype=dtype)
+    y.backward(gy)
+    ref.backward(gy)
+    torch.testing.assert_close(w.grad, wd.grad, **tol)
+    torch.testing.assert_close(b.grad, bd.grad, **tol)
+    torch.testing.assert_close(X.with_values(Xv.grad).to_dense(), xd.grad * (x != 0), **tol)
+    assert torch.equal(w.detach(), w0)
+    with torch.no_grad():
+        torch.testing.assert_close(F.linear(X, w), x @ w0.t(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_mm_with_column_major_dense(dtype):
     """A @ X.t() (a column-major view) runs on a row-major copy of X: same result and
     gradients as dense, X itself untouched."""
