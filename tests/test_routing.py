@@ -485,6 +485,19 @@ def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
         assert key not in _dispatch._VIEWS                   # gone with the tensor
 
 
+def _linear_matches_dense(y, xd, wd, bd, g):
+    """y, F.linear over scorch operands, against F.linear over the dense leaves xd, wd, bd:
+    the values, then one backward of the same random gradient through both; returns the
+    tolerance used, for the gradients the caller compares."""
+    ref = F.linear(xd, wd, bd)
+    tol = dict(rtol=1e-5, atol=1e-4) if y.dtype == torch.float32 else {}
+    torch.testing.assert_close(y, ref, **tol)
+    gy = torch.randn(ref.shape, generator=g, dtype=y.dtype)
+    y.backward(gy)
+    ref.backward(gy)
+    return tol
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape", [(40, 30), (3, 20, 30), (16, 30), (15, 30)])
 @pytest.mark.parametrize("spmm_from", ["always", "default"])
@@ -505,15 +518,8 @@ def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
     b = torch.randn(25, generator=g, dtype=dtype, requires_grad=True)
     y = F.linear(x, Wg, b)
     assert not isinstance(y, scorch.SparseTensor) and y.shape == (*shape[:-1], 25)
-    wd = w.clone().requires_grad_()
-    xd = x.detach().clone().requires_grad_()
-    bd = b.detach().clone().requires_grad_()
-    ref = F.linear(xd, wd, bd)
-    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else {}
-    torch.testing.assert_close(y, ref, **tol)
-    gy = torch.randn(ref.shape, generator=g, dtype=dtype)
-    y.backward(gy)
-    ref.backward(gy)
+    xd, wd, bd = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    tol = _linear_matches_dense(y, xd, wd, bd, g)
     torch.testing.assert_close(x.grad, xd.grad, **tol)
     torch.testing.assert_close(b.grad, bd.grad, **tol)
     mask = w != 0
@@ -543,15 +549,8 @@ def test_linear_sparse_input(fmt, dtype, density, monkeypatch):
     b = torch.randn(25, generator=g, dtype=dtype, requires_grad=True)
     y = F.linear(Xg, w, b)
     assert seen == (["aj,jk->ak"] if X.nnz >= 30 else ["aj,kj->ak"])
-    xd = x.clone().requires_grad_()
-    wd = w.detach().clone().requires_grad_()
-    bd = b.detach().clone().requires_grad_()
-    ref = F.linear(xd, wd, bd)
-    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else {}
-    torch.testing.assert_close(y, ref, **tol)
-    gy = torch.randn(ref.shape, generator=g, dtype=dtype)
-    y.backward(gy)
-    ref.backward(gy)
+    xd, wd, bd = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    tol = _linear_matches_dense(y, xd, wd, bd, g)
     torch.testing.assert_close(w.grad, wd.grad, **tol)
     torch.testing.assert_close(b.grad, bd.grad, **tol)
     torch.testing.assert_close(X.with_values(Xv.grad).to_dense(), xd.grad * (x != 0), **tol)
