@@ -6,7 +6,8 @@ torch.mm, all in the same run, with the machine's own limits measured in that ru
 
 Kernels: SpMV "ij,j->i"; SpMM "ij,jk->ik" (K = 16, 64, 256); SpMMᵀ Aᵀ·G "ik,ij->jk" (K =
 64: the gradient of A·X with respect to X, with A stored as CSR; against torch.sparse.mm
-on the transposed CSR, a CSC view); SDDMM "ij,ik,jk->ij" (K = 16, 64, 256); SpGEMM A·A ("ij,jk->ik" with both operands CSR; A·Aᵀ via "ij,kj->ik" when
+on the transposed CSR, a CSC view); SDDMM "ij,ik,jk->ij" (K = 16, 64, 256); SpGEMM A·A
+("ij,jk->ik" with both operands CSR; A·Aᵀ via "ij,kj->ik" when
 A is rectangular).  Inputs: ../shared/data/matrices (SuiteSparse / SNAP), DLMC 90 %-pruned
 Transformer and ResNet-50 weights (SpMM W @ Xᵀ, batch 256: y = x @ Wᵀ computed as its
 transpose, the field's standard layout), and deterministic synthetic inputs (uniform random,

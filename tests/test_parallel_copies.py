@@ -97,3 +97,65 @@ def test_csr_spmm_unchanged():
     assert lines(scorch.explain("ij,jk->ik", A, X), "  transposed") == []
     torch.testing.assert_close(A @ X, d @ X)
     assert A._transposed is None
+
+
+def test_a_new_tensor_on_a_converted_pattern_gathers_its_copy():
+    """with_values (dropout on the values, every training step) makes a new tensor on the
+    same pattern: its transposed copy reuses the pattern's converted arrays and gathers
+    the new values, with results equal to dense; the record leaves with the pattern."""
+    import gc
+
+    from scorch import _compiler
+    d = make_dense((30, 25), dtype=torch.float64, seed=31, kind="empty_rows")
+    A = scorch.to_sparse(d, "csr")
+    G = torch.rand(30, 6, dtype=torch.float64)
+    torch.testing.assert_close(scorch.einsum("ik,ij->jk", G, A), d.t() @ G)
+    (fmt, (_, first)), = A._transposed.items()
+    for scale in (2.0, -0.5):
+        B = A.with_values(A.values() * scale)
+        torch.testing.assert_close(scorch.einsum("ik,ij->jk", G, B), scale * d.t() @ G)
+        (_, second), = B._transposed.values()
+        shared = [(a.data_ptr(), b.data_ptr()) for a, b in zip(first._pos + first._crd,
+                                                              second._pos + second._crd)
+                  if a is not None]
+        assert shared and all(p == q for p, q in shared)          # the pattern's arrays
+        assert torch.equal(second.to_dense(), scale * d)
+    key = id(A._crd[-1])
+    assert key in _compiler._PATTERNS
+    del A, B, first, second
+    gc.collect()
+    assert key not in _compiler._PATTERNS
+
+
+def test_dropout_features_gradient_through_the_gathered_copy():
+    """X W with X's values dropped out each step: the weight's gradient (X^T G) over the
+    gathered copies equals dense, step after step."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(40, 30, generator=g, dtype=torch.float64)
+    x = x * (torch.rand(40, 30, generator=g) < 0.2)
+    X = scorch.to_sparse(x, "csr")
+    W = torch.randn(30, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    for step in range(3):
+        keep = (torch.rand(X.nnz, generator=g) < 0.5).to(torch.float64) * 2
+        Xs = X.with_values(X.values() * keep)
+        W.grad = None
+        (Xs @ W).square().sum().backward()
+        xs = Xs.to_dense()
+        Wd = W.detach().clone().requires_grad_()
+        (xs @ Wd).square().sum().backward()
+        torch.testing.assert_close(W.grad, Wd.grad)
+
+
+def test_duplicates_are_summed_not_gathered():
+    """A COO with repeated coordinates converts to DCSR with fewer entries: no gather
+    record, the conversion itself every time, results equal to dense."""
+    i = torch.tensor([[0, 0, 2, 2, 3], [1, 1, 0, 4, 4]])
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    pos = torch.tensor([0, 5], dtype=torch.int32)
+    A = scorch.from_components((4, 5), "coo", pos=[pos, None],
+                               crd=[i[0].to(torch.int32), i[1].to(torch.int32)], values=v)
+    dense = torch.sparse_coo_tensor(i, v, (4, 5)).to_dense()
+    x = torch.rand(5, dtype=torch.float64)
+    for scale in (1.0, 3.0):
+        B = A.with_values(v * scale)
+        torch.testing.assert_close(scorch.einsum("ij,j->i", B, x), scale * dense @ x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import weakref
 
 import torch
 
@@ -345,17 +346,48 @@ def _transposes(explain: str):
 
 def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     """``a`` converted to ``fmt`` as the kernel would (explicit zeros and index width
-    kept), remembered on ``a`` until its values change in place (their version)."""
+    kept), remembered on ``a`` until its values change in place (their version).  A new
+    tensor on a pattern already converted (``with_values``, dropout on the values: a
+    training loop's every step) gets its copy by gathering its values in the order the
+    pattern's conversion left (``_moved``), not by another conversion."""
     version = a._values._version
     cache = a._transposed
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version:
         return hit[1]
-    t = a.to_format(fmt, a.index_dtype, drop_zeros=False)
+    t = _moved(a, fmt)
     if cache is None:
         cache = a._transposed = {}
     cache[fmt] = (version, t)
     return t
+
+
+# id(a pattern's last crd array) -> (weak reference to it, {Format: (pos, crd, source
+# position of each entry) or None where the conversion merges entries}); an entry leaves
+# with its array.
+_PATTERNS: dict = {}
+
+
+def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
+    key = next((c for c in reversed(a._crd) if c is not None), None)
+    if key is None:
+        return a.to_format(fmt, a.index_dtype, drop_zeros=False)
+    slot = _PATTERNS.get(id(key))
+    if slot is None or slot[0]() is not key:
+        slot = _PATTERNS[id(key)] = (weakref.ref(key), {})
+        weakref.finalize(key, _PATTERNS.pop, id(key), None)
+    moves = slot[1]
+    if fmt not in moves:
+        # the conversion of the entries' own positions (exact in float64) says where each
+        # entry goes; one that sums repeated coordinates (COO to DCSR) has fewer entries
+        ids = a._rewrap(torch.arange(a.nnz, dtype=torch.float64))
+        c = ids.to_format(fmt, a.index_dtype, drop_zeros=False)
+        moves[fmt] = (c._pos, c._crd, c._values.to(torch.int64)) if c.nnz == a.nnz else None
+    if moves[fmt] is None:
+        return a.to_format(fmt, a.index_dtype, drop_zeros=False)
+    pos, crd, perm = moves[fmt]
+    return SparseTensor(a._shape, fmt, pos, crd, a._values.detach()[perm],
+                        index_dtype=a.index_dtype)
 
 
 def einsum(expr: str, *operands, out_format=None, schedule=None):
