@@ -159,3 +159,21 @@ def test_duplicates_are_summed_not_gathered():
     for scale in (1.0, 3.0):
         B = A.with_values(v * scale)
         torch.testing.assert_close(scorch.einsum("ij,j->i", B, x), scale * dense @ x)
+
+
+def test_patterns_sharing_an_array_are_told_apart():
+    """Two tensors on the same column array object with different row pointers are two
+    patterns: each gets its own copy (the record is keyed on that array, and checked
+    against every array of the pattern)."""
+    cols = torch.tensor([0, 2, 1, 3], dtype=torch.int32)
+    vals = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    P = torch.tensor([0, 2, 4, 4], dtype=torch.int32)
+    Q = torch.tensor([0, 1, 2, 4], dtype=torch.int32)
+    A = scorch.from_components((3, 4), "csr", pos=[None, P], crd=[None, cols], values=vals)
+    B = scorch.SparseTensor(A.shape, A._format, [None, Q], A._crd, vals,   # A's crd object
+                            index_dtype=torch.int32)
+    assert B._crd[1] is A._crd[1]
+    G = torch.rand(3, 5, dtype=torch.float64)
+    for _ in range(2):
+        for X in (A, B, A.with_values(vals * 2), B.with_values(vals * 2)):
+            torch.testing.assert_close(scorch.einsum("ik,ij->jk", G, X), X.to_dense().t() @ G)

@@ -362,20 +362,24 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     return t
 
 
-# id(a pattern's last crd array) -> (weak reference to it, {Format: (pos, crd, source
-# position of each entry) or None where the conversion merges entries}); an entry leaves
-# with its array.
+# id(a pattern's last crd array) -> (weak references to all its pos and crd arrays,
+# {Format: (pos, crd, source position of each entry) or None where the conversion merges
+# entries}); an entry leaves with that array.  (Arrays from from_components may be shared
+# between patterns: a record serves only the very arrays it was made from.)
 _PATTERNS: dict = {}
 
 
 def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
+    arrays = [x for x in a._pos + a._crd if x is not None]
     key = next((c for c in reversed(a._crd) if c is not None), None)
     if key is None:
         return a.to_format(fmt, a.index_dtype, drop_zeros=False)
     slot = _PATTERNS.get(id(key))
-    if slot is None or slot[0]() is not key:
-        slot = _PATTERNS[id(key)] = (weakref.ref(key), {})
-        weakref.finalize(key, _PATTERNS.pop, id(key), None)
+    if slot is None or len(slot[0]) != len(arrays) or any(
+            r() is not x for r, x in zip(slot[0], arrays)):
+        if slot is None:
+            weakref.finalize(key, _PATTERNS.pop, id(key), None)
+        slot = _PATTERNS[id(key)] = ([weakref.ref(x) for x in arrays], {})
     moves = slot[1]
     if fmt not in moves:
         # the conversion of the entries' own positions (exact in float64) says where each
