@@ -330,18 +330,27 @@ def _transposes(explain: str):
     """((operand index, Format), ...) for the operands the kernel transposes before each
     run, read from its explanation (one "operand" line each, in order, followed by a
     "transposed before running to <format>" line for those it transposes)."""
-    out, t = [], -1
-    for line in explain.splitlines():
-        if line.startswith("operand "):
-            t += 1
-        elif line.startswith("output "):
-            break
-        else:
+    out = []
+    for t, lines in enumerate(_operand_lines(explain)):
+        for line in lines[1:]:
             m = _TRANSPOSED.match(line)
             if m:
                 order = tuple(int(d) for d in m.group(2).split(","))
                 out.append((t, Format(m.group(1), order=order)))
     return tuple(out)
+
+
+def _operand_lines(explain: str):
+    """[[operand line, its following indented lines], ...] of an explanation."""
+    out = []
+    for line in explain.splitlines():
+        if line.startswith("operand "):
+            out.append([line])
+        elif line.startswith("output "):
+            break
+        elif out and line.startswith("  "):
+            out[-1].append(line)
+    return out
 
 
 def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
@@ -552,16 +561,3 @@ def _explain(lang, expr, operands, out_format, schedule) -> str:
                 continue
         lines.append(line)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
-
-
-def _operand_lines(explain: str):
-    """[[operand line, its following indented lines], ...] of an explanation."""
-    out = []
-    for line in explain.splitlines():
-        if line.startswith("operand "):
-            out.append([line])
-        elif line.startswith("output "):
-            break
-        elif out and line.startswith("  "):
-            out[-1].append(line)
-    return out
