@@ -530,10 +530,10 @@ def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
 @pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
 @pytest.mark.parametrize("density", [0.3, 0.01])
 def test_linear_sparse_input(fmt, dtype, density, monkeypatch):
-    """F.linear with a sparse input and a dense weight: from one nonzero per input feature
-    an SpMM on a row-major copy of W^T, below it the product over W's rows.  Both: the
-    values of F.linear on dense, and gradients to the weight, the bias and the input's
-    values (its pattern); the weight itself untouched."""
+    """F.linear with a sparse input and a dense weight runs x W^T, whose schedule copies W
+    into W^T's layout (an SpMM) where the copy costs less than the product, and reads W's
+    rows below that.  Both: the values of F.linear on dense, and gradients to the weight,
+    the bias and the input's values (its pattern); the weight itself untouched."""
     from scorch import _torch_ops
     seen = []
     real = _torch_ops._contract
@@ -548,7 +548,11 @@ def test_linear_sparse_input(fmt, dtype, density, monkeypatch):
     w0 = w.detach().clone()
     b = torch.randn(25, generator=g, dtype=dtype, requires_grad=True)
     y = F.linear(Xg, w, b)
-    assert seen == (["aj,jk->ak"] if X.nnz >= 30 else ["aj,kj->ak"])
+    assert seen == ["aj,kj->ak"]
+    text = scorch.explain("aj,kj->ak", X, w.detach())
+    relaid = "  transposed before running to dd (1,0)" in text
+    assert relaid == (X.nnz * 25 > 25 * 30)      # the copy against the product's work
+    assert not relaid or "schedule: order(a,j,k)" in text
     xd, wd, bd = (t.detach().clone().requires_grad_() for t in (x, w, b))
     tol = _linear_matches_dense(y, xd, wd, bd, g)
     torch.testing.assert_close(w.grad, wd.grad, **tol)

@@ -218,6 +218,12 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     int32_t oit = (int32_t)p.out_itype;
     sc_jit_hash_field(&h, &oit, sizeof oit);
     sc_jit_hash_field(&h, stext, strlen(stext));
+    /* what the schedule converts: for sparse operands the order decides it, for dense
+     * ones (sc_sched_relayout) the sizes do too */
+    sc_jit_hash_field(&h, &s.transpose, sizeof s.transpose);
+    for (int32_t t = 0; t < nops && t < 32; t++)
+        if ((s.transpose >> t) & 1)
+            hash_fmt(&h, &s.tfmt[t]);
     sc_jit_hash_field(&h, &s.vec_bytes, sizeof s.vec_bytes);
     hash_fixed(&h, &e, &p);
     sc_jit_key key = sc_jit_hash_final(&h);
@@ -250,10 +256,15 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
             bool same = true; /* only uniqueness changed (made_unique), not the level order */
             for (int32_t l = 0; l < ops[t].fmt.order; l++)
                 same &= s.tfmt[t].lvl2dim[l] == ops[t].fmt.lvl2dim[l];
+            bool dense = true;
+            for (int32_t l = 0; l < ops[t].fmt.order; l++)
+                dense &= s.tfmt[t].kind[l] == SC_LEVEL_DENSE;
             fmt_text(&s.tfmt[t], ft, sizeof ft);
             sc_cg_printf(&dump, same ? "  converted before running to %s (unique coordinates, so that "
                                        "the outer loop runs in parallel)\n"
-                                     : "  transposed before running to %s (discordant with the loop order)\n",
+                         : dense ? "  transposed before running to %s (so that the innermost loop "
+                                   "reads it with unit stride)\n"
+                                 : "  transposed before running to %s (discordant with the loop order)\n",
                          ft);
         }
     }

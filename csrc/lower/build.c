@@ -91,6 +91,7 @@ typedef struct lb {
      * none), and whether some write leaves part of the output to its zero fill */
     int32_t tile_at;
     bool tile_vec; /* the tile's dense operands are contiguous in its variable: vectors */
+    bool tile_strided; /* the output is strided along the tile: stored lane by lane */
     bool need_zero;
     /* lowering the pair body of a balanced row loop (paired_rows): pairing while it may
      * jam the two rows, paired once it has */
@@ -549,8 +550,21 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     for (int32_t q = 0; q < g; q++) {
         st U = *S;
         U.cv[j] = BIN(ADD, base, I(q * W));
-        U.vcount = count;
-        write_out(L, &U, out, V(T.tv[q]));
+        if (!L->tile_strided) {
+            U.vcount = count;
+            write_out(L, &U, out, V(T.tv[q]));
+            continue;
+        }
+        /* the output is strided along j: the vector goes out a lane at a time (those
+         * below count in a partial tile) */
+        for (int32_t l = 0; l < W; l++) {
+            st Ul = U;
+            Ul.cv[j] = BIN(ADD, base, I(q * W + l));
+            sc_ir_list wb = {0};
+            write_out(L, &Ul, &wb, sc_ir_lane(B, V(T.tv[q]), l));
+            const sc_ir_stmt *w = sc_ir_list_block(B, &wb);
+            sc_ir_push(B, out, count ? sc_ir_if(B, BIN(LT, I(l), count), w, NULL) : w);
+        }
     }
 }
 
@@ -603,15 +617,17 @@ static int32_t tile_depth(lb *L)
     if (p->out_sparse || L->n < 2 || L->m == 0)
         return -1;
     sc_expr_var j = L->order[L->n - 1];
-    if (L->out_level_of[j] != L->m - 1 || sparse_iterates(L, j))
+    int32_t kj = L->out_level_of[j];
+    if (kj < 0 || sparse_iterates(L, j))
         return -1;
     int32_t r = 0;
     L->tile_vec = true;
+    L->tile_strided = kj != L->m - 1;
     for (int32_t a = 0; a < p->naccess; a++)
         if (!p->ops[p->acc[a].operand].sparse && along(L, &p->acc[a], j) < 0)
             L->tile_vec = false; /* strided or broadcast along the tile */
-    for (int32_t k = 0; k < L->m - 1; k++)
-        if (L->depth_of[p->out_lvar[k]] + 1 > r)
+    for (int32_t k = 0; k < L->m; k++)
+        if (k != kj && L->depth_of[p->out_lvar[k]] + 1 > r)
             r = L->depth_of[p->out_lvar[k]] + 1;
     if (r > L->n - 2 || (r == 0 && L->par))
         return -1;

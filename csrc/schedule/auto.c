@@ -14,11 +14,14 @@
  * operand (~10 nnz log nnz per run; a tenth of a pass, 0.1 nnz, where the caller keeps
  * the copy, convert_once — made once, shared by the calls that read it — and the copy
  * buys a parallel loop: the orders that do not, a SpGEMM
- * workspace over two levels among them, keep the charge they were weighed with), a
- * penalty for dense
- * accesses with a non-unit stride in the innermost loop, the scatter and sort traffic of
- * a sparse output's workspace, and a penalty above all else for a sparse output that
- * would store every coordinate of a dense loop.  Sparse
+ * workspace over two levels among them, keep the charge they were weighed with) and
+ * one pass per dense operand relaid (sc_sched_relayout), a penalty for dense accesses
+ * with a non-unit stride in the innermost loop (for a dense output in register tiles, a
+ * store per tile lane instead), a gathered or scattered dense access in an innermost
+ * sparse loop, a discount for an innermost dense loop of unit-stride accesses (vector
+ * code), the scatter and sort traffic of a sparse output's workspace, and a penalty
+ * above all else for a sparse output that would store every coordinate of a dense
+ * loop.  Sparse
  * constrained indices end up outermost because that is what makes the counts small.
  */
 #include "sched_internal.h"
@@ -160,6 +163,21 @@ static double densified_output(const sc_lower_problem *p, const sc_expr_var *ord
  * the iteration counts do not see. */
 enum { PAR_SHARE = 2 };
 
+/* An innermost loop over a dense index whose dense accesses all have unit stride runs in
+ * vector registers (SpMM's and SDDMM's K): its iterations count at this share.  Without
+ * it an order whose innermost loop gathers from a sparse row (A B^T in order i,k,j: row
+ * i of A read again for every k, B's entries gathered) tied with the contiguous one
+ * (i,j,k over a transposed B) and won. */
+static const double VECTOR_SHARE = 0.5;
+
+/* A dense operand or output read or written at a sparse operand's stored coordinates in
+ * the innermost loop (a gather or scatter, x[crd[p]]) costs this much more per iteration:
+ * the order whose innermost loop gathers A B^T's B[k, j] at A's stored j (i,k,j) ran
+ * 5.5x slower than a SpMM over B^T (i,j,k) on usroads at 64 columns, yet counted 1.3x
+ * less. */
+static const double GATHER = 1.0;
+
+
 /* Whether v is the index of some sparse operand's first level (in the format s gives it). */
 static bool splits_rows(const sc_lower_problem *p, const sc_sched *s, sc_expr_var v)
 {
@@ -175,6 +193,42 @@ static bool splits_rows(const sc_lower_problem *p, const sc_sched *s, sc_expr_va
     return false;
 }
 
+/* The depth where the loop builder starts a register tile of a dense output (the
+ * innermost loop, dense, over an output index, with a reduction loop between it and the
+ * other output indices: SpMM's row, stored once per tile), or -1 (build.c's tile_depth).
+ * Such a tile is stored once per iteration of the loop above it, so an output strided
+ * along the innermost loop costs a store per tile entry, not per iteration. */
+static int32_t tile_start(const sc_lower_problem *p, const sc_expr_var *order, bool dense_in,
+                          bool par)
+{
+    int32_t n = p->nvars, r = 0;
+    if (p->out_sparse || n < 2 || !dense_in || !is_output(p, order[n - 1]))
+        return -1;
+    for (int32_t d = 0; d < n - 1; d++)
+        if (is_output(p, order[d]))
+            r = d + 1;
+    return r > n - 2 || (r == 0 && par) ? -1 : r;
+}
+
+bool sc_sched_inner_dense(const sc_lower_problem *p, const sc_expr_var *order)
+{
+    uint32_t bound = 0;
+    for (int32_t d = 0; d + 1 < p->nvars; d++)
+        bound |= 1u << order[d];
+    return p->nvars > 0 && !thinned(p, p->rhs, order[p->nvars - 1], bound);
+}
+
+double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order)
+{
+    double cnt = 1;
+    uint32_t bound = 0;
+    for (int32_t d = 0; d < p->nvars; d++) {
+        cnt *= fanout(p, p->rhs, order[d], bound);
+        bound |= 1u << order[d];
+    }
+    return cnt;
+}
+
 double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
 {
     sc_sched s;
@@ -188,39 +242,63 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
     bool par = s.parallel >= 0 && (sc_sched_parallel_ok(p, &s, why, sizeof why) ||
                                    sc_sched_made_unique(p, &s)) &&
                splits_rows(p, &s, order[0]);
+    sc_sched_relayout(p, &s);
     double convert = 0, cost = 0;
     for (int32_t t = 0; t < p->nops && t < 32; t++)
         if ((s.transpose >> t) & 1) {
             double nnz = (double)(p->ops[t].nnz > 0 ? p->ops[t].nnz : 1);
-            convert += p->convert_once && par ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
+            if (!p->ops[t].sparse)
+                convert += SC_SCHED_DENSE_COPY * nnz;
+            else
+                convert += p->convert_once && par ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
         }
-    double cnt = 1, cnt_at_ws = 0;
+    double cnt = 1, cnt_at_ws = 0, last = 0, at[SC_LOWER_MAX_VARS];
     uint32_t bound = 0;
     for (int32_t d = 0; d < p->nvars; d++) {
         sc_expr_var v = order[d];
         cnt *= fanout(p, p->rhs, v, bound);
-        if (p->extent[v] != 1)
-            cost += cnt; /* (a loop of one iteration adds none) */
-        bound |= 1u << v;
+        at[d] = cnt;
+        last = p->extent[v] != 1 ? cnt : 0; /* (a loop of one iteration adds none) */
+        cost += last;
+        if (d + 1 < p->nvars)
+            bound |= 1u << v;
         if (d == s.ws_depth - 1 || (s.ws_depth == 0 && d == 0))
             cnt_at_ws = cnt;
     }
     if (p->nvars > 0) {
         sc_expr_var in = order[p->nvars - 1];
+        bool dense_in = !thinned(p, p->rhs, in, bound), strided = false;
         for (int32_t a = 0; a < p->naccess; a++) {
             const sc_lower_access *ac = &p->acc[a];
-            const sc_lower_operand *op = &p->ops[ac->operand];
+            int32_t t = ac->operand;
+            const sc_lower_operand *op = &p->ops[t];
             if (op->sparse || ac->order == 0)
                 continue;
+            const sc_format *f = t < 32 && ((s.transpose >> t) & 1) ? &s.tfmt[t] : &op->fmt;
             bool uses = false;
             for (int32_t d = 0; d < ac->order; d++)
                 uses |= ac->var[d] == in;
-            if (uses && ac->var[op->fmt.lvl2dim[op->fmt.order - 1]] != in)
+            if (uses && ac->var[f->lvl2dim[f->order - 1]] != in) {
                 cost += 0.5 * cnt;
+                strided = true;
+            }
+            if (uses && !dense_in)
+                cost += GATHER * cnt;
         }
+        if (!p->out_sparse && !dense_in && is_output(p, in))
+            cost += GATHER * cnt;
         if (!p->out_sparse && p->out_order > 0 && is_output(p, in) &&
-            p->out_lvar[p->out_order - 1] != in)
-            cost += 0.5 * cnt;
+            p->out_lvar[p->out_order - 1] != in) {
+            int32_t r = tile_start(p, order, dense_in, par);
+            if (r < 0) {
+                cost += 0.5 * cnt;
+                strided = true;
+            } else {
+                cost += (r > 0 ? at[r - 1] : 1.0) * (double)p->extent[in];
+            }
+        }
+        if (!strided && dense_in)
+            cost -= (1.0 - VECTOR_SHARE) * last;
     }
     if (p->out_sparse && s.ws_depth < 0)
         cost += densified_output(p, order);

@@ -105,6 +105,48 @@ sc_status sc_sched_analyse(const sc_lower_problem *p, const sc_expr_var *order, 
     return SC_OK;
 }
 
+void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
+{
+    if (p->nvars == 0)
+        return;
+    sc_expr_var in = s->order[p->nvars - 1];
+    if (p->extent[in] <= 1)
+        return;
+    int32_t depth[SC_LOWER_MAX_VARS];
+    for (int32_t d = 0; d < p->nvars; d++)
+        depth[s->order[d]] = d;
+    double inner = -1;
+    for (int32_t t = 0; t < p->nops && t < 32; t++) {
+        const sc_lower_operand *op = &p->ops[t];
+        if (op->sparse || ((s->transpose >> t) & 1) || p->bcast[t] || op->fmt.order < 2)
+            continue;
+        const sc_lower_access *ac = NULL;
+        int32_t uses = 0;
+        for (int32_t a = 0; a < p->naccess; a++)
+            if (p->acc[a].operand == t) {
+                ac = &p->acc[a];
+                uses++;
+            }
+        if (uses != 1 || ac->lvar[ac->order - 1] == in)
+            continue;
+        bool reads_in = false, flat = false;
+        double size = 1;
+        for (int32_t d = 0; d < ac->order; d++) {
+            reads_in |= ac->var[d] == in;
+            flat |= op->dims[d] <= 1;
+            size *= (double)op->dims[d];
+        }
+        if (!reads_in || flat || !sc_sched_inner_dense(p, s->order))
+            continue;
+        if (inner < 0)
+            inner = sc_sched_inner_count(p, s->order);
+        if (SC_SCHED_DENSE_COPY * size >= inner)
+            continue;
+        concordant(&op->fmt, ac, depth, &s->tfmt[t]);
+        s->transpose |= 1u << t;
+    }
+}
+
 bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *why, size_t n)
 {
     sc_lower_problem p = *p0;
@@ -179,6 +221,7 @@ sc_status sc_sched_check(const sc_lower_problem *p, sc_sched *s, sc_error *err)
     sc_status st = sc_sched_analyse(p, s->order, s, err);
     if (st != SC_OK)
         return st;
+    sc_sched_relayout(p, s);
     /* workspace */
     int32_t nw = 0;
     sc_expr_var w[SC_SCHED_MAX_WS];

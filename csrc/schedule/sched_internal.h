@@ -26,4 +26,23 @@ bool sc_sched_parallel_ok(const sc_lower_problem *p, const sc_sched *s, char *wh
  * about what the parallel loop saves.) */
 bool sc_sched_made_unique(const sc_lower_problem *p, sc_sched *s);
 
+/* The cost of copying a dense operand into another level order, per entry (a strided
+ * read and a write), in the cost model's loop iterations. */
+#define SC_SCHED_DENSE_COPY 1.0
+
+/* Dense operands laid out again for s's order: one that the innermost loop, a dense
+ * one, reads along a level other than its last (a non-unit stride per iteration) is
+ * marked for conversion to the dense format whose levels follow the loop order
+ * (s->transpose, s->tfmt), where copying it (every entry once) costs less than that
+ * loop's iterations: A B^T with a dense B becomes a SpMM over B^T.  Operands read by two
+ * accesses, broadcast, or with a dimension of size 1 keep their layout. */
+void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s);
+
+/* Whether the innermost loop of order runs over a dense range (no sparse operand's
+ * stored coordinates thin it): only there does a unit stride make vectors. */
+bool sc_sched_inner_dense(const sc_lower_problem *p, const sc_expr_var *order);
+
+/* Estimated iterations of the innermost loop of order (the cost model's count). */
+double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order);
+
 #endif

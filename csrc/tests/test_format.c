@@ -123,6 +123,29 @@ static void test_convert_grid(void)
             sc_tensor_release(&ctx, &ta);
         }
     }
+    /* Dense to dense with the levels swapped (a schedule's relaid dense operand): every
+     * entry, zeros included, at its transposed place. */
+    {
+        sc_format fd, ft;
+        sc_tensor td, tt;
+        CHECK(sc_fmt_parse("dense", 2, &fd, &err) == SC_OK);
+        ft = fd;
+        ft.lvl2dim[0] = 1;
+        ft.lvl2dim[1] = 0;
+        CHECK(sc_fmt_from_dense(&ctx, 2, dims, ref, SC_DTYPE_F64, &fd, SC_INDEX_I32, &td, &err) ==
+              SC_OK);
+        CHECK(sc_fmt_convert(&ctx, &td, &ft, SC_INDEX_I32, 0, &tt, &err) == SC_OK);
+        CHECK(sc_fmt_validate(&ctx, &tt, &err) == SC_OK && tt.nvals == 20);
+        CHECK(sc_fmt_to_dense(&ctx, &tt, got, &err) == SC_OK && same(ref, got, 20));
+        const double *tv = (const double *)tt.vals;
+        bool at = true;
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 4; j++)
+                at &= tv[j * 5 + i] == ref[i * 4 + j];
+        CHECK(at);
+        sc_tensor_release(&ctx, &tt);
+        sc_tensor_release(&ctx, &td);
+    }
     /* Dense input, csr output: 6 nonzeros stored (the duplicate summed). */
     sc_format f;
     sc_tensor t;

@@ -237,6 +237,23 @@ static void test_loop_orders(void)
                 "order(i,j,k)", 0);
     schedule_is("ij,ik,jk->ij", 3, "coo", "dense", "dense", sddmm, nnz_sddmm, NULL,
                 "order(i,j,k)", 0);
+    /* A B^T with a dense B (64 x 100000): B copied into B^T's layout (bit 1), a SpMM; not
+     * where A has fewer entries than B's rows hold (the copy would cost more: B is read
+     * across its rows, 64 lines a stored entry either way) */
+    const int64_t abt[2][4] = {{100000, 100000}, {64, 100000}};
+    const int64_t nnz_abt[2] = {1000000, 6400000};
+    schedule_is("ij,kj->ik", 2, "csr", "dense", NULL, abt, nnz_abt, NULL,
+                "order(i,j,k) parallel(i)", 2);
+    const int64_t nnz_abt_few[2] = {50000, 6400000};
+    schedule_is("ij,kj->ik", 2, "csr", "dense", NULL, abt, nnz_abt_few, NULL,
+                "order(i,j,k) parallel(i)", 0);
+    /* G^T A into a (k, j) output: A's columns (its csc copy, bit 1) outermost, the output
+     * strided along the innermost k but stored once per register tile */
+    convert_once = true;
+    const int64_t gta[2][4] = {{100000, 64}, {100000, 100000}};
+    schedule_is("ak,aj->kj", 2, "dense", "csr", NULL, gta, nnz_atx, NULL,
+                "order(j,a,k) parallel(j)", 2);
+    convert_once = false;
     const int64_t mttkrp[3][4] = {{1000, 1000, 1000}, {1000, 16}, {1000, 16}};
     const int64_t nnz_mttkrp[3] = {100000, 16000, 16000};
     schedule_is("ijk,jr,kr->ir", 3, "csf", "dense", "dense", mttkrp, nnz_mttkrp, NULL,

@@ -755,13 +755,6 @@ def _linear(inp, weight, bias=None):
         y = _contract("kj,jb->kb", (weight, xt)).t()
         if len(lead) != 1:
             y = y.reshape(*lead, weight.shape[0])
-    elif _is_sparse(inp) and not _is_sparse(weight) and weight.layout is torch.strided and \
-            inp.nnz >= weight.shape[1]:
-        # x W^T with x sparse: an SpMM over x's rows on a row-major copy of W^T (one pass
-        # over W), in register tiles of the output row.  Reading W's rows per nonzero
-        # ("aj,kj->ak") was 1-8x slower at 64 outputs (soc-Slashdot0902 86 ms against 11,
-        # the copy included); below one nonzero per input feature the copy costs more.
-        y = _contract(_linear_t_expr(inp.dim()), (inp, weight.t().contiguous()))
     else:
         y = _contract(_linear_expr(inp.dim()), (inp, weight))
     if bias is None:
@@ -783,12 +776,6 @@ _LINEAR_SPMM_MIN_WORK = 1 << 17
 def _linear_expr(ndim):
     batch = _LETTERS[:ndim - 1]
     return f"{batch}j,kj->{batch}k"
-
-
-@functools.lru_cache(maxsize=None)
-def _linear_t_expr(ndim):
-    batch = _LETTERS[:ndim - 1]
-    return f"{batch}j,jk->{batch}k"
 
 
 # ---- reductions ---------------------------------------------------------------------------
