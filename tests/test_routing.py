@@ -565,8 +565,9 @@ def test_linear_sparse_input(fmt, dtype, density, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_mm_with_column_major_dense(dtype):
-    """A @ X.t() (a column-major view) runs on a row-major copy of X: same result and
-    gradients as dense, X itself untouched."""
+    """A @ X.t() (a column-major view): the schedule reads a row-major copy of X (its
+    register tiles run along X's rows); same result and gradients as dense, X itself
+    untouched."""
     g = torch.Generator().manual_seed(3)
     a = torch.randn(20, 30, generator=g, dtype=dtype) * (torch.rand(20, 30, generator=g) < 0.3)
     A = scorch.to_sparse(a, "csr")
@@ -574,6 +575,7 @@ def test_mm_with_column_major_dense(dtype):
     before = Y.detach().clone()
     out = torch.mm(A, Y.t())
     ref = a @ Y.detach().t()
+    assert "  transposed before running to dense = dd (0,1)" in scorch.explain(torch.mm, A, Y.t())
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(A @ Y.t(), ref)
     out.sum().backward()

@@ -902,12 +902,107 @@ static sc_status unpack(const sc_ctx *ctx, const sc_tensor *src, int64_t **block
     return SC_OK;
 }
 
+static bool all_dense(const sc_format *f)
+{
+    for (int32_t k = 0; k < f->order; k++)
+        if (f->kind[k] != SC_LEVEL_DENSE)
+            return false;
+    return true;
+}
+
+/* Elements of size vs from s to d, n of them, at element strides ss and ds. */
+static void move_strided(char *restrict d, const char *restrict s, int64_t n, int64_t ds,
+                         int64_t ss, size_t vs)
+{
+    if (vs == 4) {
+        for (int64_t i = 0; i < n; i++)
+            ((uint32_t *)d)[i * ds] = ((const uint32_t *)s)[i * ss];
+    } else if (vs == 8) {
+        for (int64_t i = 0; i < n; i++)
+            ((uint64_t *)d)[i * ds] = ((const uint64_t *)s)[i * ss];
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            memcpy(d + (size_t)(i * ds) * vs, s + (size_t)(i * ss) * vs, vs);
+    }
+}
+
+/*
+ * A dense tensor into another dense level order (a schedule's relaid operand): the
+ * values permuted, nothing else stored.  The destination's two innermost levels are
+ * copied in square tiles (TILE x TILE elements: both sides' lines stay in L1 while a
+ * tile is moved), the tiles spread over the threads.
+ */
+enum { TILE = 32 };
+
+static sc_status dense_relaid(const sc_ctx *ctx, const sc_tensor *src, const sc_format *dst,
+                              sc_index_type index_type, sc_tensor *out, sc_error *err)
+{
+    const int32_t N = src->fmt.order;
+    const size_t vs = sc_dtype_size(src->dtype);
+    int64_t ss[SC_MAX_ORDER], ds[SC_MAX_ORDER], total = 1, acc = 1;
+    for (int32_t k = N - 1; k >= 0; k--) {
+        int32_t d = src->fmt.lvl2dim[k];
+        ss[d] = acc;
+        if (!sc_mul_ok(acc, src->dims[d], &acc))
+            return sc_fail(err, SC_USER, "format", "dense tensor size overflows");
+    }
+    for (int32_t k = N - 1; k >= 0; k--) {
+        int32_t d = dst->lvl2dim[k];
+        ds[d] = total;
+        total *= src->dims[d];
+    }
+    if (src->nvals < total)
+        return sc_fail(err, SC_USER, "format", "dense tensor has %lld values, its shape needs %lld",
+                       (long long)src->nvals, (long long)total);
+    memset(out, 0, sizeof *out);
+    out->fmt = *dst;
+    out->dtype = src->dtype;
+    out->index_type = index_type;
+    for (int32_t d = 0; d < N; d++)
+        out->dims[d] = src->dims[d];
+    out->vals = sc_alloc(ctx, (size_t)(total > 0 ? total : 1) * vs, err);
+    if (!out->vals)
+        return SC_NOMEM;
+    out->nvals = total;
+    if (total == 0)
+        return SC_OK;
+    /* a = the destination's next-to-last level's dimension (-1 for a vector), b its last */
+    const int32_t b = dst->lvl2dim[N - 1], a = N > 1 ? dst->lvl2dim[N - 2] : -1;
+    const int64_t nb = src->dims[b], na = a >= 0 ? src->dims[a] : 1;
+    const int64_t outer = total / (na * nb), ta = (na + TILE - 1) / TILE;
+    const int nt = threads_for(ctx, total);
+    char *dv = out->vals;
+    const char *sv = src->vals;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t task = 0; task < outer * ta; task++) {
+        int64_t o = task / ta, i0 = task % ta * TILE, so = 0, dof = 0;
+        for (int32_t k = N - 3; k >= 0; k--) { /* o's coordinates in the outer levels */
+            int32_t d = dst->lvl2dim[k];
+            so += o % src->dims[d] * ss[d];
+            dof += o % src->dims[d] * ds[d];
+            o /= src->dims[d];
+        }
+        int64_t i1 = i0 + TILE < na ? i0 + TILE : na;
+        for (int64_t j0 = 0; j0 < nb; j0 += TILE) {
+            int64_t j1 = j0 + TILE < nb ? j0 + TILE : nb;
+            for (int64_t i = i0; i < i1; i++) {
+                int64_t si = so + (a >= 0 ? i * ss[a] : 0), di = dof + (a >= 0 ? i * ds[a] : 0);
+                move_strided(dv + (size_t)(di + j0) * vs, sv + (size_t)(si + j0 * ss[b]) * vs,
+                             j1 - j0, 1, ss[b], vs);
+            }
+        }
+    }
+    return SC_OK;
+}
+
 sc_status sc_fmt_convert(const sc_ctx *ctx, const sc_tensor *src, const sc_format *dst,
                          sc_index_type index_type, int flags, sc_tensor *out, sc_error *err)
 {
     sc_status st = check_dims(src->fmt.order, src->dims, dst, err);
     if (st != SC_OK)
         return st;
+    if (all_dense(&src->fmt) && all_dense(dst))
+        return dense_relaid(ctx, src, dst, index_type, out, err);
     int64_t *block = NULL;
     entries E = {.order = src->fmt.order, .n = src->nvals, .vals = src->vals,
                  .dtype = src->dtype, .nsorted = src->fmt.order};

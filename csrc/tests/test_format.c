@@ -145,6 +145,25 @@ static void test_convert_grid(void)
         CHECK(at);
         sc_tensor_release(&ctx, &tt);
         sc_tensor_release(&ctx, &td);
+        /* third order, 40 x 3 x 37 (tiles cut at both edges), levels (2, 0, 1), f32 */
+        int64_t d3[3] = {40, 3, 37};
+        float *x3 = malloc(sizeof(float) * 40 * 3 * 37), *g3 = malloc(sizeof(float) * 40 * 3 * 37);
+        for (int i = 0; i < 40 * 3 * 37; i++)
+            x3[i] = (float)(i % 97) - 40.0f;
+        sc_format f3, p3;
+        CHECK(sc_fmt_parse("ddd", 3, &f3, &err) == SC_OK);
+        p3 = f3;
+        p3.lvl2dim[0] = 2;
+        p3.lvl2dim[1] = 0;
+        p3.lvl2dim[2] = 1;
+        CHECK(sc_fmt_from_dense(&ctx, 3, d3, x3, SC_DTYPE_F32, &f3, SC_INDEX_I64, &td, &err) == SC_OK);
+        CHECK(sc_fmt_convert(&ctx, &td, &p3, SC_INDEX_I64, 0, &tt, &err) == SC_OK);
+        CHECK(sc_fmt_to_dense(&ctx, &tt, g3, &err) == SC_OK && !memcmp(x3, g3, sizeof(float) * 40 * 3 * 37));
+        CHECK(((const float *)tt.vals)[1] == x3[37]); /* (k=0, i=0, j=1) */
+        sc_tensor_release(&ctx, &tt);
+        sc_tensor_release(&ctx, &td);
+        free(x3);
+        free(g3);
     }
     /* Dense input, csr output: 6 nonzeros stored (the duplicate summed). */
     sc_format f;

@@ -658,14 +658,7 @@ def sparse_dense_product(exprs, a, b):
     if b.layout is not _STRIDED or (
             torch.is_grad_enabled() and (a._values.requires_grad or b.requires_grad)):
         return None
-    return _einsum_run(expr, (a, _row_major(b)))
-
-
-def _row_major(b):
-    """A @ X.t(): a row-major copy of a 2-D dense X (one pass) lets the kernel run in
-    register tiles along X's rows; on the column-major view it would be one SpMV per
-    column."""
-    return b.contiguous() if b.dim() == 2 and not b.is_contiguous() else b
+    return _einsum_run(expr, (a, b))
 
 
 def _product(name, exprs, a, b):
@@ -684,8 +677,6 @@ def _product(name, exprs, a, b):
             if not _is_sparse(x) and x.layout is not torch.strided:
                 refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
-    if type(a) is SparseTensor and not _is_sparse(b):
-        b = _row_major(b)
     if torch.is_grad_enabled() and (
             (a._values if isinstance(a, SparseTensor) else a).requires_grad or
             (b._values if isinstance(b, SparseTensor) else b).requires_grad):
