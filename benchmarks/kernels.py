@@ -1,12 +1,14 @@
 """Kernel benchmark: scorch's generated kernels against torch.sparse, scipy.sparse and dense
 torch.mm, all in the same run, with the machine's own limits measured in that run.
 
-    python -m benchmarks.kernels [--quick] [--only spmv,spmm,spmmt,sddmm,spgemm,dlmc]
+    python -m benchmarks.kernels [--quick] [--only spmv,spmm,spmmt,spmmbt,sddmm,spgemm,dlmc]
                                  [--dtypes f32,f64] [--json PATH] [--png PATH]
 
 Kernels: SpMV "ij,j->i"; SpMM "ij,jk->ik" (K = 16, 64, 256); SpMMᵀ Aᵀ·G "ik,ij->jk" (K =
 64: the gradient of A·X with respect to X, with A stored as CSR; against torch.sparse.mm
-on the transposed CSR, a CSC view); SDDMM "ij,ik,jk->ij" (K = 16, 64, 256); SpGEMM A·A
+on the transposed CSR, a CSC view); SpMM·Bᵀ A·Bᵀ "ij,kj->ik" with B dense (K = 64:
+what F.linear runs on a sparse input; against torch.sparse.mm(A, B.t())); SDDMM
+"ij,ik,jk->ij" (K = 16, 64, 256); SpGEMM A·A
 ("ij,jk->ik" with both operands CSR; A·Aᵀ via "ij,kj->ik" when
 A is rectangular).  Inputs: ../shared/data/matrices (SuiteSparse / SNAP), DLMC 90 %-pruned
 Transformer and ResNet-50 weights (SpMM W @ Xᵀ, batch 256: y = x @ Wᵀ computed as its
@@ -284,6 +286,8 @@ def traffic(kernel, m, K, vb, model, out_nnz=None):
         return A + ncols * vb + n * vb, A + nnz * vb + n * vb
     if kernel == "spmm":
         return A + ncols * K * vb + n * K * vb, A + nnz * K * vb + n * K * vb
+    if kernel == "spmmbt":  # A·Bᵀ, B dense K × ncols: as SpMM (B read once at least)
+        return A + ncols * K * vb + n * K * vb, A + nnz * K * vb + n * K * vb
     if kernel == "spmmt":   # Aᵀ·G: G's rows gathered, one output row per column of A
         return A + n * K * vb + ncols * K * vb, A + nnz * K * vb + ncols * K * vb
     if kernel == "sddmm":
@@ -436,6 +440,22 @@ class Bench:
             c = self.time_all(c, big)
             self.record(name, kind, "spmmt", K, dtype, m, model, c, chk)
             del G, Gn
+            gc.collect()
+
+        if "spmmbt" in kernels and 64 in Ks:
+            K = 64   # A·Bᵀ, B dense (K, ncols): what F.linear runs on a sparse input
+            B = rnd(K, nc)
+            Bn = B.numpy()
+            y = scorch.einsum("ij,kj->ik", A, B)
+            chk = close(y, torch.sparse.mm(tA, B.t()))
+            del y
+            c = {"scorch": lambda: scorch.einsum("ij,kj->ik", A, B),
+                 "torch": lambda: torch.sparse.mm(tA, B.t()), "scipy": lambda: m @ Bn.T}
+            if D is not None:
+                c["dense"] = lambda: torch.mm(D, B.t())
+            c = self.time_all(c, big)
+            self.record(name, kind, "spmmbt", K, dtype, m, model, c, chk)
+            del B, Bn
             gc.collect()
 
         for K in Ks if "sddmm" in kernels else ():
@@ -606,8 +626,8 @@ def main(argv=None):
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="small matrices, small synthetic inputs, fewer repetitions (< 2 min)")
-    ap.add_argument("--only", default="spmv,spmm,spmmt,sddmm,spgemm,dlmc",
-                    help="comma list of kernels/sets: spmv,spmm,spmmt,sddmm,spgemm,dlmc,"
+    ap.add_argument("--only", default="spmv,spmm,spmmt,spmmbt,sddmm,spgemm,dlmc",
+                    help="comma list of kernels/sets: spmv,spmm,spmmt,spmmbt,sddmm,spgemm,dlmc,"
                          "synthetic,shared (default: all)")
     ap.add_argument("--dtypes", default="f32,f64", help="f32,f64 (f64 runs a subset)")
     ap.add_argument("--matrices", help="comma list of shared matrix names to run")
@@ -615,15 +635,16 @@ def main(argv=None):
     ap.add_argument("--png", default="bench_out/kernels.png")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
-    bad = only - {"spmv", "spmm", "spmmt", "sddmm", "spgemm", "dlmc", "shared", "synthetic"}
+    bad = only - {"spmv", "spmm", "spmmt", "spmmbt", "sddmm", "spgemm", "dlmc", "shared",
+                  "synthetic"}
     if bad:
         ap.error(f"unknown --only item(s): {', '.join(sorted(bad))}")
-    kernels = only & {"spmv", "spmm", "spmmt", "sddmm", "spgemm"}
+    kernels = only & {"spmv", "spmm", "spmmt", "spmmbt", "sddmm", "spgemm"}
     sets = (only & {"shared", "synthetic"}) or ({"shared", "synthetic"} if kernels else set())
     if "dlmc" in only:
         sets.add("dlmc")
     if not kernels and sets - {"dlmc"}:
-        kernels = {"spmv", "spmm", "spmmt", "sddmm", "spgemm"}
+        kernels = {"spmv", "spmm", "spmmt", "spmmbt", "sddmm", "spgemm"}
     dtypes = args.dtypes.split(",")
     t_start = time.perf_counter()
     for p in (args.json, args.png):

@@ -4,7 +4,8 @@
  *
  * Derives what the loop builder relies on: operands to transpose (a sparse operand whose
  * levels the loop order visits out of level order gets its levels re-ordered, keeping
- * the level kinds), the workspace of a sparse output (the output indices nested inside
+ * the level kinds; a dense one read across its levels by a dense innermost loop may be
+ * too: sc_sched_relayout), the workspace of a sparse output (the output indices nested inside
  * the first reduction loop that has output loops inside it) and the parallel loop (for
  * which an operand whose repeated top-level coordinates would keep it sequential is
  * converted to unique ones: sc_sched_made_unique).
@@ -130,10 +131,12 @@ void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
         if (uses != 1 || ac->lvar[ac->order - 1] == in)
             continue;
         bool reads_in = false, flat = false;
+        uint32_t seen = 0;
         double size = 1;
         for (int32_t d = 0; d < ac->order; d++) {
             reads_in |= ac->var[d] == in;
-            flat |= op->dims[d] <= 1;
+            flat |= op->dims[d] <= 1 || ((seen >> ac->var[d]) & 1); /* (or a diagonal) */
+            seen |= 1u << ac->var[d];
             size *= (double)op->dims[d];
         }
         if (!reads_in || flat || !sc_sched_inner_dense(p, s->order))

@@ -241,33 +241,32 @@ _SIZES: dict = {}   # key -> how many kernels written for sizes it has (_entry)
 def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
     """(kernel entry, operand descriptions).
 
-    Where the kernel would transpose an operand before every run, the operand is
-    transposed here instead (once for a sparse operand: ``_transposed`` keeps the copy on
-    it; a dense one's, ``_relaid``, on every call), and the entry returned is that of the
-    kernel compiled for the transposed copy (with the same output format).
-    ``pretranspose=False`` gives the kernel as asked (explain)."""
+    Where the kernel would transpose a sparse operand before every run, the operand is
+    transposed here instead, once (``_transposed`` keeps the copy on the operand), and
+    the entry returned is that of the kernel compiled for the transposed copy (with the
+    same output format).  A dense operand the kernel relays out is left to the C driver,
+    which copies it before every run (a dense tensor has no reliable sign of change: a
+    write through ``.data`` leaves its version counter alone, so a kept copy could go
+    stale; and the driver's tiled, threaded copy into its own allocation ran 2x faster
+    than torch's copy into a fresh tensor).  ``pretranspose=False`` gives the kernel as
+    asked (explain)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     descs, sigs = _operands(operands)
     sched = None if schedule is None else str(schedule)
     key, entry = _entry(lang, expr, (lang, expr, sigs, _out_key(out_format), sched), operands,
                         descs, out_format, sched)
-    if not entry[4] or not pretranspose:
+    if not pretranspose or not _sparse_moves(entry, operands):
         return entry, descs
     ops, pre_descs, pre_sigs = list(operands), list(descs), list(sigs)
     out = entry[2] if out_format is None else out_format
     ran = descs
     # (a copy can change the order the copies' kernel takes, and that order can ask for
-    # another copy: csc A times dense B^T reads a csr copy of A, whose order reads B^T)
+    # another copy)
     for _ in range(len(operands)):
-        for t, fmt in entry[4]:
-            x = ops[t]
-            if isinstance(x, SparseTensor):
-                ops[t] = _transposed(x, fmt)
-                pre_descs[t], pre_sigs[t + 1] = _sparse_operand(ops[t], sigs[0])
-            else:
-                ops[t] = _relaid(x, fmt.order, sigs[0])
-                pre_descs[t], pre_sigs[t + 1] = _dense_operand(ops[t], sigs[0])
+        for t, fmt in _sparse_moves(entry, ops):
+            ops[t] = _transposed(ops[t], fmt)
+            pre_descs[t], pre_sigs[t + 1] = _sparse_operand(ops[t], sigs[0])
         pre_key = (lang, expr, tuple(pre_sigs), _out_key(out), sched)
         try:
             _, pre = _entry(lang, expr, pre_key, ops, pre_descs, out, sched)
@@ -276,9 +275,15 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
                 _KERNELS[key] = entry[:4] + ((),) + entry[5:]
             return entry, ran
         entry, ran = pre, list(pre_descs)
-        if not entry[4]:
+        if not _sparse_moves(entry, ops):
             break
     return entry, ran
+
+
+def _sparse_moves(entry, operands):
+    """The (operand, Format) conversions of a kernel entry that are the Python layer's to
+    make: those of SparseTensor operands."""
+    return [(t, f) for t, f in entry[4] if isinstance(operands[t], SparseTensor)]
 
 
 _SIZED = 4   # kernels written for sizes, per signature; further sizes share a generic one
@@ -383,26 +388,6 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
         cache = a._transposed = {}
     cache[fmt] = (version, t)
     return t
-
-
-def _relaid(x: torch.Tensor, order, dtype) -> torch.Tensor:
-    """A copy of the dense ``x`` (in ``dtype``) whose memory holds its dimensions in
-    ``order``: a view of x's shape on a contiguous buffer of the permuted shape, which the
-    kernel's innermost loop reads with unit stride (A B^T over a dense B runs as a SpMM
-    over B^T).  Made on every call, not remembered: a dense tensor has no reliable sign of
-    change (a write through ``.data`` leaves its version counter alone), and a stale copy
-    would be a wrong answer.  The copy runs in x's memory order (its dimensions by
-    decreasing stride), reading x contiguously and writing the permuted destination:
-    torch's copy that way round ran 2-3x faster than ``.contiguous()`` of a transposed
-    source."""
-    inv = [0] * len(order)
-    for k, d in enumerate(order):
-        inv[d] = k
-    buf = torch.empty([x.shape[d] for d in order], dtype=dtype)
-    view = buf.permute(inv)
-    mem = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))
-    view.permute(mem).copy_(x.detach().permute(mem))
-    return view
 
 
 # id(a pattern's last crd array) -> (weak references to all its pos and crd arrays,
@@ -574,11 +559,11 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
 
 def _explain(lang, expr, operands, out_format, schedule) -> str:
     """The explanation of the kernel a call runs.  Where the kernel as asked would
-    transpose an operand on every run, the call transposes it itself (a sparse one once)
-    and runs the kernel compiled for that copy (``_compile``), whose loop order and
-    schedule can differ: the text is that kernel's, with each operand it reads as a copy
-    shown as given, followed by the line saying where it went.  (Like the call, this makes
-    the copy, kept on a sparse operand.)"""
+    transpose a sparse operand on every run, the call transposes it once and runs the
+    kernel compiled for that copy (``_compile``), whose loop order and schedule can differ:
+    the text is that kernel's, with each operand it reads as a copy shown as given,
+    followed by the line saying where it went.  (Like the call, this makes the copy, kept
+    on the operand.)"""
     asked, _ = _compile(lang, expr, operands, out_format, schedule, False)
     ran, _ = _compile(lang, expr, operands, out_format, schedule)
     text = _C.kernel_info(ran[0])[5]
@@ -595,9 +580,7 @@ def _explain(lang, expr, operands, out_format, schedule) -> str:
                 lines.append(given[t][0])
                 lines.extend(moved)
                 lines[-1] += (", once: the copy is kept on the tensor while its values are "
-                              "unchanged, and the kernel below reads it"
-                              if isinstance(operands[t], SparseTensor) else
-                              ", by the call, before the kernel below reads it")
+                              "unchanged, and the kernel below reads it")
                 continue
         lines.append(line)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
