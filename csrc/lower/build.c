@@ -92,6 +92,9 @@ typedef struct lb {
     int32_t tile_at;
     bool tile_vec; /* the tile's dense operands are contiguous in its variable: vectors */
     bool tile_strided; /* the output is strided along the tile: stored lane by lane */
+    /* sparse output with a whole operand's pattern (sc_lower_whole_pattern, other than the
+     * csr-like case pattern_operand serves): that access, else -1 */
+    int32_t whole;
     bool need_zero;
     /* lowering the pair body of a balanced row loop (paired_rows): pairing while it may
      * jam the two rows, paired once it has */
@@ -211,6 +214,14 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
 static void append_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *const *coord,
                         const sc_ir_expr *val)
 {
+    if (L->whole >= 0) {
+        /* at the entry's own position (pos and crd are the operand's); a run of repeated
+         * coordinates (COO duplicates) is one entry, written at the run's first position,
+         * the others keeping the output's zero fill */
+        if (L->mode == FILL)
+            sc_ir_push(B, out, sc_ir_store(B, L->ovals, S->ppos[L->whole], false, val));
+        return;
+    }
     int32_t leaf = L->flat ? L->D : L->m - 1;
     sc_ir_var n = S->cnt[leaf];
     if (L->mode == FILL) {
@@ -434,6 +445,8 @@ static bool paired_rows(lb *L, int32_t d, const sc_lower_node *known, const sc_l
  * else starts at its bound offset; either way it cannot reach the next row's slots. */
 static void row_begin(lb *L, st *S, sc_ir_list *out)
 {
+    if (L->whole >= 0)
+        return; /* no counters: each value goes to its entry's position */
     int32_t last = L->flat ? L->D : L->m - 1;
     if (L->mode == FILL && L->onepass) {
         sc_ir_push(B, out, sc_ir_if(B, BIN(NE, S->opos, BIN(ADD, V(L->prevr), I(1))),
@@ -454,6 +467,8 @@ static void row_begin(lb *L, st *S, sc_ir_list *out)
 
 static void row_end(lb *L, const st *S, sc_ir_list *out)
 {
+    if (L->whole >= 0)
+        return;
     int32_t last = L->flat ? L->D : L->m - 1;
     if (L->mode == FILL && L->onepass) {
         sc_ir_push(B, out, sc_ir_store(B, L->opos[last], BIN(ADD, S->opos, I(1)), false,
@@ -754,7 +769,8 @@ static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_li
             row_begin(L, S, out);
         }
     }
-    bool tree_entry = p->out_sparse && !L->flat && ko >= L->D && ko < L->kw && ko < L->m - 1;
+    bool tree_entry = p->out_sparse && !L->flat && ko >= L->D && ko < L->kw && ko < L->m - 1 &&
+                      L->whole < 0;
     sc_ir_var mark = -1;
     if (tree_entry) {
         mark = newv(L, "mark", SC_IR_I64);
@@ -2359,7 +2375,7 @@ static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_
     L->ws_bits = saved[5];
     L->ws_sum = saved[6];
     L->ws_flag = saved[7];
-    const sc_ir_expr *cond = BIN(LE, I(SC_IR_PAR_MIN), V(L->nrows));
+    const sc_ir_expr *cond = BIN(LE, I(SC_IR_PAR_MIN), V(L->whole >= 0 ? L->tot[L->D] : L->nrows));
     if (L->onepass)
         cond = BIN(AND, cond, BIN(LE, I(SPGEMM_PAR_WORK), V(L->ftot)));
     return sc_ir_parallel(B, cond, sc_ir_list_block(B, &region));
@@ -2384,13 +2400,13 @@ static sc_ir_var owned_alloc_uninit(lb *L, sc_ir_list *top, const char *name, sc
 
 /* Whether n is a product (of accesses, literals, negations) in which no sparse access
  * other than number *t is a factor; *t: the first sparse access seen (-1: none yet). */
-static bool lone_sparse_factor(const lb *L, const sc_lower_node *n, int32_t *t)
+static bool lone_sparse_factor(const sc_lower_problem *p, const sc_lower_node *n, int32_t *t)
 {
     if (!n)
         return false;
     switch (n->kind) {
     case SC_LN_ACCESS:
-        if (!L->p->ops[L->p->acc[n->access].operand].sparse)
+        if (!p->ops[p->acc[n->access].operand].sparse)
             return true;
         if (*t >= 0)
             return false;
@@ -2399,12 +2415,29 @@ static bool lone_sparse_factor(const lb *L, const sc_lower_node *n, int32_t *t)
     case SC_LN_LIT:
         return true;
     case SC_LN_NEG:
-        return lone_sparse_factor(L, n->a, t);
+        return lone_sparse_factor(p, n->a, t);
     case SC_LN_MUL:
-        return lone_sparse_factor(L, n->a, t) && lone_sparse_factor(L, n->b, t);
+        return lone_sparse_factor(p, n->a, t) && lone_sparse_factor(p, n->b, t);
     default:
         return false;
     }
+}
+
+int32_t sc_lower_whole_pattern(const sc_lower_problem *p)
+{
+    int32_t a = -1, m = p->out_order;
+    if (!p->out_sparse || !lone_sparse_factor(p, p->rhs, &a) || a < 0)
+        return -1;
+    const sc_lower_access *ac = &p->acc[a];
+    int32_t t = ac->operand;
+    const sc_format *f = &p->ops[t].fmt;
+    if (ac->order != m || (t < 64 && p->bcast[t]) || p->ops[t].itype != p->out_itype)
+        return -1;
+    for (int32_t k = 0; k < m; k++)
+        if (ac->lvar[k] != p->out_lvar[k] || f->kind[k] != p->out_fmt.kind[k] ||
+            f->unique[k] != p->out_fmt.unique[k])
+            return -1;
+    return a;
 }
 
 /*
@@ -2418,7 +2451,7 @@ static int32_t pattern_operand(const lb *L)
 {
     const sc_lower_problem *p = L->p;
     int32_t a = -1, m = L->m;
-    if (L->q >= 0 || L->flat || L->D != m - 1 || !lone_sparse_factor(L, p->rhs, &a) || a < 0)
+    if (L->q >= 0 || L->flat || L->D != m - 1 || !lone_sparse_factor(p, p->rhs, &a) || a < 0)
         return -1;
     const sc_lower_access *ac = &p->acc[a];
     const sc_format *f = &p->ops[ac->operand].fmt;
@@ -2549,6 +2582,25 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     /* cnt[k][r]: the first entry of row r at level k (a copy of the pattern operand's
      * pos array when there is one) */
     int32_t pat = pattern_operand(L);
+    if (pat < 0 && L->whole >= 0) {
+        int32_t t = p->acc[L->whole].operand;
+        sc_ir_push(B, top, sc_ir_comment(B, "the output has the operand's whole pattern: its pos and crd "
+                                            "arrays shared, each value written at its entry's position"));
+        for (int32_t k = D; k < m; k++) {
+            L->opos[k] = L->pos[t][k];
+            L->ocrd[k] = L->crd[t][k];
+        }
+        for (int32_t k = D; k <= last; k++) {
+            L->tot[k] = newv(L, "nnz", SC_IR_I64);
+            sc_ir_push(B, top, sc_ir_decl(B, L->tot[k], V(L->clen[t][k])));
+        }
+        L->ovals = owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]));
+        sc_ir_push(B, top, sc_ir_comment(B, "fill"));
+        L->mode = FILL;
+        sc_ir_push(B, top, phase(L, S, -1, I(1))); /* (no workspace to fail) */
+        publish_output(L, top);
+        return;
+    }
     for (int32_t k = D; k <= last; k++)
         L->cnt[k] = pat >= 0 ? L->pos[pat][D] : owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
     const sc_ir_expr *wsize = I(1);
@@ -2677,8 +2729,10 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
         if (L->kw < L->D || L->kw == L->m)
             return sc_fail(err, SC_INTERNAL, "lower", "workspace does not cover sparse output levels");
     }
+    /* (a csr-like output with an operand's pattern is pattern_operand's: rows in parallel) */
+    L->whole = L->q < 0 && (L->flat || L->D != L->m - 1) ? sc_lower_whole_pattern(p) : -1;
     L->par = s->parallel >= 0 && L->n > 0 && s->order[0] == s->parallel;
-    if (p->out_sparse && L->D == 0)
+    if (p->out_sparse && L->D == 0 && L->whole < 0)
         L->par = false;
 
     sc_ir_list top = {0};

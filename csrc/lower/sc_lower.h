@@ -127,6 +127,15 @@ sc_status sc_lower_set_output(sc_lower_problem *p, const sc_format *fmt, sc_erro
 #define SC_LOWER_FIXED_MAX 64
 void sc_lower_fix_extents(sc_lower_problem *p, sc_expr_var outer);
 
+/* The access whose operand's pattern a sparse output has at every level (-1: none): the
+ * expression a product in which that operand is the one sparse factor, read with the
+ * output's indices level by level, with the output's level kinds, uniqueness and index
+ * width, not broadcast.  Every stored entry of it then gives the output entry at the
+ * same position: a kernel without a workspace shares its pos and crd arrays and writes
+ * each value at the entry's own position, in any order (in parallel over a compressed
+ * first level: a DCSR SDDMM). */
+int32_t sc_lower_whole_pattern(const sc_lower_problem *p);
+
 /* Replace the formats of the operands whose bit is set in mask by fmts[t] (their
  * transposed form, chosen by the schedule). */
 void sc_lower_replace_formats(sc_lower_problem *p, uint32_t mask, const sc_format *fmts);

@@ -166,7 +166,10 @@ bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *w
         snprintf(why, n, "index %s is a reduction index", p.e->vars[v].name);
         return false;
     }
-    if (p.out_sparse && p.out_fmt.kind[0] != SC_LEVEL_DENSE) {
+    /* (unless the output has an operand's whole pattern: its entries are that operand's,
+     * written at their own positions, so no assembly orders them) */
+    if (p.out_sparse && p.out_fmt.kind[0] != SC_LEVEL_DENSE &&
+        (s->ws_depth >= 0 || sc_lower_whole_pattern(&p) < 0)) {
         snprintf(why, n, "the output's first level (index %s) is compressed", p.e->vars[v].name);
         return false;
     }
