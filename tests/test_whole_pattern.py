@@ -107,3 +107,25 @@ def test_gradients_through_a_dcsr_sddmm():
     torch.testing.assert_close(U.grad, Ud.grad)
     torch.testing.assert_close(V.grad, Vd.grad)
     torch.testing.assert_close(A.with_values(Av.grad).to_dense(), dd.grad * (d != 0))
+
+
+@pytest.mark.parametrize("fmt", ["dcsr", "dcsc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_enough_for_the_parallel_region(fmt, dtype):
+    """Enough entries and work (≥ 128 outer entries, ≥ 8192 multiply-adds) that the
+    kernel's parallel region runs on two threads: the same values as dense."""
+    d = make_dense((700, 600), dtype=dtype, seed=29, kind="empty_rows", density=0.05)
+    A = scorch.to_sparse(d, fmt)
+    g = torch.Generator().manual_seed(30)
+    U = torch.rand(700, 16, generator=g, dtype=dtype)
+    V = torch.rand(600, 16, generator=g, dtype=dtype)
+    text = scorch.explain("ij,ik,jk->ij", A, U, V)
+    assert "#pragma omp parallel" in text and "parallel(" in text
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = scorch.einsum("ij,ik,jk->ij", A, U, V)
+    finally:
+        torch.set_num_threads(threads)
+    assert out.format == A.format and shares(out, A)
+    torch.testing.assert_close(out.to_dense(), d * (U @ V.T), **tol(dtype))

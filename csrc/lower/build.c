@@ -2378,6 +2378,11 @@ static const sc_ir_stmt *phase(lb *L, const st *S0, sc_ir_var fail, const sc_ir_
     const sc_ir_expr *cond = BIN(LE, I(SC_IR_PAR_MIN), V(L->whole >= 0 ? L->tot[L->D] : L->nrows));
     if (L->onepass)
         cond = BIN(AND, cond, BIN(LE, I(SPGEMM_PAR_WORK), V(L->ftot)));
+    if (L->whole >= 0) { /* as a balanced row loop: the entries times the dense work in each */
+        int32_t last = L->flat ? L->D : L->m - 1;
+        const sc_ir_expr *w = inner_work(L, 0), *n = V(L->tot[last]);
+        cond = BIN(AND, cond, BIN(LE, I(SC_IR_PAR_WORK), w ? BIN(MUL, n, w) : n));
+    }
     return sc_ir_parallel(B, cond, sc_ir_list_block(B, &region));
 }
 
