@@ -253,12 +253,13 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
                      sc_dtype_name(ops[t].dtype), sc_index_name(ops[t].index_type),
                      (long long)ops[t].nvals);
         if ((s.transpose >> t) & 1) {
-            bool same = true; /* only uniqueness changed (made_unique), not the level order */
-            for (int32_t l = 0; l < ops[t].fmt.order; l++)
+            /* same: only uniqueness changed (made_unique), not the level order; dense: a
+             * dense operand relaid (sc_sched_relayout) */
+            bool same = true, dense = true;
+            for (int32_t l = 0; l < ops[t].fmt.order; l++) {
                 same &= s.tfmt[t].lvl2dim[l] == ops[t].fmt.lvl2dim[l];
-            bool dense = true;
-            for (int32_t l = 0; l < ops[t].fmt.order; l++)
                 dense &= s.tfmt[t].kind[l] == SC_LEVEL_DENSE;
+            }
             fmt_text(&s.tfmt[t], ft, sizeof ft);
             sc_cg_printf(&dump, same ? "  converted before running to %s (unique coordinates, so that "
                                        "the outer loop runs in parallel)\n"

@@ -910,19 +910,19 @@ static bool all_dense(const sc_format *f)
     return true;
 }
 
-/* Elements of size vs from s to d, n of them, at element strides ss and ds. */
-static void move_strided(char *restrict d, const char *restrict s, int64_t n, int64_t ds,
-                         int64_t ss, size_t vs)
+/* n elements of size vs into d, contiguous, from s at element stride ss. */
+static void gather_strided(char *restrict d, const char *restrict s, int64_t n, int64_t ss,
+                           size_t vs)
 {
     if (vs == 4) {
         for (int64_t i = 0; i < n; i++)
-            ((uint32_t *)d)[i * ds] = ((const uint32_t *)s)[i * ss];
+            ((uint32_t *)d)[i] = ((const uint32_t *)s)[i * ss];
     } else if (vs == 8) {
         for (int64_t i = 0; i < n; i++)
-            ((uint64_t *)d)[i * ds] = ((const uint64_t *)s)[i * ss];
+            ((uint64_t *)d)[i] = ((const uint64_t *)s)[i * ss];
     } else {
         for (int64_t i = 0; i < n; i++)
-            memcpy(d + (size_t)(i * ds) * vs, s + (size_t)(i * ss) * vs, vs);
+            memcpy(d + (size_t)i * vs, s + (size_t)(i * ss) * vs, vs);
     }
 }
 
@@ -987,8 +987,8 @@ static sc_status dense_relaid(const sc_ctx *ctx, const sc_tensor *src, const sc_
             int64_t j1 = j0 + TILE < nb ? j0 + TILE : nb;
             for (int64_t i = i0; i < i1; i++) {
                 int64_t si = so + (a >= 0 ? i * ss[a] : 0), di = dof + (a >= 0 ? i * ds[a] : 0);
-                move_strided(dv + (size_t)(di + j0) * vs, sv + (size_t)(si + j0 * ss[b]) * vs,
-                             j1 - j0, 1, ss[b], vs);
+                gather_strided(dv + (size_t)(di + j0) * vs, sv + (size_t)(si + j0 * ss[b]) * vs,
+                               j1 - j0, ss[b], vs);
             }
         }
     }

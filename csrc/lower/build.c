@@ -2428,7 +2428,9 @@ static bool lone_sparse_factor(const sc_lower_problem *p, const sc_lower_node *n
     }
 }
 
-int32_t sc_lower_whole_pattern(const sc_lower_problem *p)
+/* The access of the one sparse factor of a product whose levels are the output's, level
+ * by level (index, kind, uniqueness), not broadcast; -1 where there is none. */
+static int32_t pattern_access(const sc_lower_problem *p)
 {
     int32_t a = -1, m = p->out_order;
     if (!p->out_sparse || !lone_sparse_factor(p, p->rhs, &a) || a < 0)
@@ -2436,13 +2438,19 @@ int32_t sc_lower_whole_pattern(const sc_lower_problem *p)
     const sc_lower_access *ac = &p->acc[a];
     int32_t t = ac->operand;
     const sc_format *f = &p->ops[t].fmt;
-    if (ac->order != m || (t < 64 && p->bcast[t]) || p->ops[t].itype != p->out_itype)
+    if (ac->order != m || (t < 64 && p->bcast[t]))
         return -1;
     for (int32_t k = 0; k < m; k++)
         if (ac->lvar[k] != p->out_lvar[k] || f->kind[k] != p->out_fmt.kind[k] ||
             f->unique[k] != p->out_fmt.unique[k])
             return -1;
     return a;
+}
+
+int32_t sc_lower_whole_pattern(const sc_lower_problem *p)
+{
+    int32_t a = pattern_access(p);
+    return a >= 0 && p->ops[p->acc[a].operand].itype == p->out_itype ? a : -1;
 }
 
 /*
@@ -2455,19 +2463,12 @@ int32_t sc_lower_whole_pattern(const sc_lower_problem *p)
 static int32_t pattern_operand(const lb *L)
 {
     const sc_lower_problem *p = L->p;
-    int32_t a = -1, m = L->m;
-    if (L->q >= 0 || L->flat || L->D != m - 1 || !lone_sparse_factor(p, p->rhs, &a) || a < 0)
+    int32_t m = L->m;
+    if (L->q >= 0 || L->flat || L->D != m - 1 || p->out_fmt.kind[m - 1] != SC_LEVEL_COMPRESSED ||
+        !p->out_fmt.unique[m - 1])
         return -1;
-    const sc_lower_access *ac = &p->acc[a];
-    const sc_format *f = &p->ops[ac->operand].fmt;
-    if (ac->order != m || p->out_fmt.kind[m - 1] != SC_LEVEL_COMPRESSED ||
-        !p->out_fmt.unique[m - 1] || (ac->operand < 64 && p->bcast[ac->operand]))
-        return -1;
-    for (int32_t k = 0; k < m; k++)
-        if (ac->lvar[k] != p->out_lvar[k] || f->kind[k] != p->out_fmt.kind[k] ||
-            f->unique[k] != p->out_fmt.unique[k])
-            return -1;
-    return L->pos[ac->operand][m - 1] >= 0 ? ac->operand : -1;
+    int32_t a = pattern_access(p);
+    return a >= 0 && L->pos[p->acc[a].operand][m - 1] >= 0 ? p->acc[a].operand : -1;
 }
 
 /* Hand the sparse output's arrays over: out_pos (where levels have one), out_crd and
@@ -2584,10 +2585,7 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     L->nrows = newv(L, "nrows", SC_IR_I64);
     sc_ir_push(B, top, sc_ir_decl(B, L->nrows, rows));
     const sc_ir_expr *rows1 = BIN(ADD, V(L->nrows), I(1));
-    /* cnt[k][r]: the first entry of row r at level k (a copy of the pattern operand's
-     * pos array when there is one) */
-    int32_t pat = pattern_operand(L);
-    if (pat < 0 && L->whole >= 0) {
+    if (L->whole >= 0) {
         int32_t t = p->acc[L->whole].operand;
         sc_ir_push(B, top, sc_ir_comment(B, "the output has the operand's whole pattern: its pos and crd "
                                             "arrays shared, each value written at its entry's position"));
@@ -2606,6 +2604,9 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
         publish_output(L, top);
         return;
     }
+    /* cnt[k][r]: the first entry of row r at level k (a copy of the pattern operand's
+     * pos array when there is one) */
+    int32_t pat = pattern_operand(L);
     for (int32_t k = D; k <= last; k++)
         L->cnt[k] = pat >= 0 ? L->pos[pat][D] : owned_alloc(L, top, "cnt", SC_IR_I64, rows1);
     const sc_ir_expr *wsize = I(1);

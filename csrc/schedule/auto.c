@@ -260,14 +260,13 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
         at[d] = cnt;
         last = p->extent[v] != 1 ? cnt : 0; /* (a loop of one iteration adds none) */
         cost += last;
-        if (d + 1 < p->nvars)
-            bound |= 1u << v;
+        bound |= 1u << v;
         if (d == s.ws_depth - 1 || (s.ws_depth == 0 && d == 0))
             cnt_at_ws = cnt;
     }
     if (p->nvars > 0) {
         sc_expr_var in = order[p->nvars - 1];
-        bool dense_in = !thinned(p, p->rhs, in, bound), strided = false;
+        bool dense_in = sc_sched_inner_dense(p, order), strided = false;
         for (int32_t a = 0; a < p->naccess; a++) {
             const sc_lower_access *ac = &p->acc[a];
             int32_t t = ac->operand;
