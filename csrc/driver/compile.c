@@ -197,6 +197,7 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     if ((st = sc_sched_check(&p, &s, err)) != SC_OK)
         goto done;
     s.vec_bytes = c->vec_bytes;
+    s.gathers = c->gathers;
     if (sizes)
         sc_lower_fix_extents(&p, s.norder > 0 ? s.order[0] : -1);
     char stext[512];
@@ -225,6 +226,8 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         if ((s.transpose >> t) & 1)
             hash_fmt(&h, &s.tfmt[t]);
     sc_jit_hash_field(&h, &s.vec_bytes, sizeof s.vec_bytes);
+    uint8_t gth = s.gathers;
+    sc_jit_hash_field(&h, &gth, sizeof gth);
     hash_fixed(&h, &e, &p);
     sc_jit_key key = sc_jit_hash_final(&h);
     const sc_kernel *hit = sc_drv_lookup(c, key);
@@ -280,6 +283,7 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         sc_cg_printf(&dump, " %s", e.vars[s.order[d]].name);
     sc_cg_printf(&dump, "\nschedule: %s\n", stext);
     sc_cg_printf(&dump, "vectors: %d bytes\n", (int)s.vec_bytes);
+    sc_cg_printf(&dump, "gathers: %s\n", s.gathers ? "fast" : "slow");
     int nfixed = 0;
     for (int32_t v = 0; v < p.nvars; v++)
         if (p.fixed[v] > 0)

@@ -34,10 +34,25 @@ static sc_status vec_width(int32_t *out, sc_error *err)
     return SC_OK;
 }
 
+/* Whether SpMV's float rows read x through gathers: $SCORCH_GATHERS (0 or 1) when set,
+ * else measured (sc_drv_fast_gathers).  USER error for any other value. */
+static sc_status gathers(const sc_ctx *ctx, bool *out, sc_error *err)
+{
+    const char *v = getenv("SCORCH_GATHERS");
+    if (v && *v) {
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+            return sc_fail(err, SC_USER, "driver", "SCORCH_GATHERS must be 0 or 1, not '%.40s'", v);
+        *out = v[0] == '1';
+        return SC_OK;
+    }
+    return sc_drv_fast_gathers(ctx, out, err);
+}
+
 sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_error *err)
 {
     int32_t vec_bytes = 64;
-    if (vec_width(&vec_bytes, err) != SC_OK)
+    bool fast = false;
+    if (vec_width(&vec_bytes, err) != SC_OK || gathers(ctx, &fast, err) != SC_OK)
         return NULL;
     sc_compiler *c = sc_calloc(ctx, 1, sizeof *c, err);
     if (!c)
@@ -46,6 +61,7 @@ sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_err
     const char *dbg = getenv("SCORCH_DEBUG");
     c->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
     c->vec_bytes = vec_bytes;
+    c->gathers = fast && vec_bytes == 64;
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         sc_fail(err, SC_INTERNAL, "driver", "pthread_mutex_init failed");
         sc_free(ctx, c);

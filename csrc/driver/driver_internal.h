@@ -46,11 +46,16 @@ struct sc_compiler {
     sc_jit *jit;
     bool debug;
     int32_t vec_bytes; /* the vector width kernels are written for (see sc_compiler_new) */
+    bool gathers;      /* the CPU's gathers are fast (see sc_compiler_new, probe.c) */
     bool convert_once; /* sc_compiler_set_convert_once */
     pthread_mutex_t mu;
     sc_kernel **map; /* open addressing on key.w[0]; NULL = empty */
     size_t cap, count;
 };
+
+/* *fast: whether 8-lane float gathers beat scalar loads on this CPU, timed (probe.c);
+ * false where the CPU has no AVX-512VL.  NOMEM when the probe's arrays cannot be had. */
+sc_status sc_drv_fast_gathers(const sc_ctx *ctx, bool *fast, sc_error *err);
 
 /* Find the kernel for key (NULL if absent); takes the mutex. */
 const sc_kernel *sc_drv_lookup(sc_compiler *c, sc_jit_key key);

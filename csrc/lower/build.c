@@ -1400,27 +1400,99 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
  * scalar sum S->acc; seg itself where the pattern does not apply.  (Empty rows tested
  * on their own: one branch for them, not the loop's two; on p2p-Gnutella31, three rows
  * in four empty, a C model without that test ran 1.4-1.6x MKL's time, with it 1.1.) */
-static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n, const st *S,
-                                       const iter *i0, sc_ir_var pb, const sc_ir_stmt *seg)
+static const sc_ir_stmt *short_sums(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                                    const iter *i0, sc_ir_var pb, const sc_ir_expr *len)
 {
     sc_expr_var v = L->order[d];
     int32_t full = sc_ir_vec_lanes(B->fn, L->vt);
     sc_ir_var crd = L->crd[i0->operand][i0->level];
     if (B->fn->vec_bytes != 64 || L->vt != SC_IR_F32 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32)
-        return seg;
-    const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
+        return NULL;
     const sc_ir_stmt *sum[2];
     for (int32_t k = 0; k < 2; k++) {
         int has = 0;
         const sc_ir_expr *x = gathered(L, n, S, i0, v, V(pb), len, full / (2 << k), &has);
         if (!x || has != 3)
-            return seg;
+            return NULL;
         sum[k] = sc_ir_assign(B, S->acc, true, sc_ir_hsum(B, x));
     }
-    const sc_ir_expr *big = BIN(LE, I(GATHER_SHORT_BYTES / 4), V(L->ext[v]));
     const sc_ir_stmt *some = sc_ir_if(B, BIN(LE, len, I(full / 4)), sum[1], sum[0]);
-    return sc_ir_if(B, BIN(AND, big, BIN(LE, len, I(full / 2))),
-                    sc_ir_if(B, BIN(NE, len, I(0)), some, NULL), seg);
+    return sc_ir_if(B, BIN(NE, len, I(0)), some, NULL);
+}
+
+static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                                       const iter *i0, sc_ir_var pb, const sc_ir_stmt *seg)
+{
+    const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
+    const sc_ir_stmt *some = short_sums(L, d, n, S, i0, pb, len);
+    if (!some)
+        return seg;
+    int32_t full = sc_ir_vec_lanes(B->fn, L->vt);
+    const sc_ir_expr *big = BIN(LE, I(GATHER_SHORT_BYTES / 4), V(L->ext[L->order[d]]));
+    return sc_ir_if(B, BIN(AND, big, BIN(LE, len, I(full / 2))), some, seg);
+}
+
+/*
+ * SpMV's float row read through 8-lane gathers, where the target's gathers are fast
+ * (sc_sched.gathers, measured by the driver: driver/probe.c): a row of up to 8 entries
+ * as short_gathers sums it (whatever x's size), a longer one 16 entries a step into two
+ * half-vector accumulators, the last 1-15 entries as one or two masked gathers, and the
+ * accumulators' lanes summed once.  In a C model at 2 threads, f32, on the AVX-512 Xeon
+ * where the probe first said fast (2026-11-26), against four scalar accumulators:
+ * bcsstk16 70 -> 37 us, bcsstk13 25 -> 14, wiki-Vote 57 -> 31, email-Enron 315 -> 154,
+ * cryg2500 (rows of 5) 4.9 -> 4.3; 16-lane gathers were level or slower (40, 16, 31,
+ * 153, 5.7).  Where x outgrows L2 (GATHER_PREFETCH_BYTES) the row first prefetches x at
+ * three of the coordinates 64, 68 and 72 entries ahead: the gathers' many micro-ops fill
+ * the reorder buffer sooner than scalar loads, so fewer rows' misses overlap (a harness
+ * around the generated kernel, 2 threads, uniform 1M x 1M with 10 a row, medians: scalar
+ * loop with its prefetch 18.2 ms, gathers 21.5, gathers with these prefetches 18.4-18.7;
+ * one prefetch a row 18.4-19.7 by distance, five 19.8-20.2, ten 23.9; R-MAT 2^20 18.6 /
+ * 15.9 / 16.3, banded 1M 13.7 / 12.4 / 11.7).  NULL where short_sums does not apply.
+ */
+enum { GATHER_ROW_PREFETCHES = 3, GATHER_ROW_AHEAD = 64 - GATHER_AHEAD };
+
+static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                                      const iter *i0, sc_ir_var pb)
+{
+    const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
+    const sc_ir_stmt *some = short_sums(L, d, n, S, i0, pb, len);
+    if (!L->s->gathers || !some)
+        return NULL;
+    sc_expr_var v = L->order[d];
+    int32_t h = sc_ir_vec_lanes(B->fn, L->vt) / 2;
+    sc_ir_list loc = {0}, body = {0};
+    sc_ir_var acc[2];
+    for (int32_t k = 0; k < 2; k++) {
+        acc[k] = sc_ir_new_vector(B, "gacc", L->vt, h);
+        sc_ir_push(B, &loc, sc_ir_decl(B, acc[k], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), h)));
+    }
+    sc_ir_var main = newv(L, "pmain", SC_IR_I64), pu = newv(L, "pu", SC_IR_I64);
+    sc_ir_var pt = newv(L, "pt", SC_IR_I64);
+    sc_ir_push(B, &loc, sc_ir_decl(B, main, BIN(ADD, V(pb), BIN(MUL, BIN(DIV, len, I(2 * h)), I(2 * h)))));
+    for (int32_t k = 0; k < 2; k++) {
+        int has = 0;
+        const sc_ir_expr *x = gathered(L, n, S, i0, v, k ? BIN(ADD, V(pu), I(h)) : V(pu), I(h), h, &has);
+        if (!x || has != 3)
+            return NULL;
+        sc_ir_push(B, &body, sc_ir_assign(B, acc[k], true, x));
+    }
+    sc_ir_push(B, &loc, sc_ir_for(B, pu, V(pb), V(main), I(2 * h), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    int has = 0;
+    const sc_ir_expr *rest = gathered(L, n, S, i0, v, V(pt), sc_ir_bin(B, SC_IR_OP_MIN,
+                                      BIN(SUB, V(i0->e), V(pt)), I(h)), h, &has);
+    if (!rest || has != 3)
+        return NULL;
+    sc_ir_push(B, &loc, sc_ir_for(B, pt, V(main), V(i0->e), I(h), SC_IR_SEQ, 0,
+                                  sc_ir_assign(B, acc[0], true, rest)));
+    sc_ir_push(B, &loc, sc_ir_assign(B, S->acc, true, sc_ir_hsum(B, BIN(ADD, V(acc[0]), V(acc[1])))));
+    sc_ir_list row = {0};
+    for (int32_t k = 0; k < GATHER_ROW_PREFETCHES; k++) {
+        const sc_ir_stmt *pf = prefetch_gather(L, n, i0, v, BIN(ADD, V(pb), I(GATHER_ROW_AHEAD + 4 * k)));
+        if (pf)
+            sc_ir_push(B, &row, pf);
+    }
+    sc_ir_push(B, &row, sc_ir_if(B, BIN(LE, len, I(h)), some, sc_ir_list_block(B, &loc)));
+    return sc_ir_list_block(B, &row);
 }
 
 static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st *S,
@@ -1430,6 +1502,15 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
     if (L->mode != FILL || !n || S->tacc >= 0 ||
         !(vec || (d == L->n - 1 && S->acc >= 0 && S->tvn == 0)))
         return false;
+    if (!vec && L->s->gathers) {
+        sc_ir_var pb = newv(L, "pb", SC_IR_I64);
+        const sc_ir_stmt *g = gathered_row(L, d, n, S, i0, pb);
+        if (g) {
+            sc_ir_push(B, res, sc_ir_decl(B, pb, i0->lo));
+            sc_ir_push(B, res, g);
+            return true;
+        }
+    }
     int32_t U = vec ? 2 : 4;
     sc_ir_list loc = {0}, *out = &loc;
     sc_ir_var part[4];
@@ -2086,9 +2167,10 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
                 loop = sc_ir_runs(B, loop, min, re, run);
         }
         if (bal >= 0 && par == SC_IR_PAR_FOR && L->mode == FILL && d + 2 == L->n &&
-            L->vt == SC_IR_F32) {
+            L->vt == SC_IR_F32 && !L->s->gathers) {
             /* rows two at a time where paired_rows applies (f32 only: in f64 the jam was
-             * 5-10 % slower than one row at a time on FEM rows, level on banded ones) */
+             * 5-10 % slower than one row at a time on FEM rows, level on banded ones; not
+             * where gathered_row reads the rows) */
             L->pairing = true;
             L->paired = false;
             const sc_ir_stmt *pair = case_body(L, d, n, S, it, 0, 0, V(cvar), false);

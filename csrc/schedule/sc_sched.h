@@ -35,6 +35,9 @@ typedef struct sc_sched {
     /* set by the caller: the vector width (bytes) the kernel is written for, 32 or 64;
      * 0 means SC_IR_VEC_BYTES */
     int32_t vec_bytes;
+    /* set by the caller: the target's gathers are fast, so SpMV's float rows read x
+     * through 8-lane gathers (lower/build.c gathered_row) */
+    bool gathers;
 } sc_sched;
 
 /* Parse text (NULL or "" gives an empty schedule) with variable names from e.  USER error

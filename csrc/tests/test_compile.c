@@ -610,9 +610,48 @@ static int sweep(const sc_jit_config *cfg, const char *bytes)
     return 1;
 }
 
+/* SpMV's float rows through gathers (SCORCH_GATHERS=1, whatever the probe says of this
+ * CPU): every SpMV case against dense, and the gathered row's lines. */
+static void test_gathered_rows(const sc_jit_config *cfg)
+{
+    setenv("SCORCH_VEC_BYTES", "64", 1);
+    setenv("SCORCH_GATHERS", "1", 1);
+    sc_error err;
+    comp = sc_compiler_new(&ctx, cfg, &err);
+    CHECK(comp != NULL);
+    if (!comp)
+        return;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+        if (strcmp(CASES[i].expr, "ij,j->i") == 0)
+            CHECK(run_all_types(&CASES[i]));
+    tcase spmv = {"ij,j->i", 0, 2, {"csr", "dense"}, {{M, N}, {N}}, NULL, NULL};
+    static const char *const g[] = {
+        /* rows of up to 8 entries as one masked gather, whatever x's size */
+        "if (((A1_end_", ") <= 8)) {", "sc_hsum_f32q((sc_vloadn_f32q(&A_vals_",
+        /* longer rows: 16 entries a step into two half vectors, a masked tail */
+        "sc_vf32h gacc_", " += 16) {", "* sc_vgathern_f32h(B_vals_", "&A1_crd_1[(pu_",
+        " += 8) {", "sc_min((A1_end_", "sc_hsum_f32h((gacc_",
+        /* x prefetched three times a row, 64 entries on, where it outgrows L2 */
+        "if ((262144 <= Nj_", "(pb_", " + 40) + 32), (A1_len_"};
+    golden(&spmv, g, (int)(sizeof g / sizeof g[0]));
+    const sc_kernel *k = NULL;
+    CHECK(run_case(&spmv, SC_DTYPE_F32, SC_INDEX_I32, 3, &k));
+    CHECK(k && strstr(sc_kernel_explain(k), "\ngathers: fast\n") != NULL);
+    CHECK(k && strstr(sc_kernel_explain(k), "(16 <= m_") == NULL); /* no rows in pairs */
+    sc_compiler_free(comp);
+    comp = NULL;
+    setenv("SCORCH_GATHERS", "2", 1);
+    CHECK(sc_compiler_new(&ctx, cfg, &err) == NULL && err.kind == SC_USER &&
+          strstr(err.msg, "SCORCH_GATHERS must be 0 or 1, not '2'") != NULL);
+    setenv("SCORCH_GATHERS", "0", 1);
+}
+
 int main(void)
 {
     sc_ctx_init(&ctx);
+    /* the sweeps and goldens are the kernels of a CPU whose gathers are slow, whatever the
+     * probe says of this one (test_gathered_rows sets them fast) */
+    setenv("SCORCH_GATHERS", "0", 1);
     snprintf(root, sizeof root, "/tmp/sc_test_compile_XXXXXX");
     if (!mkdtemp(root))
         return 1;
@@ -629,9 +668,11 @@ int main(void)
     if (!sweep(&cfg, "64"))
         return 1;
     test_goldens();
-    free(last_result);
     sc_compiler_free(comp);
+    test_gathered_rows(&cfg);
+    free(last_result);
     unsetenv("SCORCH_VEC_BYTES");
+    unsetenv("SCORCH_GATHERS");
     tmpdir_remove(root);
     return check_report("test_compile");
 }
