@@ -186,10 +186,12 @@ def cpu_model():
 
 
 def vector_width():
-    """The vector width scorch's kernels are written for here (what explain reports)."""
+    """The vector width scorch's kernels are written for here and whether its SpMV rows
+    gather (what explain reports: the compiler measures the gathers, driver/probe.c)."""
     w = scorch.to_sparse(torch.eye(2), "csr")
     text = scorch.explain("ij,j->i", w, torch.ones(2))
-    return int(text.split("vectors: ", 1)[1].split(" ", 1)[0])
+    return (int(text.split("vectors: ", 1)[1].split(" ", 1)[0]),
+            text.split("gathers: ", 1)[1].split("\n", 1)[0])
 
 
 def synthetic(quick):
@@ -678,8 +680,10 @@ def main(argv=None):
         scorch.einsum("ij,ik,jk->ij", w, torch.ones(4, 3, dtype=dt), torch.ones(4, 3, dtype=dt))
         scorch.einsum("ij,jk->ik", w, w)
 
-    probes["cpu"], probes["vec_bytes"] = cpu_model(), vector_width()
-    print(f"cpu: {probes['cpu']}; scorch writes {probes['vec_bytes']}-byte vectors")
+    probes["cpu"] = cpu_model()
+    probes["vec_bytes"], probes["gathers"] = vector_width()
+    print(f"cpu: {probes['cpu']}; scorch writes {probes['vec_bytes']}-byte vectors, "
+          f"gathers {probes['gathers']} (measured, or SCORCH_GATHERS)")
 
     bench = Bench(args, probes)
     hdr = (f"{'matrix':<35}{'kernel':<13}{'dt':<4}{'nnz':>10}{'scorch ms':>11}{'torch ms':>10}"

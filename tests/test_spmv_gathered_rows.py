@@ -1,4 +1,4 @@
-"""SpMV's float rows read through 8-lane gathers (lower/build.c gathered_row) where the CPU's
+"""SpMV's rows read through 8-lane gathers (lower/build.c gathered_row) where the CPU's
 gathers are fast: the compiler times them once (driver/probe.c), SCORCH_GATHERS=0/1
 overrides it.  The rest of the suite runs with SCORCH_GATHERS=0 (conftest), so these tests
 run the gathered rows in child processes: rows of every length around the cuts (8, 16,
@@ -41,8 +41,9 @@ for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
             fast = re.search(r"^gathers: (\w+)", text, re.M).group(1)
             assert fast == ("fast" if want else "slow"), fast
             vec64 = re.search(r"^vectors: 64 bytes", text, re.M) is not None
-            gathered = "+= 16)" in text and "sc_vgathern_f32h(" in text
-            assert gathered == (want and vec64 and dt == torch.float32 and it == torch.int32), text[-2000:]
+            tag = "f32h" if dt == torch.float32 else "f64"    # 8 lanes a gather
+            gathered = "+= 16)" in text and f"sc_vgathern_{tag}(B_vals" in text
+            assert gathered == (want and vec64 and it == torch.int32), text[-2000:]
             if gathered:
                 assert ("__builtin_prefetch" in text)
             for th in (1, 2):

@@ -161,7 +161,8 @@ static const char *const PRELUDE[] = {
  * Moves of the first n lanes of half and quarter vectors, and masked gathers into them
  * (lane l < n: x[c[l]], the others 0; nothing read past c[n - 1]): one instruction each
  * with AVX-512VL, lane by lane elsewhere.  The lowering gathers only for 64-byte vectors
- * (sc_ir_vgather_n): 8 or 4 float lanes, 4 or 2 double lanes, 32-bit coordinates.
+ * (sc_ir_vgather_n): 8 or 4 float lanes, 8, 4 or 2 double lanes, 32-bit coordinates (the
+ * full double vector's first-n-lane load is vector_helpers').
  */
 static void partial_helpers(sc_cg_buf *b, int32_t bytes)
 {
@@ -189,7 +190,13 @@ static void partial_helpers(sc_cg_buf *b, int32_t bytes)
                          h[k].tag, h[k].tag, h[k].ct, h[k].gather, h[k].tag, h[k].ild, h[k].idx,
                          h[k].esz);
         }
-        sc_cg_printf(b, "#else\n");
+        sc_cg_printf(b, "static inline sc_vf64 sc_vgathern_f64(const double *x, const int32_t *c, int64_t n)\n"
+                        "{\n    unsigned char k = (unsigned char)SC_MASK(n);\n"
+                        "    return __builtin_ia32_gathersiv8df((sc_vf64){0}, x, "
+                        "__builtin_ia32_loaddqusi256_mask(c, (sc_vi32h){0}, k), k, 8);\n}\n"
+                        "#else\n"
+                        "static inline sc_vf64 sc_vgathern_f64(const double *x, const int32_t *c, int64_t n)\n"
+                        "{ sc_vf64 v = {0}; for (int64_t i = 0; i < n; i++) v[i] = x[c[i]]; return v; }\n");
     }
     sc_cg_printf(b, "#define SC_VG(T, S)                                                           \\\n"
                     "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"

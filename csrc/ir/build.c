@@ -307,8 +307,9 @@ const sc_ir_expr *sc_ir_vgather_n(sc_ir_builder *b, sc_ir_var buf, sc_ir_var crd
         return NULL;
     const sc_ir_var_info *c = &b->fn->vars[crd], *x = &b->fn->vars[buf];
     int32_t full = sc_ir_vec_lanes(b->fn, x->type);
+    bool f64x8 = x->type == SC_IR_F64 && full == 8 && lanes == 8;
     if (c->type != SC_IR_I32 || !c->readonly || !x->buffer || !sc_ir_is_float(x->type) ||
-        !full || (lanes != full / 2 && lanes != full / 4)) {
+        !full || (lanes != full / 2 && lanes != full / 4 && !f64x8)) {
         sc_ir_fail(b, SC_INTERNAL, "gather of %d lanes from %s at %s", (int)lanes, x->name, c->name);
         return NULL;
     }

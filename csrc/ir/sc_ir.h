@@ -288,8 +288,9 @@ const sc_ir_expr *sc_ir_vload_n(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
 /* The vector of lanes lanes whose lane l < count is buf[crd[idx + l]] and whose other
  * lanes are 0 (1 <= count <= lanes at run time; buf of a float type, crd a readonly int32
  * buffer): a masked gather, reading nothing past crd[idx + count) and no element of buf
- * for the lanes past count.  lanes: half or a quarter of the full count (the gathers a
- * 64-byte target has in one instruction: 8 or 4 float, 4 or 2 double lanes). */
+ * for the lanes past count.  lanes: half or a quarter of the full count, or the full 8
+ * double lanes of a 64-byte vector (the gathers a 64-byte target has in one instruction,
+ * with at most 8 32-bit coordinates: 8 or 4 float, 8, 4 or 2 double lanes). */
 const sc_ir_expr *sc_ir_vgather_n(sc_ir_builder *b, sc_ir_var buf, sc_ir_var crd,
                                   const sc_ir_expr *idx, const sc_ir_expr *count, int32_t lanes);
 /* The vector of lanes lanes each of which is the scalar x. */

@@ -1400,23 +1400,38 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
  * scalar sum S->acc; seg itself where the pattern does not apply.  (Empty rows tested
  * on their own: one branch for them, not the loop's two; on p2p-Gnutella31, three rows
  * in four empty, a C model without that test ran 1.4-1.6x MKL's time, with it 1.1.) */
+/* The lanes of one gather (GATHER_LANES: 8 32-bit coordinates in a ymm register) for
+ * the segment's values and coordinates, or 0 where gathers do not apply: vectors of 64
+ * bytes (AVX-512VL has the masked forms) and 32-bit coordinates. */
+enum { GATHER_LANES = 8 };
+
+static int32_t gather_lanes(lb *L, const iter *i0)
+{
+    sc_ir_var crd = L->crd[i0->operand][i0->level];
+    if (B->fn->vec_bytes != 64 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32)
+        return 0;
+    return GATHER_LANES;
+}
+
+/* if (len != 0) { if (len <= g/2) acc += hsum(g/2 lanes) else acc += hsum(g lanes) }: the
+ * segment from pb of len (at most g) entries as one masked gather, g = gather_lanes; NULL
+ * where gathers or the gathered product do not apply. */
 static const sc_ir_stmt *short_sums(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                                     const iter *i0, sc_ir_var pb, const sc_ir_expr *len)
 {
     sc_expr_var v = L->order[d];
-    int32_t full = sc_ir_vec_lanes(B->fn, L->vt);
-    sc_ir_var crd = L->crd[i0->operand][i0->level];
-    if (B->fn->vec_bytes != 64 || L->vt != SC_IR_F32 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32)
+    int32_t g = gather_lanes(L, i0);
+    if (!g)
         return NULL;
     const sc_ir_stmt *sum[2];
     for (int32_t k = 0; k < 2; k++) {
         int has = 0;
-        const sc_ir_expr *x = gathered(L, n, S, i0, v, V(pb), len, full / (2 << k), &has);
+        const sc_ir_expr *x = gathered(L, n, S, i0, v, V(pb), len, g >> k, &has);
         if (!x || has != 3)
             return NULL;
         sum[k] = sc_ir_assign(B, S->acc, true, sc_ir_hsum(B, x));
     }
-    const sc_ir_stmt *some = sc_ir_if(B, BIN(LE, len, I(full / 4)), sum[1], sum[0]);
+    const sc_ir_stmt *some = sc_ir_if(B, BIN(LE, len, I(g / 2)), sum[1], sum[0]);
     return sc_ir_if(B, BIN(NE, len, I(0)), some, NULL);
 }
 
@@ -1424,24 +1439,24 @@ static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n,
                                        const iter *i0, sc_ir_var pb, const sc_ir_stmt *seg)
 {
     const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
-    const sc_ir_stmt *some = short_sums(L, d, n, S, i0, pb, len);
+    const sc_ir_stmt *some = L->vt == SC_IR_F32 ? short_sums(L, d, n, S, i0, pb, len) : NULL;
     if (!some)
         return seg;
-    int32_t full = sc_ir_vec_lanes(B->fn, L->vt);
     const sc_ir_expr *big = BIN(LE, I(GATHER_SHORT_BYTES / 4), V(L->ext[L->order[d]]));
-    return sc_ir_if(B, BIN(AND, big, BIN(LE, len, I(full / 2))), some, seg);
+    return sc_ir_if(B, BIN(AND, big, BIN(LE, len, I(GATHER_LANES))), some, seg);
 }
 
 /*
- * SpMV's float row read through 8-lane gathers, where the target's gathers are fast
+ * SpMV's row read through 8-lane gathers, where the target's gathers are fast
  * (sc_sched.gathers, measured by the driver: driver/probe.c): a row of up to 8 entries
- * as short_gathers sums it (whatever x's size), a longer one 16 entries a step into two
- * half-vector accumulators, the last 1-15 entries as one or two masked gathers, and the
- * accumulators' lanes summed once.  In a C model at 2 threads, f32, on the AVX-512 Xeon
- * where the probe first said fast (2026-11-26), against four scalar accumulators:
- * bcsstk16 70 -> 37 us, bcsstk13 25 -> 14, wiki-Vote 57 -> 31, email-Enron 315 -> 154,
- * cryg2500 (rows of 5) 4.9 -> 4.3; 16-lane gathers were level or slower (40, 16, 31,
- * 153, 5.7).  Where x outgrows L2 (GATHER_PREFETCH_BYTES) the row first prefetches x at
+ * as one masked gather of 4 or 8 lanes (short_sums, whatever x's size), a longer one 16
+ * entries a step into two 8-lane accumulators (half vectors in f32, full in f64), the
+ * last 1-15 entries as one or two masked gathers, and the accumulators' lanes summed
+ * once.  In a C model at 2 threads on the AVX-512 Xeon where the probe first said fast
+ * (2026-11-26), against four scalar accumulators, f32: bcsstk16 70 -> 37 us, bcsstk13
+ * 25 -> 14, wiki-Vote 57 -> 31, email-Enron 315 -> 154, cryg2500 (rows of 5) 4.9 -> 4.3
+ * (16-lane gathers level or slower: 40, 16, 31, 153, 5.7); f64: bcsstk16 51 -> 40,
+ * email-Enron 284 -> 190, cryg2500 4.0 -> 3.9 (4-lane: 43, 231, 4.8).  Where x outgrows L2 (GATHER_PREFETCH_BYTES) the row first prefetches x at
  * three of the coordinates 64, 68 and 72 entries ahead: the gathers' many micro-ops fill
  * the reorder buffer sooner than scalar loads, so fewer rows' misses overlap (a harness
  * around the generated kernel, 2 threads, uniform 1M x 1M with 10 a row, medians: scalar
@@ -1459,7 +1474,7 @@ static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, 
     if (!L->s->gathers || !some)
         return NULL;
     sc_expr_var v = L->order[d];
-    int32_t h = sc_ir_vec_lanes(B->fn, L->vt) / 2;
+    int32_t h = gather_lanes(L, i0);
     sc_ir_list loc = {0}, body = {0};
     sc_ir_var acc[2];
     for (int32_t k = 0; k < 2; k++) {
