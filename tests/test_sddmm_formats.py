@@ -13,9 +13,10 @@ import torch
 import scorch
 from conftest import make_dense
 
-# (dcsr and dcsc: the output has the operand's whole pattern, each value written at its
-# entry's position, so the compressed outer level runs in parallel; coo's rows repeat)
-FORMATS = {"dcsr": "order(i,j,k) parallel(i)", "coo": "order(i,j,k)",
+# (the output has the operand's whole pattern, each value written at its entry's
+# position, so the compressed outer level runs in parallel; coo's repeated rows too, each
+# thread's share of the positions cut between runs)
+FORMATS = {"dcsr": "order(i,j,k) parallel(i)", "coo": "order(i,j,k) parallel(i)",
            "dcsc": "order(j,i,k) parallel(j)"}
 
 

@@ -129,3 +129,48 @@ def test_large_enough_for_the_parallel_region(fmt, dtype):
         torch.set_num_threads(threads)
     assert out.format == A.format and shares(out, A)
     torch.testing.assert_close(out.to_dense(), d * (U @ V.T), **tol(dtype))
+
+
+def _coo_sddmm_on_two_threads(A, U, V):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        return scorch.einsum("ij,ik,jk->ij", A, U, V)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("it", [torch.int32, torch.int64])
+def test_coo_runs_in_parallel_split_between_runs(dtype, it):
+    """COO's rows are a non-unique level: each thread takes a share of the positions whose
+    ends are moved past a run of equal rows (sc_ir_runsplit), so no row is split between
+    threads — duplicates included (their sum in the run's first position)."""
+    A, d = coo_with_duplicates((700, 600), dtype, it, seed=61)
+    g = torch.Generator().manual_seed(62)
+    U = torch.rand(700, 16, generator=g, dtype=dtype)
+    V = torch.rand(600, 16, generator=g, dtype=dtype)
+    text = scorch.explain("ij,ik,jk->ij", A, U, V)
+    assert schedule("ij,ik,jk->ij", A, U, V).endswith("parallel(i)")
+    assert "#pragma omp parallel" in text and "sc_k_runsplit" in text
+    before = (A.values().clone(), U.clone(), V.clone())
+    out = _coo_sddmm_on_two_threads(A, U, V)
+    assert out.format == A.format and out.nnz == A.nnz and shares(out, A)
+    torch.testing.assert_close(out.to_dense(), d * (U @ V.T), **tol(dtype))
+    assert all(torch.equal(x, y) for x, y in zip((A.values(), U, V), before))
+
+
+@pytest.mark.parametrize("rows", [[0], [3, 3, 4], [5, 699]])
+def test_coo_runs_that_cover_the_split_points(rows):
+    """Every entry in one row (the whole range one run: one thread takes it all), or a few
+    rows holding most entries, so that the even split points fall inside runs."""
+    g = torch.Generator().manual_seed(sum(rows))
+    d = torch.zeros(700, 600, dtype=torch.float64)
+    for r in rows:
+        d[r] = torch.rand(600, generator=g, dtype=torch.float64) + 0.5
+    d[torch.rand(700, 600, generator=g) < 0.01] = 1.0
+    A = scorch.to_sparse(d, "coo")
+    U = torch.rand(700, 16, generator=g, dtype=torch.float64)
+    V = torch.rand(600, 16, generator=g, dtype=torch.float64)
+    out = _coo_sddmm_on_two_threads(A, U, V)
+    torch.testing.assert_close(out.to_dense(), d * (U @ V.T))

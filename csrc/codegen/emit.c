@@ -155,7 +155,26 @@ static const char *const PRELUDE[] = {
     "    while (a < hi) {\n"
     "        int64_t m = a + (hi - a) / 2;\n"
     "        if (pos[m] - b + (m - lo) < want) a = m + 1; else hi = m;\n"
-    "    }\n    return a;\n}\n\n"};
+    "    }\n    return a;\n}\n"
+    /* The start (end: 1, the end) of this thread's share of positions [lo, hi), moved
+     * past a run of equal coordinates it would split (sc_ir_runsplit). */
+    "#define SC_K_RUNSPLIT(name, T)                                                 \\\n"
+    "static inline int64_t name(const T *c, int64_t lo, int64_t hi, int end)        \\\n"
+    "{                                                                              \\\n"
+    "    int64_t t = end, nt = 1;                                                   \\\n"
+    "    SC_K_THREADS(t, nt)                                                        \\\n"
+    "    int64_t n = hi - lo, p = lo + n / nt * t + n % nt * t / nt;                \\\n"
+    "    while (p > lo && p < hi && c[p] == c[p - 1])                               \\\n"
+    "        p++;                                                                   \\\n"
+    "    return p;                                                                  \\\n"
+    "}\n"
+    "#ifdef _OPENMP\n"
+    "#define SC_K_THREADS(t, nt) t += omp_get_thread_num(); nt = omp_get_num_threads();\n"
+    "#else\n"
+    "#define SC_K_THREADS(t, nt)\n"
+    "#endif\n"
+    "SC_K_RUNSPLIT(sc_k_runsplit32, int32_t)\n"
+    "SC_K_RUNSPLIT(sc_k_runsplit64, int64_t)\n\n"};
 
 /*
  * Moves of the first n lanes of half and quarter vectors, and masked gathers into them
@@ -377,6 +396,14 @@ static void expr(em *m, const sc_ir_expr *e)
     case SC_IR_E_VGATHER:
         sc_cg_printf(m->out, "sc_vgathern_%s(%s, ", vtag(fn, e->type, e->lanes), fn->vars[e->var].name);
         three(m, "&", e->c, "[", e->a, "], ", e->b);
+        break;
+    case SC_IR_E_RUNSPLIT:
+        sc_cg_printf(m->out, "sc_k_runsplit%s(%s, ", fn->vars[e->var].type == SC_IR_I32 ? "32" : "64",
+                     fn->vars[e->var].name);
+        expr(m, e->a);
+        pr(m, ", ");
+        expr(m, e->b);
+        sc_cg_printf(m->out, ", %d)", (int)e->ival);
         break;
     case SC_IR_E_HSUM:
         sc_cg_printf(m->out, "sc_hsum_%s(", vtag(fn, e->type, e->a->lanes));

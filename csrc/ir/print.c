@@ -60,6 +60,13 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         expr(s, fn, e->b);
         put(s, "]]");
         break;
+    case SC_IR_E_RUNSPLIT:
+        put(s, "runsplit_%s(%s, ", e->ival ? "end" : "start", fn->vars[e->var].name);
+        expr(s, fn, e->a);
+        put(s, ", ");
+        expr(s, fn, e->b);
+        put(s, ")");
+        break;
     case SC_IR_E_HSUM:
         put(s, "hsum(");
         expr(s, fn, e->a);

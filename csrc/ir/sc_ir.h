@@ -51,7 +51,8 @@ typedef enum {
     X(HSUM, "hsum")           \
     X(FOLD, "fold")           \
     X(LANE, "lane")           \
-    X(VGATHER, "vgather")
+    X(VGATHER, "vgather")     \
+    X(RUNSPLIT, "runsplit")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -149,14 +150,16 @@ struct sc_ir_expr {
     sc_ir_type type; /* result type (element type of a buffer-valued ARG/ALLOC) */
     bool buffer;     /* the value is a pointer (ARG of pos/crd/vals, ALLOC, buffer VAR) */
     sc_ir_var var;   /* VAR; LOAD: the buffer */
-    int64_t ival;    /* INT; ARG: operand; FOLD: output block width; LANE: the lane */
+    int64_t ival;    /* INT; ARG: operand; FOLD: output block width; LANE: the lane;
+                        RUNSPLIT: 1 = the share's end */
     double fval;     /* FLT */
     sc_ir_op op;     /* BIN */
     sc_ir_arg arg;   /* ARG */
     int32_t level;   /* ARG */
     const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count; VLOAD:
                                     b = the lanes read, NULL: all; VGATHER: a = position,
-                                    b = the lanes read, c = the coordinate buffer) */
+                                    b = the lanes read, c = the coordinate buffer;
+                                    RUNSPLIT: a = lo, b = hi, var = the coordinates) */
     bool uninit;     /* ALLOC: contents left undefined (no zero fill) */
     int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
                         VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
@@ -314,6 +317,15 @@ const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_
 int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t half, int32_t l);
 /* Lane `lane` (a constant) of the vector x (a scalar). */
 const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane);
+
+/* Where the calling thread's share of the positions [lo, hi) of crd begins (end: where
+ * it ends): hi - lo split into equal shares among the threads of the enclosing PARALLEL
+ * statement (outside one: one thread, the whole range), each boundary moved forward past
+ * the positions whose coordinate equals the one before it, so that no run of equal
+ * coordinates is split and the shares tile [lo, hi).  crd: a readonly int32 or int64
+ * buffer (a non-unique compressed level's coordinates: COO's rows). */
+const sc_ir_expr *sc_ir_runsplit(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
+                                 const sc_ir_expr *hi, bool end);
 
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);

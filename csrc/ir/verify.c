@@ -53,6 +53,9 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
         return expr(v, e->a);
     case SC_IR_E_BIN:
     case SC_IR_E_FOLD:
+    case SC_IR_E_RUNSPLIT:
+        if (e->kind == SC_IR_E_RUNSPLIT && (st = use(v, e->var)) != SC_OK)
+            return st;
         if ((st = expr(v, e->a)) != SC_OK)
             return st;
         return expr(v, e->b);

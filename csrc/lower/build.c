@@ -2201,6 +2201,18 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         row_prefetched(L, d, n, S, &it[0], par == SC_IR_SEQ, segment, &g, &out);
         return sc_ir_list_block(B, &out);
     }
+    if (par != SC_IR_SEQ && nit == 1 && !lat.universe && !it[0].unique && d == 0 && L->whole >= 0) {
+        /* a non-unique first level (COO's rows) whose entries the output shares, each
+         * value written at its own position: each thread runs the loop below over its
+         * share of the positions, cut where no run of equal coordinates is split */
+        sc_ir_var crd = L->crd[it[0].operand][it[0].level];
+        sc_ir_var sb = newv(L, "share_b", SC_IR_I64), se = newv(L, "share_e", SC_IR_I64);
+        sc_ir_push(B, &out, sc_ir_decl(B, sb, sc_ir_runsplit(B, crd, V(it[0].p), V(it[0].e), false)));
+        sc_ir_push(B, &out, sc_ir_decl(B, se, sc_ir_runsplit(B, crd, V(it[0].p), V(it[0].e), true)));
+        sc_ir_push(B, &out, sc_ir_assign(B, it[0].p, false, V(sb)));
+        sc_ir_push(B, &out, sc_ir_assign(B, it[0].e, false, V(se)));
+        par = SC_IR_SEQ;
+    }
     if (par != SC_IR_SEQ) {
         sc_ir_fail(B, SC_INTERNAL, "parallel loop over a co-iteration");
         return NULL;

@@ -185,6 +185,12 @@ bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *w
         const sc_lower_access *ac = &p.acc[lat.iters[0]];
         if (p.ops[ac->operand].fmt.unique[0])
             return true;
+        /* a non-unique first level (COO's rows) whose entries the output shares, each
+         * written at its own position: the threads take shares of its positions that
+         * split no run of equal coordinates (sc_ir_runsplit) */
+        if (p.out_sparse && s->ws_depth < 0 && p.ops[ac->operand].fmt.kind[0] == SC_LEVEL_COMPRESSED &&
+            sc_lower_whole_pattern(&p) == lat.iters[0])
+            return true;
     }
     snprintf(why, n, "the loop over index %s co-iterates sparse operands or non-unique coordinates",
              p.e->vars[v].name);

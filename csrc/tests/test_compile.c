@@ -348,6 +348,8 @@ static const tcase CASES[] = {
     {"ij,jk->ik", 0, 2, {"csr", "csr"}, {{300, 40}, {40, 30}}, NULL, NULL},
     {"ij,jk->ik", 0, 2, {"csr", "csc"}, {{300, 40}, {40, 30}}, "csr", "order(i,k,j)"},
     {"ij,ik,jk->ij", 0, 3, {"csr", "dense", "dense"}, {{300, 40}, {300, 3}, {40, 3}}, NULL, NULL},
+    /* COO: thread shares of the positions cut between runs of a row (sc_ir_runsplit) */
+    {"ij,ik,jk->ij", 0, 3, {"coo", "dense", "dense"}, {{300, 40}, {300, 16}, {40, 16}}, NULL, NULL},
     {"C(i,j) = A(i,j) + B(i,j)", 1, 2, {"csr", "csr"}, {{300, 40}, {300, 40}}, NULL, NULL},
     {"ijk,ijk->ijk", 0, 2, {"csf", "dense"}, {{200, 2, 9}, {200, 2, 9}}, "ddc", NULL},
     /* empty and 1x1 */
@@ -560,6 +562,13 @@ static void test_goldens(void)
         "uint8_t *restrict ws_flag_", "] = (uint8_t)1;", "+= sc_k_scan32(out_crd_",
         "] = (float)0.0;"};
     golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
+    /* COO SDDMM in parallel: each thread's share of the positions cut between rows */
+    tcase coo = {"ij,ik,jk->ij", 0, 3, {"coo", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
+    static const char *const gc[] = {
+        "#pragma omp parallel num_threads(nt_) if(",
+        "= sc_k_runsplit32(A0_crd_1, A0_p_", ", 0);", ", 1);",
+        "while ((A0_p_", "out_vals_"};
+    golden(&coo, gc, (int)(sizeof gc / sizeof gc[0]));
     /* no count phase (no touched list), no byte marks, no int64 sort, no dynamic chunks */
     static const char *const g3n[] = {"ws_list_", "phase 1: count", "ws_mark_", "sc_k_sort(",
                                       "schedule(dynamic"};

@@ -234,11 +234,11 @@ static void test_loop_orders(void)
     /* rows as a compressed level (every row estimated nonempty): still the sampled
      * operand's entries outermost, not (k,i,j) with a workspace of every (i,j); in
      * parallel, the output having the operand's whole pattern (each value written at its
-     * entry's position) */
+     * entry's position); coo too, its threads' shares cut between runs of a row */
     schedule_is("ij,ik,jk->ij", 3, "dcsr", "dense", "dense", sddmm, nnz_sddmm, NULL,
                 "order(i,j,k) parallel(i)", 0);
     schedule_is("ij,ik,jk->ij", 3, "coo", "dense", "dense", sddmm, nnz_sddmm, NULL,
-                "order(i,j,k)", 0);
+                "order(i,j,k) parallel(i)", 0);
     /* A B^T with a dense B (64 x 100000): B copied into B^T's layout (bit 1), a SpMM; not
      * where A has fewer entries than B's rows hold (the copy would cost more: B is read
      * across its rows, 64 lines a stored entry either way) */
