@@ -569,6 +569,12 @@ static void test_goldens(void)
         "= sc_k_runsplit32(A0_crd_1, A0_p_", ", 0);", ", 1);",
         "while ((A0_p_", "out_vals_"};
     golden(&coo, gc, (int)(sizeof gc / sizeof gc[0]));
+    /* DCSR SDDMM: one range of stored rows per thread, balanced by their entries */
+    tcase dcsr = {"ij,ik,jk->ij", 0, 3, {"dcsr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
+    static const char *const gd[] = {
+        "#pragma omp parallel num_threads(nt_) if(",
+        "_b = sc_k_split32(A1_pos_", "_e = sc_k_split32(A1_pos_", "int64_t i_"};
+    golden(&dcsr, gd, (int)(sizeof gd / sizeof gd[0]));
     /* no count phase (no touched list), no byte marks, no int64 sort, no dynamic chunks */
     static const char *const g3n[] = {"ws_list_", "phase 1: count", "ws_mark_", "sc_k_sort(",
                                       "schedule(dynamic"};
