@@ -1395,11 +1395,6 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
     }
 }
 
-/* if (x is large && len <= 2Q) { if (len != 0) { if (len <= Q) acc += hsum(Q lanes) else
- * acc += hsum(2Q lanes) } } else seg: the segment from pb (of len entries) into the
- * scalar sum S->acc; seg itself where the pattern does not apply.  (Empty rows tested
- * on their own: one branch for them, not the loop's two; on p2p-Gnutella31, three rows
- * in four empty, a C model without that test ran 1.4-1.6x MKL's time, with it 1.1.) */
 /* The lanes of one gather (GATHER_LANES: 8 32-bit coordinates in a ymm register) for
  * the segment's values and coordinates, or 0 where gathers do not apply: vectors of 64
  * bytes (AVX-512VL has the masked forms) and 32-bit coordinates. */
@@ -1435,6 +1430,11 @@ static const sc_ir_stmt *short_sums(lb *L, int32_t d, const sc_lower_node *n, co
     return sc_ir_if(B, BIN(NE, len, I(0)), some, NULL);
 }
 
+/* f32: if (x is large && len <= 8) short_sums else seg: the segment from pb (of len
+ * entries) into the scalar sum S->acc; seg itself where the pattern does not apply.
+ * (Empty rows tested on their own: one branch for them, not the loop's two; on
+ * p2p-Gnutella31, three rows in four empty, a C model without that test ran 1.4-1.6x
+ * MKL's time, with it 1.1.) */
 static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                                        const iter *i0, sc_ir_var pb, const sc_ir_stmt *seg)
 {
@@ -1456,8 +1456,9 @@ static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n,
  * (2026-11-26), against four scalar accumulators, f32: bcsstk16 70 -> 37 us, bcsstk13
  * 25 -> 14, wiki-Vote 57 -> 31, email-Enron 315 -> 154, cryg2500 (rows of 5) 4.9 -> 4.3
  * (16-lane gathers level or slower: 40, 16, 31, 153, 5.7); f64: bcsstk16 51 -> 40,
- * email-Enron 284 -> 190, cryg2500 4.0 -> 3.9 (4-lane: 43, 231, 4.8).  Where x outgrows L2 (GATHER_PREFETCH_BYTES) the row first prefetches x at
- * three of the coordinates 64, 68 and 72 entries ahead: the gathers' many micro-ops fill
+ * email-Enron 284 -> 190, cryg2500 4.0 -> 3.9 (4-lane: 43, 231, 4.8).  Where x
+ * outgrows L2 (GATHER_PREFETCH_BYTES) the row first prefetches x at three of the
+ * coordinates 64, 68 and 72 entries ahead: the gathers' many micro-ops fill
  * the reorder buffer sooner than scalar loads, so fewer rows' misses overlap (a harness
  * around the generated kernel, 2 threads, uniform 1M x 1M with 10 a row, medians: scalar
  * loop with its prefetch 18.2 ms, gathers 21.5, gathers with these prefetches 18.4-18.7;
@@ -1469,9 +1470,11 @@ enum { GATHER_ROW_PREFETCHES = 3, GATHER_ROW_AHEAD = 64 - GATHER_AHEAD };
 static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                                       const iter *i0, sc_ir_var pb)
 {
+    if (!L->s->gathers)
+        return NULL;
     const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
     const sc_ir_stmt *some = short_sums(L, d, n, S, i0, pb, len);
-    if (!L->s->gathers || !some)
+    if (!some)
         return NULL;
     sc_expr_var v = L->order[d];
     int32_t h = gather_lanes(L, i0);
