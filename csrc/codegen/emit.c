@@ -158,6 +158,11 @@ static const char *const PRELUDE[] = {
     "    }\n    return a;\n}\n"
     /* The start (end: 1, the end) of this thread's share of positions [lo, hi), moved
      * past a run of equal coordinates it would split (sc_ir_runsplit). */
+    "#ifdef _OPENMP\n"
+    "#define SC_K_THREADS(t, nt) t += omp_get_thread_num(); nt = omp_get_num_threads();\n"
+    "#else\n"
+    "#define SC_K_THREADS(t, nt)\n"
+    "#endif\n"
     "#define SC_K_RUNSPLIT(name, T)                                                 \\\n"
     "static inline int64_t name(const T *c, int64_t lo, int64_t hi, int end)        \\\n"
     "{                                                                              \\\n"
@@ -168,11 +173,6 @@ static const char *const PRELUDE[] = {
     "        p++;                                                                   \\\n"
     "    return p;                                                                  \\\n"
     "}\n"
-    "#ifdef _OPENMP\n"
-    "#define SC_K_THREADS(t, nt) t += omp_get_thread_num(); nt = omp_get_num_threads();\n"
-    "#else\n"
-    "#define SC_K_THREADS(t, nt)\n"
-    "#endif\n"
     "SC_K_RUNSPLIT(sc_k_runsplit32, int32_t)\n"
     "SC_K_RUNSPLIT(sc_k_runsplit64, int64_t)\n\n"};
 

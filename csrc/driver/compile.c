@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_us(void)
+double sc_drv_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -154,7 +154,7 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     char *src = NULL;
     sc_kernel *k = NULL;
     sc_status st;
-    double t0 = now_us(), t1;
+    double t0 = sc_drv_now_us(), t1;
 
     /* expr */
     sc_expr e;
@@ -202,7 +202,7 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         sc_lower_fix_extents(&p, s.norder > 0 ? s.order[0] : -1);
     char stext[512];
     sc_sched_print(&e, &s, stext, sizeof stext);
-    t1 = now_us();
+    t1 = sc_drv_now_us();
 
     /* key: everything that shapes the generated code */
     sc_jit_hasher h;
@@ -306,13 +306,13 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         sc_cg_printf(&dump, "[debug] parse+lower+schedule: %.1f us\n", t1 - t0);
     }
 
-    double t2 = now_us();
+    double t2 = sc_drv_now_us();
     sc_ir_func fn;
     if ((st = sc_lower_build(&arena, &p, &s, sym, &fn, err)) != SC_OK)
         goto done;
     if ((st = sc_ir_verify(&fn, err)) != SC_OK)
         goto done;
-    double t3 = now_us();
+    double t3 = sc_drv_now_us();
     if (c->debug) {
         size_t need = sc_ir_print(&fn, NULL, 0) + 1;
         char *irt = sc_arena_alloc(&arena, need, err);
@@ -327,11 +327,11 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     size_t srclen;
     if ((st = sc_cg_emit(&c->ctx, &fn, &src, &srclen, err)) != SC_OK)
         goto done;
-    double t4 = now_us();
+    double t4 = sc_drv_now_us();
     sc_jit_fn jf = NULL;
     if ((st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
         goto done;
-    double t5 = now_us();
+    double t5 = sc_drv_now_us();
     k->fn = (sc_rt_kernel)jf;
     k->front_us = t4 - t0;
     k->jit_us = t5 - t4;

@@ -34,7 +34,7 @@ static sc_status vec_width(int32_t *out, sc_error *err)
     return SC_OK;
 }
 
-/* Whether SpMV's float rows read x through gathers: $SCORCH_GATHERS (0 or 1) when set,
+/* Whether SpMV's rows read x through gathers: $SCORCH_GATHERS (0 or 1) when set,
  * else measured (sc_drv_fast_gathers).  USER error for any other value. */
 static sc_status gathers(const sc_ctx *ctx, bool *out, sc_error *err)
 {

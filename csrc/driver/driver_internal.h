@@ -53,6 +53,9 @@ struct sc_compiler {
     size_t cap, count;
 };
 
+/* A monotonic clock, microseconds (compile timings, the gather probe). */
+double sc_drv_now_us(void);
+
 /* *fast: whether 8-lane float gathers beat scalar loads on this CPU, timed (probe.c);
  * false where the CPU has no AVX-512VL.  NOMEM when the probe's arrays cannot be had. */
 sc_status sc_drv_fast_gathers(const sc_ctx *ctx, bool *fast, sc_error *err);

@@ -19,19 +19,11 @@
 #include "driver_internal.h"
 
 #include <stdint.h>
-#include <time.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
 enum { PROBE_X = 32 << 10, PROBE_N = 32 << 10, PROBE_PASSES = 7 };
-
-static double probe_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 __attribute__((noinline)) static float probe_scalar(const float *x, const int32_t *crd,
                                                     const float *v, int64_t n)
@@ -86,9 +78,9 @@ sc_status sc_drv_fast_gathers(const sc_ctx *ctx, bool *fast, sc_error *err)
     volatile float sink = 0;
     for (int pass = 0; pass < PROBE_PASSES; pass++)
         for (int k = 0; k < 2; k++) {
-            double t = probe_now();
+            double t = sc_drv_now_us();
             sink += k ? probe_gather(x, crd, v, PROBE_N) : probe_scalar(x, crd, v, PROBE_N);
-            t = probe_now() - t;
+            t = sc_drv_now_us() - t;
             best[k] = t < best[k] ? t : best[k];
         }
     (void)sink;

@@ -1496,8 +1496,8 @@ static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, 
     }
     sc_ir_push(B, &loc, sc_ir_for(B, pu, V(pb), V(main), I(2 * h), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
     int has = 0;
-    const sc_ir_expr *rest = gathered(L, n, S, i0, v, V(pt), sc_ir_bin(B, SC_IR_OP_MIN,
-                                      BIN(SUB, V(i0->e), V(pt)), I(h)), h, &has);
+    const sc_ir_expr *rest = gathered(L, n, S, i0, v, V(pt),
+                                      BIN(MIN, BIN(SUB, V(i0->e), V(pt)), I(h)), h, &has);
     if (!rest || has != 3)
         return NULL;
     sc_ir_push(B, &loc, sc_ir_for(B, pt, V(main), V(i0->e), I(h), SC_IR_SEQ, 0,

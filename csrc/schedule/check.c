@@ -168,8 +168,8 @@ bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *w
     }
     /* (unless the output has an operand's whole pattern: its entries are that operand's,
      * written at their own positions, so no assembly orders them) */
-    if (p.out_sparse && p.out_fmt.kind[0] != SC_LEVEL_DENSE &&
-        (s->ws_depth >= 0 || sc_lower_whole_pattern(&p) < 0)) {
+    int32_t whole = p.out_sparse && s->ws_depth < 0 ? sc_lower_whole_pattern(&p) : -1;
+    if (p.out_sparse && p.out_fmt.kind[0] != SC_LEVEL_DENSE && whole < 0) {
         snprintf(why, n, "the output's first level (index %s) is compressed", p.e->vars[v].name);
         return false;
     }
@@ -188,8 +188,7 @@ bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *w
         /* a non-unique first level (COO's rows) whose entries the output shares, each
          * written at its own position: the threads take shares of its positions that
          * split no run of equal coordinates (sc_ir_runsplit) */
-        if (p.out_sparse && s->ws_depth < 0 && p.ops[ac->operand].fmt.kind[0] == SC_LEVEL_COMPRESSED &&
-            sc_lower_whole_pattern(&p) == lat.iters[0])
+        if (whole == lat.iters[0] && p.ops[ac->operand].fmt.kind[0] == SC_LEVEL_COMPRESSED)
             return true;
     }
     snprintf(why, n, "the loop over index %s co-iterates sparse operands or non-unique coordinates",

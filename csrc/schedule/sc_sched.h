@@ -35,8 +35,8 @@ typedef struct sc_sched {
     /* set by the caller: the vector width (bytes) the kernel is written for, 32 or 64;
      * 0 means SC_IR_VEC_BYTES */
     int32_t vec_bytes;
-    /* set by the caller: the target's gathers are fast, so SpMV's float rows read x
-     * through 8-lane gathers (lower/build.c gathered_row) */
+    /* set by the caller: the target's gathers are fast, so SpMV's rows read x through
+     * 8-lane gathers (lower/build.c gathered_row) */
     bool gathers;
 } sc_sched;
 
