@@ -110,3 +110,27 @@ def test_bad_cache_size_falls_back(tmp_path):
             "print('ok')")
     for bad in ("-5", "lots", "0", "12Q"):
         run_code(code, tmp_path, SCORCH_CACHE_BYTES=bad)
+
+
+def test_one_line_rows_beyond_32_mib(tmp_path):
+    """Rows of one 64-byte line (K = 16 f32, K = 8 f64) are prefetched from an operand of
+    32 MiB or more even where the reported cache is larger (a host's shared L3); a wider
+    row (K = 32 f32) under the same sizes is not.  Both copies agree with dense."""
+    code = r'''
+import torch, scorch
+g = torch.Generator().manual_seed(3)
+cols = 1 << 19
+for dt, K in ((torch.float32, 16), (torch.float64, 8), (torch.float32, 32)):
+    src = scorch.explain("ij,jk->ik", scorch.to_sparse(torch.eye(2, dtype=dt), "csr"),
+                         torch.ones(2, K, dtype=dt))
+    assert "33554432" in src, src
+    i = torch.stack([torch.arange(12).repeat_interleave(5), torch.randint(0, cols, (60,), generator=g)])
+    A = torch.sparse_coo_tensor(i, torch.rand(60, dtype=dt, generator=g), (12, cols)).coalesce()
+    S, d = scorch.to_sparse(A, "csr"), A.to_dense()
+    X = torch.rand(cols, K, dtype=dt, generator=g)
+    torch.testing.assert_close(S @ X, d @ X)
+    Q = torch.rand(12, K, dtype=dt, generator=g)
+    torch.testing.assert_close(torch.einsum("ij,ik,jk->ij", S, Q, X).to_dense(), d * (Q @ X.T))
+print("ok")
+'''
+    run_code(code, tmp_path, SCORCH_CACHE_BYTES="1G")

@@ -1085,6 +1085,7 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
  * 1.3-1.8x (a flag tested per entry 1.3-1.5x) in earlier measurements.
  */
 enum { ROW_AHEAD = 32, ROW_SPREAD = 4096, ROW_PREFETCH_BYTES = 512, LINE_BYTES = 64 };
+#define LINE_ROW_CACHE ((int64_t)32 << 20)
 
 /* The access of a dense row read at the coordinate of segment i0 over L->order[d] and
  * along a deeper variable it is contiguous in (within the register tile, where there is
@@ -1115,9 +1116,19 @@ static int32_t val_bytes(const lb *L)
     return L->vt == SC_IR_F64 ? 8 : 4;
 }
 
-/* flag = the operand of access a outgrows the cache && the part prefetched is at most
- * ROW_PREFETCH_BYTES && (the segment from lo has fewer than two entries || its first
- * and last coordinates lie ROW_SPREAD bytes of rows apart per step); declared in out. */
+/* flag = (the operand of access a outgrows the cache || its rows are one line each and
+ * it outgrows LINE_ROW_CACHE) && the part prefetched is at most ROW_PREFETCH_BYTES &&
+ * (the segment from lo has fewer than two entries || its first and last coordinates lie
+ * ROW_SPREAD bytes of rows apart per step); declared in out.
+ *
+ * Rows of one line: the cache Linux reports can be a host's whole L3 shared with other
+ * tenants (480 MiB on a 2-vCPU Xeon VM), which a 64 MiB operand does not have to itself,
+ * and a random row of one line gets nothing from the hardware prefetchers, which fetch a
+ * longer row's further lines once its first misses.  On that VM, 1M rows of K = 16 f32
+ * (64 MiB), prefetched against not: SpMM uniform 45-49 -> 37-42 ms, R-MAT 48-51 -> 46-48;
+ * SDDMM R-MAT 55-58 -> 53-55.  At K = 64 the same change was level (uniform 5 % slower,
+ * R-MAT 5 % faster) and at K = 256 slower (uniform 683 -> 778 ms), so wider rows keep
+ * the reported size.  Where the L3 is 32 MiB (the EPYC VMs) nothing changes. */
 static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_list *out)
 {
     const sc_lower_access *ac = &L->p->acc[a];
@@ -1125,7 +1136,10 @@ static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_l
     sc_ir_var crd = L->crd[i0->operand][i0->level];
     const sc_ir_expr *rowb = BIN(MUL, L->stride[t][0], I(esz));
     const sc_ir_expr *cache = sc_ir_arg_ref(B, SC_IR_ARG_CACHE, -1, 0, SC_IR_I64);
-    const sc_ir_expr *flag = BIN(LE, cache, BIN(MUL, V(L->ext[ac->var[0]]), rowb));
+    const sc_ir_expr *bytes = BIN(MUL, V(L->ext[ac->var[0]]), rowb);
+    const sc_ir_expr *line_row = BIN(AND, BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(LINE_BYTES)),
+                                     BIN(LE, I(LINE_ROW_CACHE), bytes));
+    const sc_ir_expr *flag = BIN(OR, BIN(LE, cache, bytes), line_row);
     if (S->tvn == 0)
         flag = BIN(AND, flag, BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(ROW_PREFETCH_BYTES)));
     sc_ir_var lo = newv(L, "pflo", SC_IR_I64);
