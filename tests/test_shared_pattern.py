@@ -45,6 +45,22 @@ def test_sddmm_shares_pattern(fmt, index_dtype, dtype, shape, density):
     torch.testing.assert_close(S.to_dense(), d * (U @ V.T))
 
 
+def test_shared_levels_are_the_operands_own_tensors():
+    """The shared pos and crd are the operand's own torch tensors, not new tensors around
+    the same memory: on the first call, on the remembered route of the calls after it,
+    and where the operand's values are converted for the run (f32 values, f64 kernel).
+    Values are the result's own."""
+    d = _dense(50, 40, 0.2, seed=6)
+    for A in (scorch.to_sparse(d, "csr"), scorch.to_sparse(d.float(), "csr")):
+        U, V = torch.rand(50, 16, dtype=torch.float64), torch.rand(40, 16, dtype=torch.float64)
+        for _ in range(3):
+            S = scorch.einsum("ij,ik,jk->ij", A, U, V)
+            torch.testing.assert_close(S.to_dense(), d * (U @ V.T), rtol=1e-5, atol=1e-5)
+            assert S._pos[1] is A._pos[1] and S._crd[1] is A._crd[1]
+            assert S._pos[0] is None and S._crd[0] is None
+            assert not _same_memory(S._values, A._values)
+
+
 def test_elementwise_shares_and_leaves_operand():
     d = _dense(60, 45, 0.1, seed=3) - 0.05
     A = scorch.to_sparse(d, "csr")

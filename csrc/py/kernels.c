@@ -83,12 +83,16 @@ static void free_prepared(PyObject *cap)
     }
 }
 
-/* desc = (shape, fmt, pos, crd, vals, index) → t, arrays borrowed from desc. */
+/* desc = (shape, fmt, pos, crd, vals, index[, pos_out, crd_out]) → t, arrays borrowed
+ * from desc; pos_out and crd_out, where given, are what an output sharing the tensor's
+ * pattern gets for its levels instead of pos and crd (lend_arrays: the caller's own
+ * torch tensors, which Python then need not wrap again). */
 static int parse_desc(PyObject *module, PyObject *desc, sc_tensor *t)
 {
-    PyObject *shape, *fmt, *pos, *crd, *vals;
+    PyObject *shape, *fmt, *pos, *crd, *vals, *pos_out = NULL, *crd_out = NULL;
     const char *index_name;
-    if (!PyArg_ParseTuple(desc, "OOOOOs", &shape, &fmt, &pos, &crd, &vals, &index_name))
+    if (!PyArg_ParseTuple(desc, "OOOOOs|OO", &shape, &fmt, &pos, &crd, &vals, &index_name,
+                          &pos_out, &crd_out))
         return -1;
     return sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, t);
 }
@@ -361,8 +365,9 @@ static void lend_arrays(PyObject *const *descs, const sc_tensor *const *t, Py_ss
         }
         if (!desc || !PyTuple_Check(desc) || PyTuple_GET_SIZE(desc) < 4)
             continue;
-        lent[2 * l] = PySequence_GetItem(PyTuple_GET_ITEM(desc, 2), j);
-        lent[2 * l + 1] = PySequence_GetItem(PyTuple_GET_ITEM(desc, 3), j);
+        int at = PyTuple_GET_SIZE(desc) >= 8 ? 6 : 2; /* the desc's pos_out, crd_out */
+        lent[2 * l] = PySequence_GetItem(PyTuple_GET_ITEM(desc, at), j);
+        lent[2 * l + 1] = PySequence_GetItem(PyTuple_GET_ITEM(desc, at + 1), j);
         PyErr_Clear();
     }
 }

@@ -127,7 +127,8 @@ def _sparse_desc(a: SparseTensor, vals):
     crd = [None if c is None else c.numpy() for c in a._crd]
     fmt = a._format.as_tuple()
     index = _INDEX_NAMES[a.index_dtype]
-    desc = (a._shape, fmt, pos, crd, vals.detach().numpy(), index)
+    # the last two: what an output sharing a's pattern takes (a's own index tensors)
+    desc = (a._shape, fmt, pos, crd, vals.detach().numpy(), index, a._pos, a._crd)
     return desc, ("s", fmt, index, _size_class(a._shape, vals.shape[0]))
 
 

@@ -27,7 +27,9 @@ def _np(t):
 
 
 def _torch(a):
-    return None if a is None else torch.from_numpy(a)
+    """A torch tensor sharing NumPy array a's memory; a torch tensor (an operand's index
+    array lent to an output with its pattern) or None as it is."""
+    return a if a is None or type(a) is torch.Tensor else torch.from_numpy(a)
 
 
 def _threads() -> int:
@@ -326,7 +328,8 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
 
 
 def _wrap(shape, fmt, pos, crd, vals, index_dtype) -> SparseTensor:
-    """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory)."""
+    """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory,
+    or an operand's index tensors where the result shares its pattern)."""
     return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd],
                         torch.from_numpy(vals), index_dtype=index_dtype)
 
