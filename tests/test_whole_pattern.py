@@ -3,8 +3,10 @@ first level, which the csr-like sharing does not cover): an SDDMM, a sampled ele
 product or a row scaling whose one sparse factor has the output's levels takes that
 operand's pos and crd arrays and writes each value at its entry's own position, with no
 count phase — so a compressed first level runs in parallel (dcsr SDDMM was sequential,
-2.3x slower than csr on soc-Slashdot0902).  COO duplicates are summed into the first
-entry of their run, the others left zero.  Checked against dense: formats, dtypes, index
+2.3x slower than csr on soc-Slashdot0902).  Each COO duplicate is an entry of its own
+(the product is linear in the operand's value, so the duplicates' products add up to the
+product of their sum), and COO's column level is a plain segment per row: grouped dot
+products as csr's rows have.  Checked against dense: formats, dtypes, index
 widths, edge shapes, duplicates, third order, gradients; the arrays shared, the caller's
 tensors untouched."""
 import pytest
@@ -69,15 +71,19 @@ def test_against_dense(expr, fmt, it, dtype, shape):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("it", [torch.int32, torch.int64])
 def test_coo_duplicates(dtype, it):
-    """A run of repeated coordinates is one entry of the product: its sum lands in the
-    run's first position, the others stay zero, so the output (the operand's pattern)
-    sums to the right matrix."""
-    A, d = coo_with_duplicates((37, 29), dtype, it, seed=47)
-    U = torch.rand(37, 16, dtype=dtype)
-    V = torch.rand(29, 16, dtype=dtype)
-    out = scorch.einsum("ij,ik,jk->ij", A, U, V)
-    assert out.nnz == A.nnz and shares(out, A)
-    torch.testing.assert_close(out.to_dense(), d * (U @ V.T), **tol(dtype))
+    """Each position of a run of repeated coordinates is an entry of the product: its own
+    value times the row's and column's dot product, so the output (the operand's
+    pattern) sums to the right matrix.  Rows long enough for groups of 8 dot products."""
+    for shape, K in (((37, 29), 16), ((12, 90), 19)):
+        A, d = coo_with_duplicates(shape, dtype, it, seed=47)
+        U = torch.rand(shape[0], K, dtype=dtype)
+        V = torch.rand(shape[1], K, dtype=dtype)
+        out = scorch.einsum("ij,ik,jk->ij", A, U, V)
+        assert out.nnz == A.nnz and shares(out, A)
+        torch.testing.assert_close(out.to_dense(), d * (U @ V.T), **tol(dtype))
+        rows, cols = A._crd[0].long(), A._crd[1].long()
+        each = A.values() * (U[rows] * V[cols]).sum(1)
+        torch.testing.assert_close(out.values(), each, **tol(dtype))
 
 
 def test_third_order():
@@ -145,7 +151,7 @@ def _coo_sddmm_on_two_threads(A, U, V):
 def test_coo_runs_in_parallel_split_between_runs(dtype, it):
     """COO's rows are a non-unique level: each thread takes a share of the positions whose
     ends are moved past a run of equal rows (sc_ir_runsplit), so no row is split between
-    threads — duplicates included (their sum in the run's first position)."""
+    threads — duplicates included (each an entry of its own)."""
     A, d = coo_with_duplicates((700, 600), dtype, it, seed=61)
     g = torch.Generator().manual_seed(62)
     U = torch.rand(700, 16, generator=g, dtype=dtype)

@@ -174,7 +174,28 @@ static const char *const PRELUDE[] = {
     "    return p;                                                                  \\\n"
     "}\n"
     "SC_K_RUNSPLIT(sc_k_runsplit32, int32_t)\n"
-    "SC_K_RUNSPLIT(sc_k_runsplit64, int64_t)\n\n"};
+    "SC_K_RUNSPLIT(sc_k_runsplit64, int64_t)\n"
+    /* The end of the run of crd[lo] in the ordered c[lo, hi) (sc_ir_runend): steps
+     * doubling while they land in the run, then halving between the last position in
+     * it (a) and the first past it (b). */
+    "#define SC_K_RUNEND(name, T)                                                   \\\n"
+    "static inline int64_t name(const T *c, int64_t lo, int64_t hi)                 \\\n"
+    "{                                                                              \\\n"
+    "    T v = c[lo];                                                               \\\n"
+    "    int64_t a = lo, b = lo + 1, step = 1;                                      \\\n"
+    "    while (b < hi && c[b] == v) {                                              \\\n"
+    "        a = b;                                                                 \\\n"
+    "        step *= 2;                                                             \\\n"
+    "        b = hi - a > step ? a + step : hi;                                     \\\n"
+    "    }                                                                          \\\n"
+    "    while (b - a > 1) {                                                        \\\n"
+    "        int64_t m = a + (b - a) / 2;                                           \\\n"
+    "        if (c[m] == v) a = m; else b = m;                                      \\\n"
+    "    }                                                                          \\\n"
+    "    return b;                                                                  \\\n"
+    "}\n"
+    "SC_K_RUNEND(sc_k_runend32, int32_t)\n"
+    "SC_K_RUNEND(sc_k_runend64, int64_t)\n\n"};
 
 /*
  * Moves of the first n lanes of half and quarter vectors, and masked gathers into them
@@ -398,12 +419,15 @@ static void expr(em *m, const sc_ir_expr *e)
         three(m, "&", e->c, "[", e->a, "], ", e->b);
         break;
     case SC_IR_E_RUNSPLIT:
-        sc_cg_printf(m->out, "sc_k_runsplit%s(%s, ", fn->vars[e->var].type == SC_IR_I32 ? "32" : "64",
-                     fn->vars[e->var].name);
+    case SC_IR_E_RUNEND:
+        sc_cg_printf(m->out, "sc_k_%s%s(%s, ", e->kind == SC_IR_E_RUNEND ? "runend" : "runsplit",
+                     fn->vars[e->var].type == SC_IR_I32 ? "32" : "64", fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, ", ");
         expr(m, e->b);
-        sc_cg_printf(m->out, ", %d)", (int)e->ival);
+        if (e->kind == SC_IR_E_RUNSPLIT)
+            sc_cg_printf(m->out, ", %d", (int)e->ival);
+        pr(m, ")");
         break;
     case SC_IR_E_HSUM:
         sc_cg_printf(m->out, "sc_hsum_%s(", vtag(fn, e->type, e->a->lanes));

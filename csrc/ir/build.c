@@ -396,26 +396,40 @@ int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t
     return (blk < per ? 0 : W) + base + (blk % per) * 2 * w + half * w + l % w;
 }
 
-const sc_ir_expr *sc_ir_runsplit(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
-                                 const sc_ir_expr *hi, bool end)
+/* A RUNSPLIT or RUNEND over the coordinates crd between lo and hi. */
+static const sc_ir_expr *run_expr(sc_ir_builder *b, sc_ir_expr_kind kind, sc_ir_var crd,
+                                  const sc_ir_expr *lo, const sc_ir_expr *hi, int64_t ival)
 {
-    if (!var_ok(b, crd) || !scalar_int(b, lo, "split start") || !scalar_int(b, hi, "split end"))
+    if (!var_ok(b, crd) || !scalar_int(b, lo, "run start") || !scalar_int(b, hi, "run bound"))
         return NULL;
     const sc_ir_var_info *c = &b->fn->vars[crd];
     if (!c->buffer || !c->readonly || (c->type != SC_IR_I32 && c->type != SC_IR_I64)) {
-        sc_ir_fail(b, SC_INTERNAL, "run split over %s", c->name);
+        sc_ir_fail(b, SC_INTERNAL, "%s over %s", kind == SC_IR_E_RUNEND ? "run end" : "run split",
+                   c->name);
         return NULL;
     }
     sc_ir_expr *e = node(b, sizeof *e);
     if (!e)
         return NULL;
-    e->kind = SC_IR_E_RUNSPLIT;
+    e->kind = kind;
     e->type = SC_IR_I64;
     e->var = crd;
     e->a = lo;
     e->b = hi;
-    e->ival = end;
+    e->ival = ival;
     return e;
+}
+
+const sc_ir_expr *sc_ir_runsplit(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
+                                 const sc_ir_expr *hi, bool end)
+{
+    return run_expr(b, SC_IR_E_RUNSPLIT, crd, lo, hi, end);
+}
+
+const sc_ir_expr *sc_ir_runend(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
+                               const sc_ir_expr *hi)
+{
+    return run_expr(b, SC_IR_E_RUNEND, crd, lo, hi, 0);
 }
 
 const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane)

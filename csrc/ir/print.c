@@ -61,7 +61,11 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         put(s, "]]");
         break;
     case SC_IR_E_RUNSPLIT:
-        put(s, "runsplit_%s(%s, ", e->ival ? "end" : "start", fn->vars[e->var].name);
+    case SC_IR_E_RUNEND:
+        if (e->kind == SC_IR_E_RUNEND)
+            put(s, "runend(%s, ", fn->vars[e->var].name);
+        else
+            put(s, "runsplit_%s(%s, ", e->ival ? "end" : "start", fn->vars[e->var].name);
         expr(s, fn, e->a);
         put(s, ", ");
         expr(s, fn, e->b);

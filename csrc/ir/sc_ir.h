@@ -52,7 +52,8 @@ typedef enum {
     X(FOLD, "fold")           \
     X(LANE, "lane")           \
     X(VGATHER, "vgather")     \
-    X(RUNSPLIT, "runsplit")
+    X(RUNSPLIT, "runsplit")   \
+    X(RUNEND, "runend")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -159,7 +160,8 @@ struct sc_ir_expr {
     const sc_ir_expr *a, *b, *c; /* operands (LOAD: a = index; ALLOC: a = count; VLOAD:
                                     b = the lanes read, NULL: all; VGATHER: a = position,
                                     b = the lanes read, c = the coordinate buffer;
-                                    RUNSPLIT: a = lo, b = hi, var = the coordinates) */
+                                    RUNSPLIT, RUNEND: a = lo, b = hi, var = the
+                                    coordinates) */
     bool uninit;     /* ALLOC: contents left undefined (no zero fill) */
     int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
                         VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
@@ -326,6 +328,14 @@ const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane
  * buffer (a non-unique compressed level's coordinates: COO's rows). */
 const sc_ir_expr *sc_ir_runsplit(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
                                  const sc_ir_expr *hi, bool end);
+
+/* The end of the run of equal coordinates that starts at position lo < hi of crd: the
+ * first position after lo, at most hi, whose coordinate differs from crd[lo].  crd as
+ * for sc_ir_runsplit, non-decreasing over [lo, hi) (every level is ordered), so the
+ * end is found by doubling steps and then halving them: O(log run) loads, where a
+ * scan takes one per entry (a run is a row of a COO level). */
+const sc_ir_expr *sc_ir_runend(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
+                               const sc_ir_expr *hi);
 
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);

@@ -215,9 +215,9 @@ static void append_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *c
                         const sc_ir_expr *val)
 {
     if (L->whole >= 0) {
-        /* at the entry's own position (pos and crd are the operand's); a run of repeated
-         * coordinates (COO duplicates) is one entry, written at the run's first position,
-         * the others keeping the output's zero fill */
+        /* at the entry's own position (pos and crd are the operand's); a COO duplicate
+         * is an entry of its own (iterators at the operand's last level: each position
+         * its own entry) */
         if (L->mode == FILL)
             sc_ir_push(B, out, sc_ir_store(B, L->ovals, S->ppos[L->whole], false, val));
         return;
@@ -951,14 +951,17 @@ static void advance(lb *L, const iter *it, int32_t nit, uint32_t within, const s
     }
 }
 
-static void run_end(lb *L, const iter *it, sc_ir_list *out)
+/* it->q = the end of the run of equal coordinates at a non-unique level's position it->p
+ * (sc_ir_runend: O(log run), a COO row in one search); live: it->p < it->e is known
+ * (else where it is not, q = p + 1, as for an exhausted iterator's unused run). */
+static void run_end(lb *L, const iter *it, bool live, sc_ir_list *out)
 {
     if (it->unique)
         return;
-    sc_ir_push(B, out, sc_ir_decl(B, it->q, BIN(ADD, V(it->p), I(1))));
-    const sc_ir_expr *cond = BIN(AND, BIN(LT, V(it->q), V(it->e)),
-                                 BIN(EQ, sc_ir_load(B, L->crd[it->operand][it->level], V(it->q)), V(it->c)));
-    sc_ir_push(B, out, sc_ir_while(B, cond, sc_ir_assign(B, it->q, true, I(1))));
+    const sc_ir_expr *end = sc_ir_runend(B, L->crd[it->operand][it->level], V(it->p), V(it->e));
+    if (!live)
+        end = sc_ir_select(B, BIN(LT, V(it->p), V(it->e)), end, BIN(ADD, V(it->p), I(1)));
+    sc_ir_push(B, out, sc_ir_decl(B, it->q, end));
 }
 
 /* Whether a sum of n over v can load vectors along v: every dense operand in n that is
@@ -2108,7 +2111,13 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         const sc_lower_access *ac = &p->acc[a];
         int32_t k = S->nbound[a], t = ac->operand;
         const sc_format *f = &p->ops[t].fmt;
-        it[i] = (iter){a, k, t, f->unique[k] != 0, -1, -1, -1, -1, NULL};
+        /* the last level of a whole-pattern output's operand below its first (COO's
+         * column level): each position is an entry of its own, duplicates too, since the
+         * output's value is linear in the operand's (a product with it the one sparse
+         * factor): duplicates' values add up as the operand's do, without a run loop,
+         * and the level's segment is a plain one (segment: grouped dots, tiles) */
+        bool own = a == L->whole && k > 0 && k == ac->order - 1;
+        it[i] = (iter){a, k, t, f->unique[k] != 0 || own, -1, -1, -1, -1, NULL};
         const sc_ir_expr *lo, *hi;
         if (f->kind[k] == SC_LEVEL_COMPRESSED) {
             const sc_ir_expr *pp = k == 0 ? I(0) : S->ppos[a];
@@ -2263,7 +2272,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_var cvar = newv(L, vname(L, v), SC_IR_I64);
         sc_ir_push(B, &body, sc_ir_decl(B, cvar, mn));
         for (int32_t i = 0; i < nit; i++)
-            run_end(L, &it[i], &body);
+            run_end(L, &it[i], false, &body);
         const sc_ir_stmt *cb = case_body(L, d, n, S, it, nit, all, V(cvar), true);
         if (cb)
             sc_ir_push(B, &body, cb);
@@ -2279,7 +2288,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
                                                sc_ir_load(B, L->crd[it[i].operand][it[i].level], V(it[i].p)),
                                                V(L->ext[v]));
             sc_ir_push(B, &body, sc_ir_decl(B, it[i].c, c));
-            run_end(L, &it[i], &body);
+            run_end(L, &it[i], false, &body);
         }
         const sc_ir_stmt *ch = dyn ? case_body(L, d, n, S, it, nit, all, V(cvar), true)
                                    : cases(L, d, n, S, it, nit, &lat, all, V(cvar));
@@ -2308,7 +2317,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_push(B, &body, sc_ir_decl(B, cvar, mn));
         for (int32_t i = 0; i < nit; i++)
             if ((P >> i) & 1)
-                run_end(L, &it[i], &body);
+                run_end(L, &it[i], true, &body);
         const sc_ir_stmt *ch = cases(L, d, n, S, it, nit, &lat, P, V(cvar));
         if (ch)
             sc_ir_push(B, &body, ch);
@@ -2733,7 +2742,9 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
             L->tot[k] = newv(L, "nnz", SC_IR_I64);
             sc_ir_push(B, top, sc_ir_decl(B, L->tot[k], V(L->clen[t][k])));
         }
-        L->ovals = owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]));
+        /* no zero fill: the loops visit every entry of the operand once (its only
+         * sparse factor), each written at its own position, COO duplicates too */
+        L->ovals = owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
         sc_ir_push(B, top, sc_ir_comment(B, "fill"));
         L->mode = FILL;
         sc_ir_push(B, top, phase(L, S, -1, I(1))); /* (no workspace to fail) */

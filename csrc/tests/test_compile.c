@@ -564,13 +564,18 @@ static void test_goldens(void)
         "uint8_t *restrict ws_flag_", "] = (uint8_t)1;", "+= sc_k_scan32(out_crd_",
         "] = (float)0.0;"};
     golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
-    /* COO SDDMM in parallel: each thread's share of the positions cut between rows */
+    /* COO SDDMM in parallel: each thread's share of the positions cut between rows; a
+     * row's run end searched, not scanned; its columns a plain segment (each position
+     * its own entry) in groups of dot products; no zero fill of the output */
     tcase coo = {"ij,ik,jk->ij", 0, 3, {"coo", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
     static const char *const gc[] = {
         "#pragma omp parallel num_threads(nt_) if(",
         "= sc_k_runsplit32(A0_crd_1, A0_p_", ", 0);", ", 1);",
-        "while ((A0_p_", "out_vals_"};
+        "while ((A0_p_", "out_vals_", "_run_", "= sc_k_runend32(A0_crd_1, A0_p_",
+        "sc_fold8_", "sc_k_alloc_raw(env, nnz_"};
     golden(&coo, gc, (int)(sizeof gc / sizeof gc[0]));
+    static const char *const gcn[] = {"A1_run_", "sc_k_runend32(A1_crd_"}; /* no column runs */
+    absent(&coo, gcn, 2);
     /* DCSR SDDMM: one range of stored rows per thread, balanced by their entries */
     tcase dcsr = {"ij,ik,jk->ij", 0, 3, {"dcsr", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
     static const char *const gd[] = {
