@@ -176,8 +176,8 @@ static const char *const PRELUDE[] = {
     "SC_K_RUNSPLIT(sc_k_runsplit32, int32_t)\n"
     "SC_K_RUNSPLIT(sc_k_runsplit64, int64_t)\n"
     /* The end of the run of crd[lo] in the ordered c[lo, hi) (sc_ir_runend): steps
-     * doubling while they land in the run, then halving between the last position in
-     * it (a) and the first past it (b). */
+     * doubling while they land in the run, then halving between the last position
+     * in it (a) and the first past it (b). */
     "#define SC_K_RUNEND(name, T)                                                   \\\n"
     "static inline int64_t name(const T *c, int64_t lo, int64_t hi)                 \\\n"
     "{                                                                              \\\n"

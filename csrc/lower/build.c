@@ -952,16 +952,24 @@ static void advance(lb *L, const iter *it, int32_t nit, uint32_t within, const s
 }
 
 /* it->q = the end of the run of equal coordinates at a non-unique level's position it->p
- * (sc_ir_runend: O(log run), a COO row in one search); live: it->p < it->e is known
- * (else where it is not, q = p + 1, as for an exhausted iterator's unused run). */
-static void run_end(lb *L, const iter *it, bool live, sc_ir_list *out)
+ * (it->c its coordinate where p < e): its first RUN_SCAN positions one at a time (most
+ * runs end there, and a scan's exit is predicted better than a search's steps), then,
+ * where the run goes on, a search (sc_ir_runend: O(log run) loads, a long COO row). */
+enum { RUN_SCAN = 8 };
+static void run_end(lb *L, const iter *it, sc_ir_list *out)
 {
     if (it->unique)
         return;
-    const sc_ir_expr *end = sc_ir_runend(B, L->crd[it->operand][it->level], V(it->p), V(it->e));
-    if (!live)
-        end = sc_ir_select(B, BIN(LT, V(it->p), V(it->e)), end, BIN(ADD, V(it->p), I(1)));
-    sc_ir_push(B, out, sc_ir_decl(B, it->q, end));
+    sc_ir_var crd = L->crd[it->operand][it->level];
+    sc_ir_push(B, out, sc_ir_decl(B, it->q, BIN(ADD, V(it->p), I(1))));
+    const sc_ir_expr *near = BIN(MIN, V(it->e), BIN(ADD, V(it->p), I(RUN_SCAN)));
+    const sc_ir_expr *cond = BIN(AND, BIN(LT, V(it->q), near),
+                                 BIN(EQ, sc_ir_load(B, crd, V(it->q)), V(it->c)));
+    sc_ir_push(B, out, sc_ir_while(B, cond, sc_ir_assign(B, it->q, true, I(1))));
+    const sc_ir_expr *on = BIN(AND, BIN(LT, V(it->q), V(it->e)),
+                               BIN(EQ, sc_ir_load(B, crd, V(it->q)), V(it->c)));
+    sc_ir_push(B, out, sc_ir_if(B, on, sc_ir_assign(B, it->q, false, sc_ir_runend(B, crd, V(it->q), V(it->e))),
+                                NULL));
 }
 
 /* Whether a sum of n over v can load vectors along v: every dense operand in n that is
@@ -2272,7 +2280,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_var cvar = newv(L, vname(L, v), SC_IR_I64);
         sc_ir_push(B, &body, sc_ir_decl(B, cvar, mn));
         for (int32_t i = 0; i < nit; i++)
-            run_end(L, &it[i], false, &body);
+            run_end(L, &it[i], &body);
         const sc_ir_stmt *cb = case_body(L, d, n, S, it, nit, all, V(cvar), true);
         if (cb)
             sc_ir_push(B, &body, cb);
@@ -2288,7 +2296,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
                                                sc_ir_load(B, L->crd[it[i].operand][it[i].level], V(it[i].p)),
                                                V(L->ext[v]));
             sc_ir_push(B, &body, sc_ir_decl(B, it[i].c, c));
-            run_end(L, &it[i], false, &body);
+            run_end(L, &it[i], &body);
         }
         const sc_ir_stmt *ch = dyn ? case_body(L, d, n, S, it, nit, all, V(cvar), true)
                                    : cases(L, d, n, S, it, nit, &lat, all, V(cvar));
@@ -2317,7 +2325,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_push(B, &body, sc_ir_decl(B, cvar, mn));
         for (int32_t i = 0; i < nit; i++)
             if ((P >> i) & 1)
-                run_end(L, &it[i], true, &body);
+                run_end(L, &it[i], &body);
         const sc_ir_stmt *ch = cases(L, d, n, S, it, nit, &lat, P, V(cvar));
         if (ch)
             sc_ir_push(B, &body, ch);

@@ -565,13 +565,15 @@ static void test_goldens(void)
         "] = (float)0.0;"};
     golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
     /* COO SDDMM in parallel: each thread's share of the positions cut between rows; a
-     * row's run end searched, not scanned; its columns a plain segment (each position
-     * its own entry) in groups of dot products; no zero fill of the output */
+     * row's run end scanned over its first 8 positions, then searched; its columns a
+     * plain segment (each position its own entry) in groups of dot products; no zero
+     * fill of the output */
     tcase coo = {"ij,ik,jk->ij", 0, 3, {"coo", "dense", "dense"}, {{M, N}, {M, K}, {N, K}}, NULL, NULL};
     static const char *const gc[] = {
         "#pragma omp parallel num_threads(nt_) if(",
         "= sc_k_runsplit32(A0_crd_1, A0_p_", ", 0);", ", 1);",
-        "while ((A0_p_", "out_vals_", "_run_", "= sc_k_runend32(A0_crd_1, A0_p_",
+        "while ((A0_p_", "out_vals_", "+ 8))) && (A0_crd_1[A0_run_",
+        "= sc_k_runend32(A0_crd_1, A0_run_",
         "sc_fold8_", "sc_k_alloc_raw(env, nnz_"};
     golden(&coo, gc, (int)(sizeof gc / sizeof gc[0]));
     static const char *const gcn[] = {"A1_run_", "sc_k_runend32(A1_crd_"}; /* no column runs */
