@@ -138,7 +138,40 @@ static const char *const PRELUDE[] = {
     "    return t;                                                                  \\\n"
     "}\n"
     "SC_K_SCAN(sc_k_scan, int64_t)\n"
-    "SC_K_SCAN(sc_k_scan32, int32_t)\n",
+    "SC_K_SCAN(sc_k_scan32, int32_t)\n"
+    /* SORTSUM: the pairs (c, v)[lo, hi) ordered by c by insertion (stable: equal
+     * coordinates keep their order), then equal coordinates merged, their values added
+     * in that order; returns the new end. */
+    "#define SC_K_SORTSUM(name, T, V)                                               \\\n"
+    "static int64_t name(T *restrict c, V *restrict v, int64_t lo, int64_t hi)       \\\n"
+    "{                                                                              \\\n"
+    "    for (int64_t i = lo + 1; i < hi; i++) {                                    \\\n"
+    "        T x = c[i];                                                            \\\n"
+    "        V y = v[i];                                                            \\\n"
+    "        int64_t j = i;                                                         \\\n"
+    "        for (; j > lo && c[j - 1] > x; j--) {                                  \\\n"
+    "            c[j] = c[j - 1];                                                   \\\n"
+    "            v[j] = v[j - 1];                                                   \\\n"
+    "        }                                                                      \\\n"
+    "        c[j] = x;                                                              \\\n"
+    "        v[j] = y;                                                              \\\n"
+    "    }                                                                          \\\n"
+    "    int64_t u = lo;                                                            \\\n"
+    "    for (int64_t i = lo; i < hi; i++) {                                        \\\n"
+    "        if (u > lo && c[u - 1] == c[i]) {                                      \\\n"
+    "            v[u - 1] += v[i];                                                  \\\n"
+    "        } else {                                                               \\\n"
+    "            c[u] = c[i];                                                       \\\n"
+    "            v[u] = v[i];                                                       \\\n"
+    "            u++;                                                               \\\n"
+    "        }                                                                      \\\n"
+    "    }                                                                          \\\n"
+    "    return u;                                                                  \\\n"
+    "}\n"
+    "SC_K_SORTSUM(sc_k_sortsum32_f32, int32_t, float)\n"
+    "SC_K_SORTSUM(sc_k_sortsum32_f64, int32_t, double)\n"
+    "SC_K_SORTSUM(sc_k_sortsum64_f32, int64_t, float)\n"
+    "SC_K_SORTSUM(sc_k_sortsum64_f64, int64_t, double)\n",
     /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
      * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
      * grows and consecutive threads' ranges tile [lo, hi) exactly). */
@@ -829,6 +862,14 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         sc_cg_printf(m->out, ", %s, %s, %d);\n", fn->vars[s->bits].name, fn->vars[s->summary].name,
                      (int)s->level);
         break;
+    case SC_IR_S_SORTSUM: {
+        const char *t = fn->vars[s->total].name;
+        sc_cg_printf(m->out, "%s = sc_k_sortsum%s_%s(%s, %s, ", t, v->type == SC_IR_I32 ? "32" : "64",
+                     fn->vars[s->vals].type == SC_IR_F32 ? "f32" : "f64", v->name, fn->vars[s->vals].name);
+        expr(m, s->b);
+        sc_cg_printf(m->out, ", %s);\n", t);
+        break;
+    }
     case SC_IR_S_SCAN:
         sc_cg_printf(m->out, "%s += sc_k_scan%s(%s + ", fn->vars[s->total].name,
                      v->type == SC_IR_I32 ? "32" : "", v->name);

@@ -1048,6 +1048,29 @@ const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
     return s;
 }
 
+const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
+                                const sc_ir_expr *start, sc_ir_var total)
+{
+    if (!var_ok(b, buf) || !var_ok(b, vals) || !var_ok(b, total) ||
+        !scalar_int(b, start, "sortsum start") || !coord_buffer(b, buf, "sortsum"))
+        return NULL;
+    const sc_ir_var_info *vi = &b->fn->vars[vals], *ti = &b->fn->vars[total];
+    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_F32 && vi->type != SC_IR_F64) ||
+        ti->buffer || ti->type != SC_IR_I64) {
+        sc_ir_fail(b, SC_INTERNAL, "sortsum of %s ending at %s: not writable float values and "
+                   "an int64 variable", vi->name, ti->name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_SORTSUM);
+    if (!s)
+        return NULL;
+    s->var = buf;
+    s->vals = vals;
+    s->total = total;
+    s->b = start;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
 {
     if (!element_of(b, buf, idx, "prefetch"))

@@ -278,6 +278,11 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         expr(s, fn, st->a);
         put(s, "] from %s/%s\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
         break;
+    case SC_IR_S_SORTSUM:
+        put(s, "%s = sortsum %s/%s[", fn->vars[st->total].name, v->name, fn->vars[st->vals].name);
+        expr(s, fn, st->b);
+        put(s, "..%s)\n", fn->vars[st->total].name);
+        break;
     case SC_IR_S_SCAN:
         put(s, "%s += scan %s[", fn->vars[st->total].name, v->name);
         expr(s, fn, st->b);

@@ -121,6 +121,7 @@ typedef enum {
     X(MARK, "mark")         \
     X(COLLECT, "collect")   \
     X(SCAN, "scan")         \
+    X(SORTSUM, "sortsum")   \
     X(PREFETCH, "prefetch") \
     X(OUT_SET, "out_set")   \
     X(COMMENT, "comment")
@@ -192,7 +193,9 @@ struct sc_ir_stmt {
     bool scalar;           /* FOR: the C compiler must not vectorize it (sc_ir_scalar) */
     const sc_ir_expr *work; /* PAR_FOR when balanced: the work of one unit of weight */
     sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap; SCAN: bits = the flags */
-    sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to */
+    sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to;
+                              SORTSUM: the int64 end of the entries, set to the new end */
+    sc_ir_var vals;        /* SORTSUM: the values paired with buf's coordinates */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else;
                                         balanced FOR: the body of a pair (sc_ir_pairs) or
@@ -429,6 +432,13 @@ const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
 const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
                              sc_ir_var flags, const sc_ir_expr *lo, const sc_ir_expr *hi,
                              sc_ir_var total);
+/* SORTSUM: the entries buf[start..total) (int32 or int64 coordinates) and
+ * vals[start..total) (the values paired with them, a float buffer) ordered by
+ * coordinate, equal coordinates merged into one entry whose value is their sum (added
+ * in their order before), and total (an int64 variable) set to the new end: start + the
+ * number of distinct coordinates.  By insertion: for a handful of entries. */
+const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
+                                const sc_ir_expr *start, sc_ir_var total);
 /* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end). */
 const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 /* out->pos[level] / crd[level] / vals = value (a buffer); field POS, CRD or VALS. */

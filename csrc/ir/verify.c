@@ -213,6 +213,11 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
             (st = use(v, s->summary)) != SC_OK || (st = expr(v, s->b)) != SC_OK)
             return st;
         return expr(v, s->a);
+    case SC_IR_S_SORTSUM:
+        if ((st = use(v, s->var)) != SC_OK || (st = use(v, s->vals)) != SC_OK ||
+            (st = use(v, s->total)) != SC_OK)
+            return st;
+        return expr(v, s->b);
     case SC_IR_S_SCAN:
         if ((st = use(v, s->var)) != SC_OK || (st = use(v, s->bits)) != SC_OK ||
             (st = use(v, s->total)) != SC_OK || (st = expr(v, s->b)) != SC_OK ||

@@ -75,9 +75,10 @@ typedef struct lb {
     sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok, ws_bits, ws_sum;
     /* dense rows of a one-pass Gustavson fill (see gus_row): byte flags of the touched
      * coordinates (-1: none allocated); dense_row: lowering a row's fill into them;
-     * span_lo/span_hi (-1: not lowering a span pass): the row's coordinate range */
+     * span_lo/span_hi (-1: not lowering a span pass): the row's coordinate range;
+     * small_row: lowering a short row's fill, its products appended to the output */
     sc_ir_var ws_flag, span_lo, span_hi;
-    bool dense_row;
+    bool dense_row, small_row;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
     /* one-pass assembly (csr-like output through a Gustavson workspace): cnt[D] holds the
@@ -288,6 +289,12 @@ static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
         } else if (L->dense_row) {
             sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
             sc_ir_push(B, out, sc_ir_store(B, L->ws_flag, V(lv), false, I(1)));
+            return;
+        } else if (L->small_row) {
+            sc_ir_var n = S->cnt[m - 1];
+            sc_ir_push(B, out, sc_ir_store(B, L->ocrd[m - 1], V(n), false, V(lv)));
+            sc_ir_push(B, out, sc_ir_store(B, L->ovals, V(n), false, val));
+            sc_ir_push(B, out, sc_ir_assign(B, n, true, I(1)));
             return;
         } else {
             sc_ir_var n = S->cnt[m - 1];
@@ -703,8 +710,9 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
 }
 
 /* Rows of at least this many multiply-adds run the span pass of gus_row; a row whose
- * coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills densely. */
-enum { DENSE_ROW_MIN = 32, DENSE_ROW_SPAN = 4 };
+ * coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills densely; a
+ * row of at most SMALL_ROW multiply-adds appends its products and sorts them. */
+enum { DENSE_ROW_MIN = 32, DENSE_ROW_SPAN = 4, SMALL_ROW = 8 };
 
 /*
  * One row of a one-pass Gustavson fill (SpGEMM), one of two ways chosen per row.  A
@@ -716,7 +724,13 @@ enum { DENSE_ROW_MIN = 32, DENSE_ROW_SPAN = 4 };
  * from a pass like BOUND's that takes each segment's first and last coordinates, run only
  * for rows of at least DENSE_ROW_MIN products.  Other rows (graphs: products spread
  * over a wide range) take the two-level bitmap, whose first touch appends straight into
- * the output.  The gather of the values clears the workspace for the next row.
+ * the output.  The gather of the values clears the workspace for the next row.  A row of
+ * at most SMALL_ROW products (road networks, circuits, sparse graphs: a handful) skips
+ * the workspace: each product is appended to the row's slot in the output, coordinate
+ * and value, and the slot is then sorted by insertion with equal coordinates summed
+ * (SORTSUM) — no bitmap marks, collect, gather or clear.  Its bound (the slot's size,
+ * min(products, columns)) is its product count where it is under the column count: the
+ * appends stay inside the slot.
  */
 static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
@@ -727,15 +741,20 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, out, sc_ir_decl(B, n0, V(cnt)));
     sc_ir_push(B, out, sc_ir_decl(B, bnd, BIN(SUB, sc_ir_load(B, row, BIN(ADD, S->opos, I(1))),
                                              sc_ir_load(B, row, S->opos))));
-    sc_ir_push(B, out, sc_ir_decl(B, lo, V(L->ext[L->p->out_lvar[m - 1]])));
-    sc_ir_push(B, out, sc_ir_decl(B, hi, I(-1)));
+    sc_ir_list small = {0}, wide = {0};
+    L->small_row = true;
+    sc_ir_push(B, &small, lower_at(L, d + 1, n, S));
+    L->small_row = false;
+    sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt));
+    sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(L->ext[L->p->out_lvar[m - 1]])));
+    sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
     L->mode = BOUND;
     L->span_lo = lo;
     L->span_hi = hi;
     const sc_ir_stmt *span = lower_at(L, d + 1, n, S);
     L->mode = FILL;
     L->span_lo = L->span_hi = -1;
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(DENSE_ROW_MIN), V(bnd)), span, NULL));
+    sc_ir_push(B, &wide, sc_ir_if(B, BIN(LE, I(DENSE_ROW_MIN), V(bnd)), span, NULL));
     sc_ir_list dense = {0}, bitmap = {0};
     L->dense_row = true;
     sc_ir_push(B, &dense, lower_at(L, d + 1, n, S));
@@ -747,9 +766,12 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     const sc_ir_expr *span_len = BIN(SUB, V(hi), V(lo));
     const sc_ir_expr *is_dense = BIN(AND, BIN(LE, V(lo), V(hi)),
                                      BIN(LT, span_len, BIN(MUL, I(DENSE_ROW_SPAN), V(bnd))));
-    sc_ir_push(B, out, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
+    sc_ir_push(B, &wide, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
                                 sc_ir_list_block(B, &bitmap)));
-    gather_row(L, n0, cnt, true, out);
+    gather_row(L, n0, cnt, true, &wide);
+    const sc_ir_expr *is_small = BIN(AND, BIN(LE, V(bnd), I(SMALL_ROW)),
+                                     BIN(LT, V(bnd), V(L->ext[L->p->out_lvar[m - 1]])));
+    sc_ir_push(B, out, sc_ir_if(B, is_small, sc_ir_list_block(B, &small), sc_ir_list_block(B, &wide)));
 }
 
 /* Everything below the binding of the variable at depth d (S already updated). */

@@ -547,6 +547,10 @@ static void test_goldens(void)
         "sc_k_alloc(env, ((ws_s_",
         "if (sc_k_mark(ws_bits_",
         "sc_k_collect32(out_crd_",  /* ordered in the output's own slot */
+        /* a row of at most 8 products (and fewer than the columns) appends them and
+         * sorts its slot, summing equal coordinates: no workspace */
+        "if (((bnd_", " <= 8) && (bnd_", " < Nk_", "= sc_k_sortsum32_f32(out_crd_",
+        ", out_vals_", ", n0_",
         "] = (v_",                  /* first touch assigns */
         "] += (v_",
         "row_start_", "sc_k_alloc_raw(env, bound_",

@@ -1,0 +1,103 @@
+"""SpGEMM rows of at most 8 multiply-adds (fewer than the output's columns) skip the
+Gustavson workspace: each product is appended, coordinate and value, to the row's slot
+in the output, and the slot is sorted by insertion with equal coordinates summed (IR
+SORTSUM, sc_k_sortsum*).  Checked against dense, with the output's rows ordered and
+free of repeats: rows of 0-12 products (both sides of the threshold), products landing
+on one column, on distinct columns and mixed, rows whose product count reaches the
+column count (which must keep the workspace: the slot is only that large), empty and
+1x1 operands, a full output whose last row's products outnumber its slot, f32 and f64, int32 and int64 indices, one and two threads, and under
+AddressSanitizer + UBSan (no write past a row's slot)."""
+import pytest
+import torch
+
+from conftest import run_code, sanitized_env
+
+CODE = r'''
+import torch, scorch
+
+def check(C, ref, tol):
+    torch.testing.assert_close(C.to_dense(), ref, **tol)
+    pos, crd = C._pos[1].long(), C._crd[1].long()
+    for r in range(len(pos) - 1):
+        seg = crd[pos[r]:pos[r + 1]]
+        assert bool(torch.all(seg[1:] > seg[:-1])), (r, seg)
+
+def rows_of_products(cols, dt, g):
+    """A (n x m) and B (m x cols) whose product's row r has exactly r % 13 products:
+    row r of A holds r % 13 ones spread over rows of B with one entry each, those
+    entries placed on one column (r % 3 == 0), on distinct columns (r % 3 == 1), or on
+    two columns (r % 3 == 2)."""
+    n, m = 40, 13 * 40
+    a = torch.zeros(n, m, dtype=dt)
+    b = torch.zeros(m, cols, dtype=dt)
+    for r in range(n):
+        k = r % 13
+        for t in range(k):
+            j = 13 * r + t
+            a[r, j] = float(torch.randint(1, 5, (1,), generator=g))
+            c = (r * 7) % cols if r % 3 == 0 else (r + 5 * t) % cols if r % 3 == 1 else (r + t % 2) % cols
+            b[j, c] = float(torch.randint(1, 5, (1,), generator=g)) * (-1) ** t
+    return a, b
+
+for dt, it in COMBOS:
+    tol = dict(rtol=1e-5, atol=1e-5) if dt == torch.float32 else {}
+    g = torch.Generator().manual_seed(5)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for cols in (200, 9, 4, 1):
+            a, b = rows_of_products(cols, dt, g)
+            A = scorch.to_sparse(a, "csr", index_dtype=it)
+            B = scorch.to_sparse(b, "csr", index_dtype=it)
+            check(scorch.einsum("ij,jk->ik", A, B), a @ b, tol)
+            check(A @ B, a @ b, tol)
+        # every row's slot exactly full (4 products on 4 columns) but the last: 12
+        # products on 4 columns, whose slot (4) is smaller than its products, at the
+        # very end of the output's arrays (the sanitized run sees a write past them)
+        a = torch.zeros(30, 30 * 4 + 12, dtype=dt)
+        b = torch.zeros(30 * 4 + 12, 4, dtype=dt)
+        for r in range(29):
+            for t in range(4):
+                a[r, 4 * r + t] = t + 1.0
+                b[4 * r + t, t] = 2.0
+        for t in range(12):
+            a[29, 116 + t] = 1.0
+            b[116 + t, t % 4] = t + 1.0
+        A = scorch.to_sparse(a, "csr", index_dtype=it)
+        B = scorch.to_sparse(b, "csr", index_dtype=it)
+        assert "sc_k_sortsum" in scorch.explain("ij,jk->ik", A, B).split("SC_K_SORTSUM(sc_k_sortsum64_f64")[1]
+        check(scorch.einsum("ij,jk->ik", A, B), a @ b, tol)
+        # a random power-law-ish graph: short rows around the threshold, products meeting
+        d = (torch.rand(300, 300, generator=g) < 0.012).to(dt) * torch.rand(300, 300, generator=g, dtype=dt)
+        D = scorch.to_sparse(d, "csr", index_dtype=it)
+        check(scorch.einsum("ij,jk->ik", D, D), d @ d, tol)
+        for shape in ((0, 0), (1, 1), (3, 0)):
+            e = torch.ones(shape, dtype=dt)
+            E = scorch.to_sparse(e, "csr", index_dtype=it)
+            F = scorch.to_sparse(torch.ones(shape[::-1], dtype=dt), "csr", index_dtype=it)
+            check(scorch.einsum("ij,jk->ik", E, F), e @ torch.ones(shape[::-1], dtype=dt), tol)
+print("ok")
+'''
+
+ALL = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float32, torch.int64), " \
+      "(torch.float64, torch.int32), (torch.float64, torch.int64)]\n"
+
+
+def test_small_rows_against_dense(tmp_path):
+    run_code(ALL + CODE, tmp_path)
+
+
+def test_small_rows_sanitized(tmp_path):
+    env = sanitized_env()
+    if env is None:
+        pytest.skip("gcc's ASan/UBSan runtimes are not installed")
+    run_code("import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float64, torch.int64)]\n"
+             + CODE, tmp_path, **env)
+
+
+def test_kernel_has_the_small_row_path():
+    """The generated C takes rows of at most 8 products (and fewer than the columns)
+    through SORTSUM."""
+    import scorch
+    A = scorch.to_sparse(torch.eye(20), "csr")
+    src = scorch.explain("ij,jk->ik", A, A)
+    assert "<= 8) && (bnd_" in src and "= sc_k_sortsum32_f32(out_crd_" in src
