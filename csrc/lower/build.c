@@ -715,7 +715,7 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
 enum { DENSE_ROW_MIN = 32, DENSE_ROW_SPAN = 4, SMALL_ROW = 8 };
 
 /*
- * One row of a one-pass Gustavson fill (SpGEMM), one of two ways chosen per row.  A
+ * One row of a one-pass Gustavson fill (SpGEMM), one of three ways chosen per row.  A
  * dense row — its coordinates span under DENSE_ROW_SPAN times its multiply count (FEM
  * rows, banded products: most products land on a column already touched) — adds every
  * product into the zeroed workspace and sets the coordinate's byte flag, with no test
