@@ -77,6 +77,27 @@ def sanitized_env():
                              "-march=native -fopenmp"}
 
 
+# Subprocess checks loop over COMBOS, (value dtype, index dtype) pairs: all four, or the
+# two corners under the sanitizers (slow to compile).
+_COMBOS_ALL = ("import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float32, torch.int64), "
+               "(torch.float64, torch.int32), (torch.float64, torch.int64)]\n")
+_COMBOS_TWO = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float64, torch.int64)]\n"
+
+
+def run_combos(code: str, tmp_path, **env):
+    """run_code with COMBOS defined as every (value dtype, index dtype) pair."""
+    run_code(_COMBOS_ALL + code, tmp_path, **env)
+
+
+def run_combos_sanitized(code: str, tmp_path, **env):
+    """run_code with kernels under ASan + UBSan and COMBOS = f32/int32 and f64/int64;
+    skipped where gcc's sanitizer runtimes are not installed."""
+    san = sanitized_env()
+    if san is None:
+        pytest.skip("gcc's ASan/UBSan runtimes are not installed")
+    run_code(_COMBOS_TWO + code, tmp_path, **san, **env)
+
+
 def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

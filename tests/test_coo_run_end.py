@@ -7,10 +7,9 @@ the three places a run ends: the whole-pattern SDDMM (one iterator), an intersec
 (iterators known to be live) and a union of three (where an exhausted iterator's run is
 not searched), int32 and int64 coordinates, f32 and f64, and under AddressSanitizer +
 UBSan (no read past the range searched)."""
-import pytest
 import torch
 
-from conftest import run_code, sanitized_env
+from conftest import run_combos, run_combos_sanitized
 
 CODE = r'''
 import torch, scorch
@@ -64,17 +63,9 @@ for dt, it in COMBOS:
 print("ok")
 '''
 
-ALL = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float32, torch.int64), " \
-      "(torch.float64, torch.int32), (torch.float64, torch.int64)]\n"
-
-
 def test_run_ends_against_dense(tmp_path):
-    run_code(ALL + CODE, tmp_path)
+    run_combos(CODE, tmp_path)
 
 
 def test_run_ends_sanitized(tmp_path):
-    env = sanitized_env()
-    if env is None:
-        pytest.skip("gcc's ASan/UBSan runtimes are not installed")
-    run_code("import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float64, torch.int64)]\n"
-             + CODE, tmp_path, **env)
+    run_combos_sanitized(CODE, tmp_path)

@@ -10,11 +10,10 @@ SCORCH_CACHE_BYTES to 1 KiB, so far-apart rows take the prefetching copy and ban
 still do not: both copies are checked against dense, for every register tile width, the grouped SDDMM path and
 its runs of short rows, 32- and 64-bit coordinates, f32 and f64, and under
 AddressSanitizer + UBSan (the entry ahead is clamped to the level's last)."""
-import pytest
 import torch
 
 import scorch
-from conftest import run_code, sanitized_env
+from conftest import run_code, run_combos, run_combos_sanitized
 
 # Shared by the in-process and the subprocess checks: matrices whose rows are far apart
 # (random columns), banded (consecutive columns: the flag is off), rows of one entry,
@@ -86,20 +85,12 @@ def test_copies_are_built_for_spmm_and_sddmm():
     assert "rowpf" not in _source("ij,kj->ik", A, torch.rand(5, 8))
 
 
-ALL = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float32, torch.int64), " \
-      "(torch.float64, torch.int32), (torch.float64, torch.int64)]\n"
-TWO = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float64, torch.int64)]\n"
-
-
 def test_with_prefetches_against_dense(tmp_path):
-    run_code(ALL + CHECKS, tmp_path, SCORCH_CACHE_BYTES="1024")
+    run_combos(CHECKS, tmp_path, SCORCH_CACHE_BYTES="1024")
 
 
 def test_with_prefetches_sanitized(tmp_path):
-    env = sanitized_env()
-    if env is None:
-        pytest.skip("gcc's ASan/UBSan runtimes are not installed")
-    run_code(TWO + CHECKS, tmp_path, SCORCH_CACHE_BYTES="1K", **env)
+    run_combos_sanitized(CHECKS, tmp_path, SCORCH_CACHE_BYTES="1K")
 
 
 def test_bad_cache_size_falls_back(tmp_path):

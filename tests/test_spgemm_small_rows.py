@@ -7,10 +7,9 @@ on one column, on distinct columns and mixed, rows whose product count reaches t
 column count (which must keep the workspace: the slot is only that large), empty and
 1x1 operands, a full output whose last row's products outnumber its slot, f32 and f64, int32 and int64 indices, one and two threads, and under
 AddressSanitizer + UBSan (no write past a row's slot)."""
-import pytest
 import torch
 
-from conftest import run_code, sanitized_env
+from conftest import run_combos, run_combos_sanitized
 
 CODE = r'''
 import torch, scorch
@@ -78,20 +77,12 @@ for dt, it in COMBOS:
 print("ok")
 '''
 
-ALL = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float32, torch.int64), " \
-      "(torch.float64, torch.int32), (torch.float64, torch.int64)]\n"
-
-
 def test_small_rows_against_dense(tmp_path):
-    run_code(ALL + CODE, tmp_path)
+    run_combos(CODE, tmp_path)
 
 
 def test_small_rows_sanitized(tmp_path):
-    env = sanitized_env()
-    if env is None:
-        pytest.skip("gcc's ASan/UBSan runtimes are not installed")
-    run_code("import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float64, torch.int64)]\n"
-             + CODE, tmp_path, **env)
+    run_combos_sanitized(CODE, tmp_path)
 
 
 def test_kernel_has_the_small_row_path():
