@@ -864,8 +864,9 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         break;
     case SC_IR_S_SORTSUM: {
         const char *t = fn->vars[s->total].name;
+        const sc_ir_var_info *vals = &fn->vars[s->vals];
         sc_cg_printf(m->out, "%s = sc_k_sortsum%s_%s(%s, %s, ", t, v->type == SC_IR_I32 ? "32" : "64",
-                     fn->vars[s->vals].type == SC_IR_F32 ? "f32" : "f64", v->name, fn->vars[s->vals].name);
+                     vals->type == SC_IR_F32 ? "f32" : "f64", v->name, vals->name);
         expr(m, s->b);
         sc_cg_printf(m->out, ", %s);\n", t);
         break;

@@ -55,7 +55,8 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
     case SC_IR_E_FOLD:
     case SC_IR_E_RUNSPLIT:
     case SC_IR_E_RUNEND:
-        if ((e->kind == SC_IR_E_RUNSPLIT || e->kind == SC_IR_E_RUNEND) && (st = use(v, e->var)) != SC_OK)
+        if ((e->kind == SC_IR_E_RUNSPLIT || e->kind == SC_IR_E_RUNEND) &&
+            (st = use(v, e->var)) != SC_OK)
             return st;
         if ((st = expr(v, e->a)) != SC_OK)
             return st;

@@ -990,8 +990,8 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
     sc_ir_push(B, out, sc_ir_while(B, cond, sc_ir_assign(B, it->q, true, I(1))));
     const sc_ir_expr *on = BIN(AND, BIN(LT, V(it->q), V(it->e)),
                                BIN(EQ, sc_ir_load(B, crd, V(it->q)), V(it->c)));
-    sc_ir_push(B, out, sc_ir_if(B, on, sc_ir_assign(B, it->q, false, sc_ir_runend(B, crd, V(it->q), V(it->e))),
-                                NULL));
+    const sc_ir_expr *end = sc_ir_runend(B, crd, V(it->q), V(it->e));
+    sc_ir_push(B, out, sc_ir_if(B, on, sc_ir_assign(B, it->q, false, end), NULL));
 }
 
 /* Whether a sum of n over v can load vectors along v: every dense operand in n that is
@@ -1170,8 +1170,8 @@ static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_l
     const sc_ir_expr *rowb = BIN(MUL, L->stride[t][0], I(esz));
     const sc_ir_expr *cache = sc_ir_arg_ref(B, SC_IR_ARG_CACHE, -1, 0, SC_IR_I64);
     const sc_ir_expr *bytes = BIN(MUL, V(L->ext[ac->var[0]]), rowb);
-    const sc_ir_expr *line_row = BIN(AND, BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(LINE_BYTES)),
-                                     BIN(LE, I(LINE_ROW_CACHE), bytes));
+    const sc_ir_expr *one_line = BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(LINE_BYTES));
+    const sc_ir_expr *line_row = BIN(AND, one_line, BIN(LE, I(LINE_ROW_CACHE), bytes));
     const sc_ir_expr *flag = BIN(OR, BIN(LE, cache, bytes), line_row);
     if (S->tvn == 0)
         flag = BIN(AND, flag, BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(ROW_PREFETCH_BYTES)));
