@@ -741,12 +741,13 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, out, sc_ir_decl(B, n0, V(cnt)));
     sc_ir_push(B, out, sc_ir_decl(B, bnd, BIN(SUB, sc_ir_load(B, row, BIN(ADD, S->opos, I(1))),
                                              sc_ir_load(B, row, S->opos))));
+    sc_ir_var ncols = L->ext[L->p->out_lvar[m - 1]];
     sc_ir_list small = {0}, wide = {0};
     L->small_row = true;
     sc_ir_push(B, &small, lower_at(L, d + 1, n, S));
     L->small_row = false;
     sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt));
-    sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(L->ext[L->p->out_lvar[m - 1]])));
+    sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
     L->mode = BOUND;
     L->span_lo = lo;
@@ -769,8 +770,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, &wide, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
                                 sc_ir_list_block(B, &bitmap)));
     gather_row(L, n0, cnt, true, &wide);
-    const sc_ir_expr *is_small = BIN(AND, BIN(LE, V(bnd), I(SMALL_ROW)),
-                                     BIN(LT, V(bnd), V(L->ext[L->p->out_lvar[m - 1]])));
+    const sc_ir_expr *is_small = BIN(AND, BIN(LE, V(bnd), I(SMALL_ROW)), BIN(LT, V(bnd), V(ncols)));
     sc_ir_push(B, out, sc_ir_if(B, is_small, sc_ir_list_block(B, &small), sc_ir_list_block(B, &wide)));
 }
 
@@ -1170,11 +1170,12 @@ static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_l
     const sc_ir_expr *rowb = BIN(MUL, L->stride[t][0], I(esz));
     const sc_ir_expr *cache = sc_ir_arg_ref(B, SC_IR_ARG_CACHE, -1, 0, SC_IR_I64);
     const sc_ir_expr *bytes = BIN(MUL, V(L->ext[ac->var[0]]), rowb);
-    const sc_ir_expr *one_line = BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(LINE_BYTES));
-    const sc_ir_expr *line_row = BIN(AND, one_line, BIN(LE, I(LINE_ROW_CACHE), bytes));
+    const sc_ir_expr *read = BIN(MUL, V(L->ext[ac->var[1]]), I(esz)); /* of each row */
+    const sc_ir_expr *line_row = BIN(AND, BIN(LE, read, I(LINE_BYTES)),
+                                     BIN(LE, I(LINE_ROW_CACHE), bytes));
     const sc_ir_expr *flag = BIN(OR, BIN(LE, cache, bytes), line_row);
     if (S->tvn == 0)
-        flag = BIN(AND, flag, BIN(LE, BIN(MUL, V(L->ext[ac->var[1]]), I(esz)), I(ROW_PREFETCH_BYTES)));
+        flag = BIN(AND, flag, BIN(LE, read, I(ROW_PREFETCH_BYTES)));
     sc_ir_var lo = newv(L, "pflo", SC_IR_I64);
     sc_ir_push(B, out, sc_ir_decl(B, lo, i0->lo));
     const sc_ir_expr *len = BIN(SUB, V(i0->e), V(lo));
