@@ -73,19 +73,31 @@ static const char *const PRELUDE[] = {
     "    b0[c >> 6] |= bit;\n"
     "    b1[c >> 12] |= (uint64_t)1 << ((c >> 6) & 63);\n"
     "    return 1;\n}\n"
-    /* a[0..n) holds every marked coordinate once: unmark them all and, when sort, order
-     * them, by a scan of the summary words they span when that span is short next to n
-     * (cost span + n), else by sorting (n log n) and clearing the words they hit. */
+    /* the same without a branch: whether c was new, as 0 or 1 */
+    "static inline int64_t sc_k_mark_new(uint64_t *restrict b0, uint64_t *restrict b1, int64_t c)\n{\n"
+    "    uint64_t bit = (uint64_t)1 << (c & 63), w = b0[c >> 6];\n"
+    "    b0[c >> 6] = w | bit;\n"
+    "    b1[c >> 12] |= (uint64_t)1 << ((c >> 6) & 63);\n"
+    "    return !(w & bit);\n}\n"
+    /* a[0..n) holds every marked coordinate once (in [0, N)): unmark them all and, when
+     * sort, order them, by a scan of the summary words they span when that span is short
+     * next to n (cost span + n; all of them, with no pass for the span, when they are that
+     * few), else by sorting (n log n) and clearing the words they hit. */
     "#define SC_K_COLLECT(name, T, sortfn)                                         \\\n"
-    "static void name(T *restrict a, int64_t n, uint64_t *restrict b0, uint64_t *restrict b1, int sort) \\\n"
+    "static void name(T *restrict a, int64_t n, uint64_t *restrict b0, uint64_t *restrict b1, int sort, \\\n"
+    "                 int64_t N)                                                   \\\n"
     "{                                                                              \\\n"
     "    if (n <= 0) return;                                                        \\\n"
     "    if (sort && n > 1) {                                                       \\\n"
-    "        T lo = a[0], hi = a[0];                                                \\\n"
-    "        for (int64_t i = 1; i < n; i++) {                                      \\\n"
-    "            lo = a[i] < lo ? a[i] : lo; hi = a[i] > hi ? a[i] : hi;            \\\n"
+    "        int64_t s0 = 0, s1 = (N - 1) >> 12;                                    \\\n"
+    "        if (s1 > 4 * n) {                                                      \\\n"
+    "            T lo = a[0], hi = a[0];                                            \\\n"
+    "            for (int64_t i = 1; i < n; i++) {                                  \\\n"
+    "                lo = a[i] < lo ? a[i] : lo; hi = a[i] > hi ? a[i] : hi;        \\\n"
+    "            }                                                                  \\\n"
+    "            s0 = (int64_t)lo >> 12;                                            \\\n"
+    "            s1 = (int64_t)hi >> 12;                                            \\\n"
     "        }                                                                      \\\n"
-    "        int64_t s0 = (int64_t)lo >> 12, s1 = (int64_t)hi >> 12;                \\\n"
     "        if (s1 - s0 <= 4 * n) {                                                \\\n"
     "            int64_t t = 0;                                                     \\\n"
     "            for (int64_t j = s0; j <= s1; j++) {                               \\\n"
@@ -844,6 +856,13 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         pr(m, ");\n");
         break;
     case SC_IR_S_MARK:
+        if (!s->body) {
+            sc_cg_printf(m->out, "%s = sc_k_mark_new(%s, %s, ", fn->vars[s->total].name,
+                         fn->vars[s->bits].name, fn->vars[s->summary].name);
+            expr(m, s->b);
+            pr(m, ");\n");
+            break;
+        }
         sc_cg_printf(m->out, "if (sc_k_mark(%s, %s, ", fn->vars[s->bits].name, fn->vars[s->summary].name);
         expr(m, s->b);
         pr(m, ")) {\n");
@@ -859,8 +878,10 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         expr(m, s->b);
         pr(m, ", ");
         expr(m, s->a);
-        sc_cg_printf(m->out, ", %s, %s, %d);\n", fn->vars[s->bits].name, fn->vars[s->summary].name,
+        sc_cg_printf(m->out, ", %s, %s, %d, ", fn->vars[s->bits].name, fn->vars[s->summary].name,
                      (int)s->level);
+        expr(m, s->c);
+        pr(m, ");\n");
         break;
     case SC_IR_S_SORTSUM: {
         const char *t = fn->vars[s->total].name;

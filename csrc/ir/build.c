@@ -986,6 +986,27 @@ const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary
     return s;
 }
 
+const sc_ir_stmt *sc_ir_mark_new(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
+                                 const sc_ir_expr *c, sc_ir_var isnew)
+{
+    if (!bitmap_ok(b, bits, summary) || !scalar_int(b, c, "mark coordinate") ||
+        !var_ok(b, isnew))
+        return NULL;
+    const sc_ir_var_info *ni = &b->fn->vars[isnew];
+    if (ni->buffer || ni->type != SC_IR_I64) {
+        sc_ir_fail(b, SC_INTERNAL, "mark into %s: not an int64 variable", ni->name);
+        return NULL;
+    }
+    sc_ir_stmt *s = stmt(b, SC_IR_S_MARK);
+    if (!s)
+        return NULL;
+    s->var = s->bits = bits;
+    s->summary = summary;
+    s->b = c;
+    s->total = isnew;
+    return s;
+}
+
 /* buf: a writable int32/int64 buffer, where COLLECT and SCAN write coordinates. */
 static bool coord_buffer(sc_ir_builder *b, sc_ir_var buf, const char *what)
 {
@@ -1000,10 +1021,11 @@ static bool coord_buffer(sc_ir_builder *b, sc_ir_var buf, const char *what)
 
 const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
                                 const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
-                                bool sort)
+                                bool sort, const sc_ir_expr *extent)
 {
     if (!bitmap_ok(b, bits, summary) || !var_ok(b, buf) ||
-        !scalar_int(b, start, "collect start") || !scalar_int(b, count, "collect count"))
+        !scalar_int(b, start, "collect start") || !scalar_int(b, count, "collect count") ||
+        !scalar_int(b, extent, "collect extent"))
         return NULL;
     if (!coord_buffer(b, buf, "collect"))
         return NULL;
@@ -1015,6 +1037,7 @@ const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_exp
     s->summary = summary;
     s->b = start;
     s->a = count;
+    s->c = extent;
     s->level = sort;
     return s;
 }

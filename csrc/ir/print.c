@@ -257,6 +257,12 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         put(s, "]\n");
         break;
     case SC_IR_S_MARK:
+        if (!st->body) {
+            put(s, "%s = mark_new ", fn->vars[st->total].name);
+            expr(s, fn, st->b);
+            put(s, " in %s/%s\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
+            break;
+        }
         put(s, "mark ");
         expr(s, fn, st->b);
         put(s, " in %s/%s:\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
@@ -276,7 +282,9 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         expr(s, fn, st->b);
         put(s, ":+");
         expr(s, fn, st->a);
-        put(s, "] from %s/%s\n", fn->vars[st->bits].name, fn->vars[st->summary].name);
+        put(s, "] from %s/%s of ", fn->vars[st->bits].name, fn->vars[st->summary].name);
+        expr(s, fn, st->c);
+        put(s, "\n");
         break;
     case SC_IR_S_SORTSUM:
         put(s, "%s = sortsum %s/%s[", fn->vars[st->total].name, v->name, fn->vars[st->vals].name);

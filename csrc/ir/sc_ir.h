@@ -182,7 +182,8 @@ struct sc_ir_stmt {
                               SORT/COLLECT count, OUT_SET value, SCAN lo */
     const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT/SCAN
                               start */
-    const sc_ir_expr *c;   /* FOR step; vector STORE: the lanes written (NULL: all); SCAN hi */
+    const sc_ir_expr *c;   /* FOR step; vector STORE: the lanes written (NULL: all); SCAN hi;
+                              COLLECT: the set's extent N */
     sc_ir_par par;         /* FOR */
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
     sc_ir_arg field;       /* OUT_SET */
@@ -194,7 +195,9 @@ struct sc_ir_stmt {
     const sc_ir_expr *work; /* PAR_FOR when balanced: the work of one unit of weight */
     sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap; SCAN: bits = the flags */
     sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to;
-                              SORTSUM: the int64 end of the entries, set to the new end */
+                              SORTSUM: the int64 end of the entries, set to the new end;
+                              MARK without a body: the int64 variable set to 1 where the
+                              coordinate was new, else 0 */
     sc_ir_var vals;        /* SORTSUM: the values paired with buf's coordinates */
     const char *text;      /* COMMENT; REQUIRE message */
     const sc_ir_stmt *body, *orelse; /* FOR/WHILE/IF/PARALLEL/MARK body; IF/MARK else;
@@ -418,12 +421,19 @@ const sc_ir_stmt *sc_ir_sort(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
 const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
                              const sc_ir_expr *c, const sc_ir_stmt *then,
                              const sc_ir_stmt *orelse);
+/* MARK without a branch: add coordinate c to the set and set isnew (an int64 variable)
+ * to 1 where it was not in it, else 0.  For fills whose every step does the same work
+ * either way (the caller adds isnew rather than testing it): no mispredicted branch. */
+const sc_ir_stmt *sc_ir_mark_new(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
+                                 const sc_ir_expr *c, sc_ir_var isnew);
 /* COLLECT: buf[start..start+count) holds every coordinate of the set, each once (int32
  * or int64 buffer); remove them all from the set and, when sort, order them ascending
- * (by scanning the bitmap where the coordinates are dense enough, else by sorting). */
+ * (by scanning the bitmap where the coordinates are dense enough, else by sorting).
+ * extent: the set's N (the bitmap's size), whose summary words a short set scans
+ * whole. */
 const sc_ir_stmt *sc_ir_collect(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *start,
                                 const sc_ir_expr *count, sc_ir_var bits, sc_ir_var summary,
-                                bool sort);
+                                bool sort, const sc_ir_expr *extent);
 /* A set of coordinates in [0, N) as byte flags: flags, N + 8 uint8 (zero-filled when
  * allocated; the 8 past N let a scan read whole words).  Flag c is set by storing 1.
  * SCAN: every flagged coordinate lies in [lo, hi]; write them ascending into

@@ -202,7 +202,11 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
         return expr(v, s->a);
     case SC_IR_S_MARK:
         if ((st = use(v, s->bits)) != SC_OK || (st = use(v, s->summary)) != SC_OK ||
-            (st = expr(v, s->b)) != SC_OK || (st = scoped(v, s->body)) != SC_OK)
+            (st = expr(v, s->b)) != SC_OK)
+            return st;
+        if (!s->body)
+            return use(v, s->total);
+        if ((st = scoped(v, s->body)) != SC_OK)
             return st;
         return s->orelse ? scoped(v, s->orelse) : SC_OK;
     case SC_IR_S_PREFETCH:
@@ -211,7 +215,8 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
         return expr(v, s->b);
     case SC_IR_S_COLLECT:
         if ((st = use(v, s->var)) != SC_OK || (st = use(v, s->bits)) != SC_OK ||
-            (st = use(v, s->summary)) != SC_OK || (st = expr(v, s->b)) != SC_OK)
+            (st = use(v, s->summary)) != SC_OK || (st = expr(v, s->b)) != SC_OK ||
+            (st = expr(v, s->c)) != SC_OK)
             return st;
         return expr(v, s->a);
     case SC_IR_S_SORTSUM:

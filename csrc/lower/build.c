@@ -73,12 +73,14 @@ typedef struct lb {
      * accumulator), marked in a two-level bitmap, values written on first touch */
     bool gus;
     sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok, ws_bits, ws_sum;
+    const sc_ir_expr *ws_size; /* the workspace's extent (its coordinates' bound) */
     /* dense rows of a one-pass Gustavson fill (see gus_row): byte flags of the touched
      * coordinates (-1: none allocated); dense_row: lowering a row's fill into them;
      * span_lo/span_hi (-1: not lowering a span pass): the row's coordinate range;
-     * small_row: lowering a short row's fill, its products appended to the output */
+     * small_row: lowering a short row's fill, its products appended to the output;
+     * bitmap_row: lowering a bitmap row's fill, whose slot holds every product */
     sc_ir_var ws_flag, span_lo, span_hi;
-    bool dense_row, small_row;
+    bool dense_row, small_row, bitmap_row;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
     /* one-pass assembly (csr-like output through a Gustavson workspace): cnt[D] holds the
@@ -275,7 +277,11 @@ static void write_out(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val
  * value (the count phase only marks).  In a Gustavson workspace the first touch appends
  * the coordinate to the row's output slot directly (count phase: to the touched list)
  * and assigns the value, so nothing is cleared between rows; a dense row only adds the
- * value and sets the coordinate's flag, with no test. */
+ * value and sets the coordinate's flag, with no test.  A bitmap row of a one-pass fill
+ * (gus_row) does the same work for every product, with no branch: it marks, writes the
+ * coordinate at the slot's end, moves the end by whether the mark was new and adds the
+ * value into the workspace, zero between rows.  Its slot holds every product, so the
+ * write past the last entry stays inside it. */
 static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
 {
     const sc_lower_problem *p = L->p;
@@ -295,6 +301,15 @@ static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
             sc_ir_push(B, out, sc_ir_store(B, L->ocrd[m - 1], V(n), false, V(lv)));
             sc_ir_push(B, out, sc_ir_store(B, L->ovals, V(n), false, val));
             sc_ir_push(B, out, sc_ir_assign(B, n, true, I(1)));
+            return;
+        } else if (L->bitmap_row) {
+            sc_ir_var n = S->cnt[m - 1], isnew = newv(L, "new", SC_IR_I64);
+            sc_ir_push(B, out, sc_ir_decl(B, isnew, I(0)));
+            sc_ir_push(B, out, sc_ir_mark_new(B, L->ws_bits, L->ws_sum, V(lv), isnew));
+            sc_ir_push(B, out, sc_ir_store(B, L->ocrd[m - 1], V(n), false, V(lv)));
+            sc_ir_push(B, out, sc_ir_assign(B, n, true, V(isnew)));
+            sc_ir_push(B, out, sc_ir_assign(B, L->ws_n, true, V(isnew)));
+            sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
             return;
         } else {
             sc_ir_var n = S->cnt[m - 1];
@@ -377,12 +392,12 @@ static void drain(lb *L, const st *S, sc_ir_list *out)
         if (L->mode == COUNT) {
             sc_ir_push(B, out, sc_ir_assign(B, S->cnt[m - 1], true, V(L->ws_n)));
             sc_ir_push(B, out, sc_ir_collect(B, L->ws_list, I(0), V(L->ws_n), L->ws_bits,
-                                             L->ws_sum, false));
+                                             L->ws_sum, false, L->ws_size));
         } else {
             sc_ir_var n0 = newv(L, "n0", SC_IR_I64);
             sc_ir_push(B, out, sc_ir_decl(B, n0, BIN(SUB, V(S->cnt[m - 1]), V(L->ws_n))));
             sc_ir_push(B, out, sc_ir_collect(B, L->ocrd[m - 1], V(n0), V(L->ws_n), L->ws_bits,
-                                             L->ws_sum, true));
+                                             L->ws_sum, true, L->ws_size));
             gather_row(L, n0, S->cnt[m - 1], false, out);
         }
         sc_ir_push(B, out, sc_ir_assign(B, L->ws_n, false, I(0)));
@@ -709,28 +724,31 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
     }
 }
 
-/* Rows of at least this many multiply-adds run the span pass of gus_row; a row whose
- * coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills densely; a
- * row of at most SMALL_ROW multiply-adds appends its products and sorts them. */
-enum { DENSE_ROW_MIN = 32, DENSE_ROW_SPAN = 4, SMALL_ROW = 8 };
+/* A row whose coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills
+ * densely, or fewer than SHORT_ROW_SPAN times where it has under SHORT_ROW multiply-adds
+ * (the bitmap's collect costs more next to a short row); a row of at most SMALL_ROW
+ * multiply-adds appends its products and sorts them. */
+enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8 };
 
 /*
  * One row of a one-pass Gustavson fill (SpGEMM), one of three ways chosen per row.  A
  * dense row — its coordinates span under DENSE_ROW_SPAN times its multiply count (FEM
- * rows, banded products: most products land on a column already touched) — adds every
- * product into the zeroed workspace and sets the coordinate's byte flag, with no test
- * and no read-modify-write of a bitmap word (neighbouring columns share one, which
- * serialises the fill), then scans the flags over the span, in order.  The span comes
- * from a pass like BOUND's that takes each segment's first and last coordinates, run only
- * for rows of at least DENSE_ROW_MIN products.  Other rows (graphs: products spread
- * over a wide range) take the two-level bitmap, whose first touch appends straight into
- * the output.  The gather of the values clears the workspace for the next row.  A row of
- * at most SMALL_ROW products (road networks, circuits, sparse graphs: a handful) skips
- * the workspace: each product is appended to the row's slot in the output, coordinate
- * and value, and the slot is then sorted by insertion with equal coordinates summed
- * (SORTSUM) — no bitmap marks, collect, gather or clear.  Its bound (the slot's size,
- * min(products, columns)) is its product count where it is under the column count: the
- * appends stay inside the slot.
+ * rows, banded products: most products land on a column already touched), under
+ * SHORT_ROW_SPAN times for a short row (grids) — adds every product into the zeroed
+ * workspace and sets the coordinate's byte flag, with no test and no read-modify-write
+ * of a bitmap word (neighbouring columns share one, which serialises the fill), then
+ * scans the flags over the span, in order.  The span comes from a pass like BOUND's that
+ * takes each segment's first and last coordinates.  Other rows (graphs: products spread
+ * over a wide range) take the two-level bitmap, whose new marks append straight into the
+ * output with no branch (ws_leaf).  That needs a slot of every product: a row whose
+ * bound is capped at the column count spans less than that, so it is dense (both factors
+ * are at least 1), and a bitmap row's bound is its product count.  The gather of the
+ * values clears the workspace for the next row.  A row of at most SMALL_ROW products
+ * (road networks, circuits, sparse graphs: a handful) skips the workspace: each product
+ * is appended to the row's slot in the output, coordinate and value, and the slot is
+ * then sorted by insertion with equal coordinates summed (SORTSUM) — no bitmap marks,
+ * collect, gather or clear.  Its bound (the slot's size, min(products, columns)) is its
+ * product count where it is under the column count: the appends stay inside the slot.
  */
 static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
@@ -752,21 +770,25 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     L->mode = BOUND;
     L->span_lo = lo;
     L->span_hi = hi;
-    const sc_ir_stmt *span = lower_at(L, d + 1, n, S);
+    sc_ir_push(B, &wide, lower_at(L, d + 1, n, S));
     L->mode = FILL;
     L->span_lo = L->span_hi = -1;
-    sc_ir_push(B, &wide, sc_ir_if(B, BIN(LE, I(DENSE_ROW_MIN), V(bnd)), span, NULL));
     sc_ir_list dense = {0}, bitmap = {0};
     L->dense_row = true;
     sc_ir_push(B, &dense, lower_at(L, d + 1, n, S));
     L->dense_row = false;
     sc_ir_push(B, &dense, sc_ir_scan(B, oc, V(cnt), L->ws_flag, V(lo), V(hi), cnt));
+    L->bitmap_row = true;
     sc_ir_push(B, &bitmap, lower_at(L, d + 1, n, S));
-    sc_ir_push(B, &bitmap, sc_ir_collect(B, oc, V(n0), V(L->ws_n), L->ws_bits, L->ws_sum, true));
+    L->bitmap_row = false;
+    sc_ir_push(B, &bitmap, sc_ir_collect(B, oc, V(n0), V(L->ws_n), L->ws_bits, L->ws_sum, true,
+                                         L->ws_size));
     sc_ir_push(B, &bitmap, sc_ir_assign(B, L->ws_n, false, I(0)));
     const sc_ir_expr *span_len = BIN(SUB, V(hi), V(lo));
+    const sc_ir_expr *factor = sc_ir_select(B, BIN(LT, V(bnd), I(SHORT_ROW)), I(SHORT_ROW_SPAN),
+                                            I(DENSE_ROW_SPAN));
     const sc_ir_expr *is_dense = BIN(AND, BIN(LE, V(lo), V(hi)),
-                                     BIN(LT, span_len, BIN(MUL, I(DENSE_ROW_SPAN), V(bnd))));
+                                     BIN(LT, span_len, BIN(MUL, factor, V(bnd))));
     sc_ir_push(B, &wide, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
                                 sc_ir_list_block(B, &bitmap)));
     gather_row(L, n0, cnt, true, &wide);
@@ -2496,6 +2518,7 @@ static const sc_ir_expr *ws_alloc(lb *L, sc_ir_list *out, bool owned, const sc_i
         /* a one-pass fill (all of them when owned, before the choice) may take dense
          * rows (gus_row): byte flags, and the values zero between rows */
         bool dense = fill && (owned || L->onepass);
+    L->ws_size = wsize;
         if (fill)
             ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, wsize, dense);
         if (dense)

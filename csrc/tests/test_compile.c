@@ -545,8 +545,11 @@ static void test_goldens(void)
         "= sc_k_split64(cnt_", /* threads' rows balanced by multiply count */
         "uint64_t *restrict ws_bits_", /* two-level bitmap, zero-filled once per thread */
         "sc_k_alloc(env, ((ws_s_",
-        "if (sc_k_mark(ws_bits_",
+        /* a bitmap row marks with no branch: the coordinate written at the slot's end,
+         * the end moved by whether it was new, the value added to the zeroed workspace */
+        "= sc_k_mark_new(ws_bits_", "n_43 += new_", "ws_n_36 += new_",
         "sc_k_collect32(out_crd_",  /* ordered in the output's own slot */
+        ", ws_s_13);",              /* of the workspace's extent */
         /* a row of at most 8 products (and fewer than the columns) appends them and
          * sorts its slot, summing equal coordinates: no workspace */
         "if (((bnd_", " <= 8) && (bnd_", " < Nk_", "= sc_k_sortsum32_f32(out_crd_",
@@ -561,10 +564,10 @@ static void test_goldens(void)
         "__builtin_prefetch(&B1_crd_", "__builtin_prefetch(&B_vals_",
         "__builtin_prefetch(&B1_pos_4[A1_crd_1[sc_min((A1_p_",
         "int64_t A1_len_2 = ops[0]->crd_len[1];", ", A1_len_2) - 1))];",
-        /* dense rows: a span pass for rows of 32 products or more, then, where the span
-         * is under 4x the products, adds and byte flags with no test, scanned in order;
-         * the gather clears the values for the next row */
-        "if ((32 <= bnd_", "= sc_min(lo_", "= sc_max(hi_", "(4 * bnd_",
+        /* dense rows: a span pass, then, where the span is under 4x the products (16x
+         * under 32 products), adds and byte flags with no test, scanned in order; the
+         * gather clears the values for the next row */
+        "= sc_min(lo_", "= sc_max(hi_", "((hi_47 - lo_46) < (((bnd_45 < 32) ? 16 : 4) * bnd_45))",
         "uint8_t *restrict ws_flag_", "] = (uint8_t)1;", "+= sc_k_scan32(out_crd_",
         "] = (float)0.0;"};
     golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
@@ -588,10 +591,11 @@ static void test_goldens(void)
         "#pragma omp parallel num_threads(nt_) if(",
         "_b = sc_k_split32(A1_pos_", "_e = sc_k_split32(A1_pos_", "int64_t i_"};
     golden(&dcsr, gd, (int)(sizeof gd / sizeof gd[0]));
-    /* no count phase (no touched list), no byte marks, no int64 sort, no dynamic chunks */
+    /* no count phase (no touched list), no byte marks, no int64 sort, no dynamic chunks,
+     * no branch on a mark, the span pass for every row above 8 products */
     static const char *const g3n[] = {"ws_list_", "phase 1: count", "ws_mark_", "sc_k_sort(",
-                                      "schedule(dynamic"};
-    absent(&spgemm, g3n, 5);
+                                      "schedule(dynamic", "if (sc_k_mark(", "if ((32 <= bnd_"};
+    absent(&spgemm, g3n, 7);
     /* a workspace over two output levels (3-D output) keeps marks + sorted int64 list */
     tcase ws2 = {"il,ljk->ijk", 0, 2, {"csr", "csf"}, {{M, 4}, {4, 3, N}}, "dcc", NULL};
     static const char *const g7[] = {"uint8_t *restrict ws_mark_", "sc_k_sort(ws_list_"};

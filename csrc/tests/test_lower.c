@@ -379,22 +379,27 @@ static void test_bitmap_ir(void)
     sc_ir_var b1 = sc_ir_new_var(&bld, "b1", SC_IR_U64, true, false, false);
     sc_ir_var lst = sc_ir_new_var(&bld, "lst", SC_IR_I32, true, false, false);
     sc_ir_var n = sc_ir_new_var(&bld, "n", SC_IR_I64, false, false, false);
+    sc_ir_var nw = sc_ir_new_var(&bld, "nw", SC_IR_I64, false, false, false);
     const sc_ir_expr *c4 = sc_ir_int(&bld, 4);
-    const sc_ir_stmt *items[6] = {
+    const sc_ir_stmt *items[8] = {
         sc_ir_decl(&bld, b0, sc_ir_alloc(&bld, SC_IR_U64, sc_ir_int(&bld, 1))),
         sc_ir_decl(&bld, b1, sc_ir_alloc(&bld, SC_IR_U64, sc_ir_int(&bld, 1))),
         sc_ir_decl(&bld, lst, sc_ir_alloc_uninit(&bld, SC_IR_I32, c4)),
         sc_ir_decl(&bld, n, sc_ir_int(&bld, 0)),
         sc_ir_mark(&bld, b0, b1, sc_ir_int(&bld, 3),
                    sc_ir_assign(&bld, n, true, sc_ir_int(&bld, 1)), NULL),
-        sc_ir_collect(&bld, lst, sc_ir_int(&bld, 0), sc_ir_var_ref(&bld, n), b0, b1, true)};
-    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 6)) == SC_OK);
+        sc_ir_decl(&bld, nw, sc_ir_int(&bld, 0)),
+        sc_ir_mark_new(&bld, b0, b1, sc_ir_int(&bld, 5), nw),
+        sc_ir_collect(&bld, lst, sc_ir_int(&bld, 0), sc_ir_var_ref(&bld, n), b0, b1, true,
+                      sc_ir_int(&bld, 64))};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 8)) == SC_OK);
     CHECK(sc_ir_verify(&f, &err) == SC_OK);
     char t[1024];
     sc_ir_print(&f, t, sizeof t);
     CHECK(strstr(t, "alloc_uninit<int32_t>(4)") != NULL);
     CHECK(strstr(t, "mark 3 in b0_0/b1_1:") != NULL);
-    CHECK(strstr(t, "collect sorted lst_2[0:+n_3] from b0_0/b1_1") != NULL);
+    CHECK(strstr(t, "nw_4 = mark_new 5 in b0_0/b1_1") != NULL);
+    CHECK(strstr(t, "collect sorted lst_2[0:+n_3] from b0_0/b1_1 of 64") != NULL);
     /* the bitmap used outside its scope */
     sc_ir_builder_init(&bld, &ar, &f, "bm2", SC_DTYPE_F32, &err);
     b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
@@ -412,8 +417,16 @@ static void test_bitmap_ir(void)
     b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
     b1 = sc_ir_new_var(&bld, "b1", SC_IR_U64, true, false, false);
     sc_ir_var fl = sc_ir_new_var(&bld, "fl", SC_IR_F32, true, false, false);
-    CHECK(sc_ir_collect(&bld, fl, sc_ir_int(&bld, 0), sc_ir_int(&bld, 0), b0, b1, false) == NULL);
+    CHECK(sc_ir_collect(&bld, fl, sc_ir_int(&bld, 0), sc_ir_int(&bld, 0), b0, b1, false,
+                        sc_ir_int(&bld, 1)) == NULL);
     CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "not a writable int32/int64 buffer"));
+    /* mark_new sets an int64 variable, not a float one */
+    sc_ir_builder_init(&bld, &ar, &f, "bm5", SC_DTYPE_F32, &err);
+    b0 = sc_ir_new_var(&bld, "b0", SC_IR_U64, true, false, false);
+    b1 = sc_ir_new_var(&bld, "b1", SC_IR_U64, true, false, false);
+    sc_ir_var fv = sc_ir_new_var(&bld, "fv", SC_IR_F32, false, false, false);
+    CHECK(sc_ir_mark_new(&bld, b0, b1, sc_ir_int(&bld, 0), fv) == NULL);
+    CHECK(bld.st == SC_INTERNAL && strstr(err.msg, "not an int64 variable"));
     /* SCAN: uint8 flags into an int32/int64 buffer, the count added to an int64 scalar */
     sc_ir_builder_init(&bld, &ar, &f, "sc", SC_DTYPE_F32, &err);
     sc_ir_var fg = sc_ir_new_var(&bld, "fg", SC_IR_U8, true, false, false);
@@ -692,7 +705,7 @@ static void test_build_and_verify(void)
     /* Gustavson workspace: rows bounded by their multiply counts (no count phase),
      * bitmap marks, the fill orders the row's coordinates in place in the output, whose
      * arrays have the bound's size */
-    CHECK(strstr(txt, "mark k_") != NULL);
+    CHECK(strstr(txt, "= mark_new k_") != NULL);
     CHECK(strstr(txt, "collect ws_list_") == NULL);
     CHECK(strstr(txt, "collect sorted out_crd_") != NULL);
     CHECK(strstr(txt, "alloc_uninit<int32_t>(bound_") != NULL);
