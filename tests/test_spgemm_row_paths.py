@@ -86,6 +86,16 @@ for dt, it in COMBOS:
             A = scorch.to_sparse(a, "csr", index_dtype=it)
             B = scorch.to_sparse(b, "csr", index_dtype=it)
             check(A @ B, a @ b, tol)
+        # rows of 1-400 entries, enough of them for the bound pass to run in parallel
+        # (rows split between the threads by their entries)
+        lens = (torch.arange(700) * 37) % 400 + 1
+        a = torch.zeros(700, 700, dtype=dt)
+        for r in range(700):
+            a[r, torch.randperm(700, generator=g)[:int(lens[r]) // 20 + 1]] = 1.0 + r % 4
+        a[::50] = torch.rand(14, 700, generator=g, dtype=dt) < 0.5
+        A = scorch.to_sparse(a, "csr", index_dtype=it)
+        assert A.nnz >= 8192
+        check(A @ A, a @ a, tol)
         # all-zero and empty products
         z = torch.zeros(30, 30, dtype=dt)
         Z = scorch.to_sparse(z, "csr", index_dtype=it)

@@ -87,8 +87,9 @@ typedef struct lb {
      * prefix sums of the rows' multiply counts; each thread fills its rows one after the
      * other from the bound offset of its first row (nrun: its next free slot, prevr: the
      * row it filled last), rstart[r] records where row r went, out_pos[r + 1] its length;
-     * bound_ok: the BOUND pass could bound every row; ftot: the sum of all bounds */
-    bool onepass, bound_ok;
+     * bound_ok: the BOUND pass could bound every row; ftot: the sum of all bounds;
+     * bound_par: the BOUND pass over the rows runs in parallel */
+    bool onepass, bound_ok, bound_par;
     sc_ir_var nrun, prevr, rstart, ftot;
     /* dense output: depth at which a register tile over the innermost loop starts (-1:
      * none), and whether some write leaves part of the output to its zero fill */
@@ -2220,6 +2221,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
     sc_ir_par par = SC_IR_SEQ;
     if (d == 0 && L->par)
         par = p->out_sparse ? SC_IR_OMP_FOR : SC_IR_PAR_FOR;
+    else if (d == 0 && L->bound_par && L->mode == BOUND)
+        par = SC_IR_PAR_FOR;
     int32_t chunk = par != SC_IR_SEQ ? 64 : 0;
     if (nit == 0 && S->tvn > 0 && d == L->n - 1) {
         /* the vectors of a vector register tile */
@@ -2256,7 +2259,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             body = sc_ir_if(B, V(L->ws_ok), body, NULL);
         /* rows weighed by their nonzeros; not with a workspace (SpGEMM-like: a row's
          * work follows the other operand's rows, which dynamic chunks absorb) */
-        sc_ir_var bal = par != SC_IR_SEQ && L->q < 0 ? balance_pos(L, v) : -1;
+        sc_ir_var bal = par != SC_IR_SEQ && (L->q < 0 || L->mode == BOUND) ? balance_pos(L, v) : -1;
         if (par != SC_IR_SEQ && L->onepass && L->mode == FILL && L->D == 1)
             bal = L->cnt[1]; /* rows weighed by their multiply counts */
         const sc_ir_stmt *loop = bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal,
@@ -2711,7 +2714,9 @@ static bool onepass_output(lb *L, sc_ir_list *top, const st *S, sc_ir_var fail,
     L->mode = BOUND;
     bool par = L->par;
     L->par = false;
+    L->bound_par = par; /* each row's bound is its own: rows weighed by their entries */
     const sc_ir_stmt *bound = nest(L, S);
+    L->bound_par = false;
     L->par = par;
     if (!bound || !L->bound_ok)
         return false;

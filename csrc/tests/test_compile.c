@@ -538,6 +538,8 @@ static void test_goldens(void)
     static const char *const g3[] = {
         /* one pass: rows bounded by their multiply counts, no count phase */
         "/* phase 1: bound the entries of each row by its multiply count (and by the row's extent) */",
+        /* in parallel, A's rows split by their entries */
+        "extent) */\n    #pragma omp parallel num_threads(nt_) if((Ni_", "= sc_k_split32(A1_pos_",
         "= (sc_min(cnt_",
         "+= (B1_end_",
         "#pragma omp parallel num_threads(nt_) if(((128 <= nrows_",
