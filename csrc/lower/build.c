@@ -2221,8 +2221,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
     sc_ir_par par = SC_IR_SEQ;
     if (d == 0 && L->par)
         par = p->out_sparse ? SC_IR_OMP_FOR : SC_IR_PAR_FOR;
-    else if (d == 0 && L->bound_par && L->mode == BOUND)
-        par = SC_IR_PAR_FOR;
+    else if (d == 0 && L->bound_par && L->mode == BOUND && L->out_level_of[v] == 0)
+        par = SC_IR_PAR_FOR; /* the output's rows: each writes its own bound */
     int32_t chunk = par != SC_IR_SEQ ? 64 : 0;
     if (nit == 0 && S->tvn > 0 && d == L->n - 1) {
         /* the vectors of a vector register tile */
