@@ -83,6 +83,17 @@ _COMBOS_ALL = ("import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.flo
                "(torch.float64, torch.int32), (torch.float64, torch.int64)]\n")
 _COMBOS_TWO = "import torch\nCOMBOS = [(torch.float32, torch.int32), (torch.float64, torch.int64)]\n"
 
+# For subprocess checks of sparse products: check(C, ref, tol) compares a csr result with
+# the dense reference and asserts each row's coordinates ascend with no repeat.
+CHECK_CSR = r'''
+def check(C, ref, tol):
+    torch.testing.assert_close(C.to_dense(), ref, **tol)
+    pos, crd = C._pos[1].long(), C._crd[1].long()
+    for r in range(len(pos) - 1):
+        seg = crd[pos[r]:pos[r + 1]]
+        assert bool(torch.all(seg[1:] > seg[:-1])), (r, seg)
+'''
+
 
 def run_combos(code: str, tmp_path, **env):
     """run_code with COMBOS defined as every (value dtype, index dtype) pair."""

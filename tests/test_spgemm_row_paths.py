@@ -17,17 +17,11 @@ UBSan (a write past a row's slot, the last row's past the output's arrays)."""
 import torch
 
 import scorch
-from conftest import run_combos, run_combos_sanitized
+from conftest import CHECK_CSR, run_combos, run_combos_sanitized
 
 CODE = r'''
 import torch, scorch
-
-def check(C, ref, tol):
-    torch.testing.assert_close(C.to_dense(), ref, **tol)
-    pos, crd = C._pos[1].long(), C._crd[1].long()
-    for r in range(len(pos) - 1):
-        seg = crd[pos[r]:pos[r + 1]]
-        assert bool(torch.all(seg[1:] > seg[:-1])), (r, seg)
+''' + CHECK_CSR + r'''
 
 def graph(n, m, cols, pool, dt, g):
     """A (n x m) with 3-12 entries a row, B (m x cols) with 2-6 entries a row on columns

@@ -9,17 +9,11 @@ column count (which must keep the workspace: the slot is only that large), empty
 AddressSanitizer + UBSan (no write past a row's slot)."""
 import torch
 
-from conftest import run_combos, run_combos_sanitized
+from conftest import CHECK_CSR, run_combos, run_combos_sanitized
 
 CODE = r'''
 import torch, scorch
-
-def check(C, ref, tol):
-    torch.testing.assert_close(C.to_dense(), ref, **tol)
-    pos, crd = C._pos[1].long(), C._crd[1].long()
-    for r in range(len(pos) - 1):
-        seg = crd[pos[r]:pos[r + 1]]
-        assert bool(torch.all(seg[1:] > seg[:-1])), (r, seg)
+''' + CHECK_CSR + r'''
 
 def rows_of_products(cols, dt, g):
     """A (n x m) and B (m x cols) whose product's row r has exactly r % 13 products:

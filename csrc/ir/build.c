@@ -968,12 +968,11 @@ static bool bitmap_ok(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary)
     return true;
 }
 
-const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
-                             const sc_ir_expr *c, const sc_ir_stmt *then,
-                             const sc_ir_stmt *orelse)
+/* A MARK of coordinate c in the bitmap (bits, summary), checked; body and total unset. */
+static sc_ir_stmt *mark_stmt(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
+                             const sc_ir_expr *c)
 {
-    if (!bitmap_ok(b, bits, summary) || !scalar_int(b, c, "mark coordinate") ||
-        !need(b, then, "mark"))
+    if (!bitmap_ok(b, bits, summary) || !scalar_int(b, c, "mark coordinate"))
         return NULL;
     sc_ir_stmt *s = stmt(b, SC_IR_S_MARK);
     if (!s)
@@ -981,6 +980,16 @@ const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary
     s->var = s->bits = bits;
     s->summary = summary;
     s->b = c;
+    return s;
+}
+
+const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
+                             const sc_ir_expr *c, const sc_ir_stmt *then,
+                             const sc_ir_stmt *orelse)
+{
+    sc_ir_stmt *s = mark_stmt(b, bits, summary, c);
+    if (!s || !need(b, then, "mark"))
+        return NULL;
     s->body = then;
     s->orelse = orelse;
     return s;
@@ -989,20 +998,14 @@ const sc_ir_stmt *sc_ir_mark(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary
 const sc_ir_stmt *sc_ir_mark_new(sc_ir_builder *b, sc_ir_var bits, sc_ir_var summary,
                                  const sc_ir_expr *c, sc_ir_var isnew)
 {
-    if (!bitmap_ok(b, bits, summary) || !scalar_int(b, c, "mark coordinate") ||
-        !var_ok(b, isnew))
+    sc_ir_stmt *s = mark_stmt(b, bits, summary, c);
+    if (!s || !var_ok(b, isnew))
         return NULL;
     const sc_ir_var_info *ni = &b->fn->vars[isnew];
     if (ni->buffer || ni->type != SC_IR_I64) {
         sc_ir_fail(b, SC_INTERNAL, "mark into %s: not an int64 variable", ni->name);
         return NULL;
     }
-    sc_ir_stmt *s = stmt(b, SC_IR_S_MARK);
-    if (!s)
-        return NULL;
-    s->var = s->bits = bits;
-    s->summary = summary;
-    s->b = c;
     s->total = isnew;
     return s;
 }
