@@ -75,12 +75,12 @@ typedef struct lb {
     sc_ir_var ws_vals, ws_mark, ws_list, ws_n, ws_ok, ws_bits, ws_sum;
     const sc_ir_expr *ws_size; /* the workspace's extent (its coordinates' bound) */
     /* dense rows of a one-pass Gustavson fill (see gus_row): byte flags of the touched
-     * coordinates (-1: none allocated); dense_row: lowering a row's fill into them;
-     * span_lo/span_hi (-1: not lowering a span pass): the row's coordinate range;
-     * small_row: lowering a short row's fill, its products appended to the output;
-     * bitmap_row: lowering a bitmap row's fill, whose slot holds every product */
+     * coordinates (-1: none allocated); span_lo/span_hi (-1: not lowering a span pass):
+     * the row's coordinate range; row_way: which of gus_row's ways a row's fill is being
+     * lowered for (ROW_DENSE: into the flags; ROW_SMALL: its products appended to the
+     * output; ROW_BITMAP: marks, its slot holding every product), ROW_ANY outside */
     sc_ir_var ws_flag, span_lo, span_hi;
-    bool dense_row, small_row, bitmap_row;
+    enum { ROW_ANY, ROW_DENSE, ROW_SMALL, ROW_BITMAP } row_way;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
     /* one-pass assembly (csr-like output through a Gustavson workspace): cnt[D] holds the
@@ -293,17 +293,17 @@ static void ws_leaf(lb *L, const st *S, sc_ir_list *out, const sc_ir_expr *val)
         sc_ir_list t = {0}, e = {0};
         if (L->mode == COUNT) {
             sc_ir_push(B, &t, sc_ir_store(B, L->ws_list, V(L->ws_n), false, V(lv)));
-        } else if (L->dense_row) {
+        } else if (L->row_way == ROW_DENSE) {
             sc_ir_push(B, out, sc_ir_store(B, L->ws_vals, V(lv), true, val));
             sc_ir_push(B, out, sc_ir_store(B, L->ws_flag, V(lv), false, I(1)));
             return;
-        } else if (L->small_row) {
+        } else if (L->row_way == ROW_SMALL) {
             sc_ir_var n = S->cnt[m - 1];
             sc_ir_push(B, out, sc_ir_store(B, L->ocrd[m - 1], V(n), false, V(lv)));
             sc_ir_push(B, out, sc_ir_store(B, L->ovals, V(n), false, val));
             sc_ir_push(B, out, sc_ir_assign(B, n, true, I(1)));
             return;
-        } else if (L->bitmap_row) {
+        } else if (L->row_way == ROW_BITMAP) {
             sc_ir_var n = S->cnt[m - 1], isnew = newv(L, "new", SC_IR_I64);
             sc_ir_push(B, out, sc_ir_decl(B, isnew, I(0)));
             sc_ir_push(B, out, sc_ir_mark_new(B, L->ws_bits, L->ws_sum, V(lv), isnew));
@@ -751,6 +751,16 @@ enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8 };
  * collect, gather or clear.  Its bound (the slot's size, min(products, columns)) is its
  * product count where it is under the column count: the appends stay inside the slot.
  */
+/* The fill of one row below depth d, lowered for gus_row's way `way`. */
+static const sc_ir_stmt *row_fill(lb *L, int way, int32_t d, const sc_lower_node *n,
+                                  const st *S)
+{
+    L->row_way = way;
+    const sc_ir_stmt *s = lower_at(L, d + 1, n, S);
+    L->row_way = ROW_ANY;
+    return s;
+}
+
 static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     int32_t m = L->m;
@@ -762,9 +772,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
                                              sc_ir_load(B, row, S->opos))));
     sc_ir_var ncols = L->ext[L->p->out_lvar[m - 1]];
     sc_ir_list small = {0}, wide = {0};
-    L->small_row = true;
-    sc_ir_push(B, &small, lower_at(L, d + 1, n, S));
-    L->small_row = false;
+    sc_ir_push(B, &small, row_fill(L, ROW_SMALL, d, n, S));
     sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt));
     sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
@@ -775,13 +783,9 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     L->mode = FILL;
     L->span_lo = L->span_hi = -1;
     sc_ir_list dense = {0}, bitmap = {0};
-    L->dense_row = true;
-    sc_ir_push(B, &dense, lower_at(L, d + 1, n, S));
-    L->dense_row = false;
+    sc_ir_push(B, &dense, row_fill(L, ROW_DENSE, d, n, S));
     sc_ir_push(B, &dense, sc_ir_scan(B, oc, V(cnt), L->ws_flag, V(lo), V(hi), cnt));
-    L->bitmap_row = true;
-    sc_ir_push(B, &bitmap, lower_at(L, d + 1, n, S));
-    L->bitmap_row = false;
+    sc_ir_push(B, &bitmap, row_fill(L, ROW_BITMAP, d, n, S));
     sc_ir_push(B, &bitmap, sc_ir_collect(B, oc, V(n0), V(L->ws_n), L->ws_bits, L->ws_sum, true,
                                          L->ws_size));
     sc_ir_push(B, &bitmap, sc_ir_assign(B, L->ws_n, false, I(0)));
@@ -2521,7 +2525,7 @@ static const sc_ir_expr *ws_alloc(lb *L, sc_ir_list *out, bool owned, const sc_i
         /* a one-pass fill (all of them when owned, before the choice) may take dense
          * rows (gus_row): byte flags, and the values zero between rows */
         bool dense = fill && (owned || L->onepass);
-    L->ws_size = wsize;
+        L->ws_size = wsize;
         if (fill)
             ws_buffer(L, out, owned, &L->ws_vals, "ws_vals", L->vt, wsize, dense);
         if (dense)
