@@ -210,12 +210,21 @@ static int32_t tile_start(const sc_lower_problem *p, const sc_expr_var *order, b
     return r > n - 2 || (r == 0 && par) ? -1 : r;
 }
 
-bool sc_sched_inner_dense(const sc_lower_problem *p, const sc_expr_var *order)
+bool sc_sched_inner_dense(const sc_lower_problem *p0, const sc_sched *s)
 {
+    if (p0->nvars == 0)
+        return false;
+    /* in the formats the order reads the sparse operands in (a transposed copy's levels:
+     * "bij,bj->bi" in order b,j,i over a ddc A scatters at the copy's compressed i) */
+    sc_lower_problem p = *p0;
+    sc_lower_operand ops[64];
+    memcpy(ops, p0->ops, (size_t)p0->nops * sizeof ops[0]);
+    p.ops = ops;
+    sc_lower_replace_formats(&p, s->transpose, s->tfmt);
     uint32_t bound = 0;
-    for (int32_t d = 0; d + 1 < p->nvars; d++)
-        bound |= 1u << order[d];
-    return p->nvars > 0 && !thinned(p, p->rhs, order[p->nvars - 1], bound);
+    for (int32_t d = 0; d + 1 < p.nvars; d++)
+        bound |= 1u << s->order[d];
+    return !thinned(&p, p.rhs, s->order[p.nvars - 1], bound);
 }
 
 double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order)
@@ -266,7 +275,7 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
     }
     if (p->nvars > 0) {
         sc_expr_var in = order[p->nvars - 1];
-        bool dense_in = sc_sched_inner_dense(p, order), strided = false;
+        bool dense_in = sc_sched_inner_dense(p, &s), strided = false;
         for (int32_t a = 0; a < p->naccess; a++) {
             const sc_lower_access *ac = &p->acc[a];
             int32_t t = ac->operand;

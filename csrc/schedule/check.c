@@ -111,7 +111,7 @@ void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
     if (p->nvars == 0)
         return;
     sc_expr_var in = s->order[p->nvars - 1];
-    if (p->extent[in] <= 1 || !sc_sched_inner_dense(p, s->order))
+    if (p->extent[in] <= 1 || !sc_sched_inner_dense(p, s))
         return;
     int32_t depth[SC_LOWER_MAX_VARS];
     for (int32_t d = 0; d < p->nvars; d++)

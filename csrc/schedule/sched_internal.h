@@ -38,9 +38,10 @@ bool sc_sched_made_unique(const sc_lower_problem *p, sc_sched *s);
  * accesses, broadcast, or with a dimension of size 1 keep their layout. */
 void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s);
 
-/* Whether the innermost loop of order runs over a dense range (no sparse operand's
- * stored coordinates thin it): only there does a unit stride make vectors. */
-bool sc_sched_inner_dense(const sc_lower_problem *p, const sc_expr_var *order);
+/* Whether the innermost loop of s's order runs over a dense range (no sparse operand's
+ * stored coordinates thin it, in the formats s transposes them to): only there does a
+ * unit stride make vectors. */
+bool sc_sched_inner_dense(const sc_lower_problem *p, const sc_sched *s);
 
 /* Estimated iterations of the innermost loop of order (the cost model's count). */
 double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order);
