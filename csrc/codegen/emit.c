@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#define STR(x) #x
+#define XSTR(x) STR(x) /* a macro's value as a string literal */
+
 /* The helpers every kernel text starts with, in pieces (ISO C caps a string literal). */
 static const char PRELUDE_HEAD[] =
     "#include \"scorch_rt.h\"\n"
@@ -187,6 +190,10 @@ static const char *const PRELUDE[] = {
     /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
      * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
      * grows and consecutive threads' ranges tile [lo, hi) exactly). */
+    /* Whether a parallel loop of n iterations, each of work w (sc_ir_for_weighed),
+     * is worth waking the other threads for. */
+    "static inline int sc_k_par_weighed(int64_t n, int64_t w)\n{\n"
+    "    return n >= " XSTR(SC_IR_PAR_MIN) " || (n >= 2 && w >= 1 && n >= (" XSTR(SC_IR_PAR_WORK) " + w - 1) / w);\n}\n"
     "static inline int64_t sc_k_split32(const int32_t *pos, int64_t lo, int64_t hi, int64_t t, int64_t nt)\n{\n"
     "    int64_t b = pos[lo], tot = (int64_t)pos[hi] - b + (hi - lo);\n"
     "    int64_t want = tot / nt * t + tot % nt * t / nt, a = lo;\n"
@@ -765,15 +772,33 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         if (s->par != SC_IR_SEQ) {
             pr(m, s->par == SC_IR_PAR_FOR ? "#pragma omp parallel for num_threads(nt_)"
                                           : "#pragma omp for");
-            if (s->par == SC_IR_PAR_FOR) {
-                pr(m, " if((");
+            if (s->par == SC_IR_PAR_FOR && s->work) {
+                /* sc_ir_for_weighed: few heavy iterations run in parallel too, in
+                 * chunks of about a quarter of a thread's share */
+                pr(m, " if(sc_k_par_weighed((");
                 expr(m, s->b);
                 pr(m, ") - (");
                 expr(m, s->a);
-                sc_cg_printf(m->out, ") >= %d)", SC_IR_PAR_MIN);
+                pr(m, "), ");
+                expr(m, s->work);
+                sc_cg_printf(m->out, "))");
+                pr(m, " schedule(dynamic, sc_max(1, sc_min(");
+                sc_cg_printf(m->out, "%d, ((", (int)s->level);
+                expr(m, s->b);
+                pr(m, ") - (");
+                expr(m, s->a);
+                pr(m, ")) / (4 * nt_))))");
+            } else {
+                if (s->par == SC_IR_PAR_FOR) {
+                    pr(m, " if((");
+                    expr(m, s->b);
+                    pr(m, ") - (");
+                    expr(m, s->a);
+                    sc_cg_printf(m->out, ") >= %d)", SC_IR_PAR_MIN);
+                }
+                if (s->level > 0)
+                    sc_cg_printf(m->out, " schedule(dynamic, %d)", (int)s->level);
             }
-            if (s->level > 0)
-                sc_cg_printf(m->out, " schedule(dynamic, %d)", (int)s->level);
             pr(m, "\n");
             indent(m, ind);
         }

@@ -792,6 +792,23 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
     return s;
 }
 
+const sc_ir_stmt *sc_ir_for_weighed(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
+                                    const sc_ir_expr *hi, int32_t chunk, const sc_ir_expr *work,
+                                    const sc_ir_stmt *body)
+{
+    if (!scalar_int(b, work, "loop work"))
+        return NULL;
+    if (chunk < 1) {
+        sc_ir_fail(b, SC_INTERNAL, "weighed loop with chunk %d", (int)chunk);
+        return NULL;
+    }
+    sc_ir_stmt *s = (sc_ir_stmt *)sc_ir_for(b, v, lo, hi, sc_ir_int(b, 1), SC_IR_PAR_FOR, chunk, body);
+    if (!s)
+        return NULL;
+    s->work = work;
+    return s;
+}
+
 const sc_ir_stmt *sc_ir_scalar(sc_ir_builder *b, const sc_ir_stmt *s)
 {
     if (!need(b, s, "scalar loop"))

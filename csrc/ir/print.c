@@ -201,6 +201,10 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         }
         if (st->balanced)
             put(s, " balanced by %s", fn->vars[st->bal].name);
+        else if (st->work) {
+            put(s, " weighed ");
+            expr(s, fn, st->work);
+        }
         if (st->scalar)
             put(s, " scalar");
         put(s, ":\n");

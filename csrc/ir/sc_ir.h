@@ -192,7 +192,8 @@ struct sc_ir_stmt {
                               about equal weight pos[v+1] - pos[lo] + (v + 1 - lo) */
     sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
     bool scalar;           /* FOR: the C compiler must not vectorize it (sc_ir_scalar) */
-    const sc_ir_expr *work; /* PAR_FOR when balanced: the work of one unit of weight */
+    const sc_ir_expr *work; /* PAR_FOR: the work of one unit of weight (balanced) or of
+                             * one iteration (sc_ir_for_weighed) */
     sc_ir_var bits, summary; /* MARK/COLLECT: the two-level bitmap; SCAN: bits = the flags */
     sc_ir_var total;       /* SCAN: the int64 variable the count of coordinates adds to;
                               SORTSUM: the int64 end of the entries, set to the new end;
@@ -381,6 +382,15 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,
                                      const sc_ir_expr *work, const sc_ir_stmt *body);
+/* A PAR_FOR (unit step, dynamic chunks of at most `chunk` iterations) whose every
+ * iteration costs `work` (the dense extents inside it): besides from SC_IR_PAR_MIN
+ * iterations it runs on all threads from 2 iterations whose work adds up to
+ * SC_IR_PAR_WORK, and its chunks shrink (to 1) so that each thread gets about four:
+ * a few heavy iterations (the row blocks of a column-panelled SpMV) are shared, not
+ * all taken by the first thread's first chunk. */
+const sc_ir_stmt *sc_ir_for_weighed(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
+                                    const sc_ir_expr *hi, int32_t chunk, const sc_ir_expr *work,
+                                    const sc_ir_stmt *body);
 /* The FOR loop s, marked for the C compiler not to vectorize.  For loops that carry
  * scalar sums the lowering already splits across registers, over entries read through
  * loaded coordinates: vectorizing them takes gathers and an in-order (strict IEEE) lane

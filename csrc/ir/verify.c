@@ -144,6 +144,10 @@ static sc_status stmt(vstate *v, const sc_ir_stmt *s)
                 s->par == SC_IR_SEQ)
                 return bad(v, "balanced loop without a parallel loop over an integer pos buffer", s->bal);
         }
+        if (s->work && !s->balanced && s->par != SC_IR_PAR_FOR)
+            return bad(v, "loop work on a loop that is neither balanced nor a parallel for", s->var);
+        if (s->work && (st = expr(v, s->work)) != SC_OK)
+            return st;
         if (s->par == SC_IR_OMP_FOR && v->par_depth == 0)
             return bad(v, "omp for outside a parallel region", s->var);
         if (s->par == SC_IR_PAR_FOR && v->par_depth > 0)

@@ -2073,6 +2073,29 @@ static const sc_ir_expr *inner_work(lb *L, int32_t d)
     return w;
 }
 
+/* The iterations inside one of loop d that no compressed or singleton level drives: the
+ * product of the extents of the loops inside it over dense levels and dense operands
+ * (a lower bound of its work, for sc_ir_for_weighed); NULL where there are none. */
+static const sc_ir_expr *dense_work(lb *L, int32_t d)
+{
+    const sc_lower_problem *p = L->p;
+    const sc_ir_expr *w = NULL;
+    for (int32_t e = d + 1; e < L->n; e++) {
+        sc_expr_var v = L->order[e];
+        bool sparse = false;
+        for (int32_t a = 0; a < p->naccess && !sparse; a++) {
+            const sc_lower_access *ac = &p->acc[a];
+            const sc_format *f = &p->ops[ac->operand].fmt;
+            if (p->ops[ac->operand].sparse)
+                for (int32_t k = 0; k < f->order; k++)
+                    sparse |= ac->lvar[k] == v && f->kind[k] != SC_LEVEL_DENSE;
+        }
+        if (!sparse)
+            w = w ? BIN(MUL, w, V(L->ext[v])) : V(L->ext[v]);
+    }
+    return w;
+}
+
 /* The span pass's step at a row's last output variable v (gus_row): widen [span_lo,
  * span_hi] by the coordinates the loop here would visit — the first and last of one
  * segment of a compressed level (levels are ordered), else all of v's extent. */
@@ -2266,9 +2289,15 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         sc_ir_var bal = par != SC_IR_SEQ && (L->q < 0 || L->mode == BOUND) ? balance_pos(L, v) : -1;
         if (par != SC_IR_SEQ && L->onepass && L->mode == FILL && L->D == 1)
             bal = L->cnt[1]; /* rows weighed by their multiply counts */
-        const sc_ir_stmt *loop = bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal,
-                                                               inner_work(L, d), body)
-                                          : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body);
+        /* else iterations weighed by the dense loops inside, where there are some: a few
+         * heavy ones (the row blocks of a column-panelled SpMV, "bpij,pj->bi") run in
+         * parallel too */
+        const sc_ir_expr *work = bal >= 0 ? inner_work(L, d)
+                                 : par == SC_IR_PAR_FOR ? dense_work(L, d) : NULL;
+        const sc_ir_stmt *loop =
+            bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal, work, body)
+            : work ? sc_ir_for_weighed(B, cvar, I(0), V(L->ext[v]), chunk, work, body)
+                   : sc_ir_for(B, cvar, I(0), V(L->ext[v]), I(1), par, chunk, body);
         if (bal >= 0 && par != SC_IR_SEQ && d == 0 && L->share) {
             /* runs of short rows at once where short_rows applies */
             sc_ir_var re = newv(L, "re", SC_IR_I64);

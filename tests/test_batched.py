@@ -1,0 +1,85 @@
+"""A batch of sparse matrices as one third-order tensor whose batch and row levels are
+dense (ddc): SpMV "bij,bj->bi" and SpMM "bij,bjk->bik" (torch.bmm) read it as stored,
+in parallel over the batch, however few its matrices.
+
+Two faults are checked here.  First, the cost model judged a transposed order's
+innermost loop by the levels the operand is stored in, so a ddc batch chose order b,j,i
+over a ddc (0,2,1) copy and that copy chose b,i,j: the operand was transposed on every
+run, 50x the work.  Second, a parallel loop over a dense index ran on one thread below
+128 iterations and gave each thread chunks of 64, so a batch of 2-100 ran on one thread.
+Results against dense for f32/f64 and int32/int64 indices, batches of 1-5, empty and
+all-zero matrices, on one thread and on two."""
+import pytest
+import torch
+
+import scorch
+from conftest import make_dense
+
+
+def batch_of(shape, dtype, it, seed, kind="random"):
+    d = make_dense(shape, dtype=dtype, seed=seed, kind=kind, density=0.2)
+    return scorch.to_sparse(d, "ddc", index_dtype=it), d
+
+
+def with_threads(n, fn):
+    nt = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(nt)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("it", [torch.int32, torch.int64])
+@pytest.mark.parametrize("shape", [(1, 7, 5), (2, 5000, 3), (3, 2900, 41), (5, 1, 1),
+                                   (2, 0, 4), (4, 6, 0), (3, 64, 64)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batched_spmv_spmm_against_dense(dtype, it, shape, threads):
+    A, d = batch_of(shape, dtype, it, seed=sum(shape) + 7 * (dtype == torch.float64))
+    g = torch.Generator().manual_seed(3)
+    b, n, m = shape
+    x = torch.rand(b, m, generator=g, dtype=dtype)
+    X = torch.rand(b, m, 19, generator=g, dtype=dtype)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else {}
+    y = with_threads(threads, lambda: scorch.einsum("bij,bj->bi", A, x))
+    torch.testing.assert_close(y, torch.einsum("bij,bj->bi", d, x), **tol)
+    Y = with_threads(threads, lambda: torch.bmm(A, X))
+    torch.testing.assert_close(Y, torch.bmm(d, X), **tol)
+
+
+def test_all_zero_batch():
+    A, d = batch_of((3, 40, 30), torch.float32, torch.int32, seed=1, kind="zeros")
+    x = torch.rand(3, 30)
+    assert A.nnz == 0
+    torch.testing.assert_close(scorch.einsum("bij,bj->bi", A, x), torch.zeros(3, 40))
+
+
+def schedule_and_copies(expr, A, *dense):
+    text = scorch.explain(expr, A, *dense)
+    sched = next(l for l in text.splitlines() if l.startswith("schedule:"))
+    return sched, "before running" in text, text
+
+
+@pytest.mark.parametrize("expr, other", [("bij,bj->bi", (4, 300)),
+                                         ("bij,bjk->bik", (4, 300, 16))])
+def test_batch_read_as_stored_in_parallel(expr, other):
+    """No transposed copy of a ddc batch; the batch loop parallel, weighed by its rows so
+    that 4 matrices are shared between the threads (at run time: sc_k_par_weighed)."""
+    A, _ = batch_of((4, 300, 300), torch.float32, torch.int32, seed=2)
+    sched, copies, text = schedule_and_copies(expr, A, torch.rand(*other))
+    assert sched.startswith("schedule: order(b,i,j") and sched.endswith("parallel(b)")
+    assert not copies
+    assert "if(sc_k_par_weighed(" in text and "schedule(dynamic, sc_max(1, sc_min(64," in text
+
+
+def test_transposed_batch_is_not_transposed_back():
+    """A batch stored column-major within each matrix (ddc, levels b, j, i) is read in
+    that order: before, its kernel transposed it back to ddc on every run, and the ddc
+    one transposed it to (0,2,1)."""
+    d = make_dense((3, 50, 40), dtype=torch.float64, seed=4)
+    A = scorch.to_sparse(d, scorch.Format("ddc", order=(0, 2, 1)))
+    x = torch.rand(3, 40, dtype=torch.float64)
+    sched, copies, _ = schedule_and_copies("bij,bj->bi", A, x)
+    assert sched == "schedule: order(b,j,i) parallel(b)" and not copies
+    torch.testing.assert_close(scorch.einsum("bij,bj->bi", A, x), torch.einsum("bij,bj->bi", d, x))
