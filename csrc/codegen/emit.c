@@ -187,6 +187,92 @@ static const char *const PRELUDE[] = {
     "SC_K_SORTSUM(sc_k_sortsum32_f64, int32_t, double)\n"
     "SC_K_SORTSUM(sc_k_sortsum64_f32, int64_t, float)\n"
     "SC_K_SORTSUM(sc_k_sortsum64_f64, int64_t, double)\n",
+    /* SORTSUM of at most 8 entries with int32 coordinates (a one-pass SpGEMM's small
+     * row), where AVX-512 (VL) and gcc's vector builtins are there: no branch per entry.
+     * Keys (coordinate << 32 | lane) through a bitonic network of 8, the values permuted
+     * after them, each run of equal coordinates summed into its last lane by three
+     * shifted masked adds (a run of two adds as the insertion sort does; longer ones
+     * pairwise), those lanes kept by a compressing store.  Elsewhere the insertion sort. */
+    "#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__GNUC__) && !defined(__clang__)\n"
+    "typedef long long sc_k_q8 __attribute__((vector_size(64)));\n"
+    "typedef int32_t sc_k_d8 __attribute__((vector_size(32)));\n"
+    "typedef float sc_k_s8 __attribute__((vector_size(32)));\n"
+    "typedef double sc_k_f8 __attribute__((vector_size(64)));\n"
+    "#define SC_K_CX(v, hi, ...)                                                    \\\n"
+    "    {                                                                          \\\n"
+    "        sc_k_q8 o_ = __builtin_shuffle(v, (sc_k_q8){__VA_ARGS__});             \\\n"
+    "        sc_k_q8 lt_ = v < o_;                                                  \\\n"
+    "        sc_k_q8 mn_ = (v & lt_) | (o_ & ~lt_), mx_ = (o_ & lt_) | (v & ~lt_);  \\\n"
+    "        v = (mn_ & ~(hi)) | (mx_ & (hi));                                      \\\n"
+    "    }\n"
+    "/* Keys (coordinate << 32 | lane) of c[0..n), n <= 8, ascending; lanes past n sort last. */\n"
+    "static inline sc_k_q8 sc_k_sort8(const int32_t *c, int64_t n)\n"
+    "{\n"
+    "    sc_k_d8 k = __builtin_ia32_loaddqusi256_mask(c, (sc_k_d8){0} + 0x7fffffff,\n"
+    "                                                 (unsigned char)((1u << n) - 1u));\n"
+    "    sc_k_q8 v = __builtin_convertvector(k, sc_k_q8) << 32 | (sc_k_q8){0, 1, 2, 3, 4, 5, 6, 7};\n"
+    "    /* a bitonic network: lane i meets lane i ^ d; the lanes of the mask keep the max */\n"
+    "    SC_K_CX(v, ((sc_k_q8){0, -1, -1, 0, 0, -1, -1, 0}), 1, 0, 3, 2, 5, 4, 7, 6)\n"
+    "    SC_K_CX(v, ((sc_k_q8){0, 0, -1, -1, -1, -1, 0, 0}), 2, 3, 0, 1, 6, 7, 4, 5)\n"
+    "    SC_K_CX(v, ((sc_k_q8){0, -1, 0, -1, -1, 0, -1, 0}), 1, 0, 3, 2, 5, 4, 7, 6)\n"
+    "    SC_K_CX(v, ((sc_k_q8){0, 0, 0, 0, -1, -1, -1, -1}), 4, 5, 6, 7, 0, 1, 2, 3)\n"
+    "    SC_K_CX(v, ((sc_k_q8){0, 0, -1, -1, 0, 0, -1, -1}), 2, 3, 0, 1, 6, 7, 4, 5)\n"
+    "    SC_K_CX(v, ((sc_k_q8){0, -1, 0, -1, 0, -1, 0, -1}), 1, 0, 3, 2, 5, 4, 7, 6)\n"
+    "    return v;\n"
+    "}\n",
+    "/* vs[i] += vs[i - s] where lane i - s holds the same key (ks sorted: then so does every\n"
+    " * lane between): three steps sum each run into its last lane */\n"
+    "#define SC_K_RUNSUM(vs, ks, KT, VT, ...)                                       \\\n"
+    "    {                                                                          \\\n"
+    "        const KT d_ = {__VA_ARGS__};                                           \\\n"
+    "        KT e_ = (__builtin_shuffle(ks, d_) == ks) & (d_ != (KT){0, 1, 2, 3, 4, 5, 6, 7}); \\\n"
+    "        VT s_ = vs + __builtin_shuffle(vs, d_);                                \\\n"
+    "        vs = (VT)(((KT)s_ & e_) | ((KT)vs & ~e_));                             \\\n"
+    "    }\n"
+    "#define SC_K_RUNSUMS(vs, ks, KT, VT)                                           \\\n"
+    "    SC_K_RUNSUM(vs, ks, KT, VT, 0, 0, 1, 2, 3, 4, 5, 6)                        \\\n"
+    "    SC_K_RUNSUM(vs, ks, KT, VT, 0, 1, 0, 1, 2, 3, 4, 5)                        \\\n"
+    "    SC_K_RUNSUM(vs, ks, KT, VT, 0, 1, 2, 3, 0, 1, 2, 3)\n",
+    "static inline int64_t sc_k_sortsum8_32_f32(int32_t *c, float *v, int64_t lo, int64_t hi)\n"
+    "{\n"
+    "    int64_t n = hi - lo;\n"
+    "    if (n < 2)\n"
+    "        return hi;\n"
+    "    unsigned char m = (unsigned char)((1u << n) - 1u);\n"
+    "    sc_k_q8 key = sc_k_sort8(c + lo, n);\n"
+    "    sc_k_d8 ks = __builtin_convertvector(key >> 32, sc_k_d8);\n"
+    "    sc_k_s8 vs = __builtin_shuffle(__builtin_ia32_loadups256_mask(v + lo, (sc_k_s8){0}, m),\n"
+    "                                   __builtin_convertvector(key & 7, sc_k_d8));\n"
+    "    SC_K_RUNSUMS(vs, ks, sc_k_d8, sc_k_s8)\n"
+    "    unsigned char eq = __builtin_ia32_pcmpeqd256_mask(\n"
+    "        ks, __builtin_shuffle(ks, (sc_k_d8){1, 2, 3, 4, 5, 6, 7, 7}), 0xff);\n"
+    "    unsigned char keep = (unsigned char)((~eq | (1u << (n - 1))) & m);\n"
+    "    __builtin_ia32_compressstoresi256_mask((sc_k_d8 *)(c + lo), ks, keep);\n"
+    "    __builtin_ia32_compressstoresf256_mask((sc_k_s8 *)(v + lo), vs, keep);\n"
+    "    return lo + __builtin_popcount(keep);\n"
+    "}\n",
+    "static inline int64_t sc_k_sortsum8_32_f64(int32_t *c, double *v, int64_t lo, int64_t hi)\n"
+    "{\n"
+    "    int64_t n = hi - lo;\n"
+    "    if (n < 2)\n"
+    "        return hi;\n"
+    "    unsigned char m = (unsigned char)((1u << n) - 1u);\n"
+    "    sc_k_q8 key = sc_k_sort8(c + lo, n);\n"
+    "    sc_k_q8 ks = key >> 32;\n"
+    "    sc_k_f8 vs = __builtin_shuffle(__builtin_ia32_loadupd512_mask(v + lo, (sc_k_f8){0}, m),\n"
+    "                                   key & 7);\n"
+    "    SC_K_RUNSUMS(vs, ks, sc_k_q8, sc_k_f8)\n"
+    "    unsigned char eq = __builtin_ia32_pcmpeqq512_mask(\n"
+    "        ks, __builtin_shuffle(ks, (sc_k_q8){1, 2, 3, 4, 5, 6, 7, 7}), 0xff);\n"
+    "    unsigned char keep = (unsigned char)((~eq | (1u << (n - 1))) & m);\n"
+    "    __builtin_ia32_compressstoresi256_mask((sc_k_d8 *)(c + lo), __builtin_convertvector(ks, sc_k_d8), keep);\n"
+    "    __builtin_ia32_compressstoredf512_mask((sc_k_f8 *)(v + lo), vs, keep);\n"
+    "    return lo + __builtin_popcount(keep);\n"
+    "}\n"
+    "#else\n"
+    "#define sc_k_sortsum8_32_f32 sc_k_sortsum32_f32\n"
+    "#define sc_k_sortsum8_32_f64 sc_k_sortsum32_f64\n"
+    "#endif\n",
     /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
      * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
      * grows and consecutive threads' ranges tile [lo, hi) exactly). */
@@ -911,8 +997,10 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
     case SC_IR_S_SORTSUM: {
         const char *t = fn->vars[s->total].name;
         const sc_ir_var_info *vals = &fn->vars[s->vals];
-        sc_cg_printf(m->out, "%s = sc_k_sortsum%s_%s(%s, %s, ", t, v->type == SC_IR_I32 ? "32" : "64",
-                     vals->type == SC_IR_F32 ? "f32" : "f64", v->name, vals->name);
+        sc_cg_printf(m->out, "%s = sc_k_sortsum%s%s_%s(%s, %s, ", t,
+                     s->level > 0 && s->level <= 8 && v->type == SC_IR_I32 ? "8_" : "",
+                     v->type == SC_IR_I32 ? "32" : "64", vals->type == SC_IR_F32 ? "f32" : "f64",
+                     v->name, vals->name);
         expr(m, s->b);
         sc_cg_printf(m->out, ", %s);\n", t);
         break;

@@ -1092,8 +1092,12 @@ const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
 }
 
 const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
-                                const sc_ir_expr *start, sc_ir_var total)
+                                const sc_ir_expr *start, sc_ir_var total, int32_t most)
 {
+    if (most < 0) {
+        sc_ir_fail(b, SC_INTERNAL, "sortsum of at most %d entries", (int)most);
+        return NULL;
+    }
     if (!var_ok(b, buf) || !var_ok(b, vals) || !var_ok(b, total) ||
         !scalar_int(b, start, "sortsum start") || !coord_buffer(b, buf, "sortsum"))
         return NULL;
@@ -1111,6 +1115,7 @@ const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
     s->vals = vals;
     s->total = total;
     s->b = start;
+    s->level = most;
     return s;
 }
 

@@ -293,7 +293,10 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
     case SC_IR_S_SORTSUM:
         put(s, "%s = sortsum %s/%s[", fn->vars[st->total].name, v->name, fn->vars[st->vals].name);
         expr(s, fn, st->b);
-        put(s, "..%s)\n", fn->vars[st->total].name);
+        put(s, "..%s)", fn->vars[st->total].name);
+        if (st->level > 0)
+            put(s, " at most %d", (int)st->level);
+        put(s, "\n");
         break;
     case SC_IR_S_SCAN:
         put(s, "%s += scan %s[", fn->vars[st->total].name, v->name);

@@ -773,7 +773,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_var ncols = L->ext[L->p->out_lvar[m - 1]];
     sc_ir_list small = {0}, wide = {0};
     sc_ir_push(B, &small, row_fill(L, ROW_SMALL, d, n, S));
-    sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt));
+    sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt, SMALL_ROW));
     sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
     L->mode = BOUND;

@@ -553,8 +553,9 @@ static void test_goldens(void)
         "sc_k_collect32(out_crd_",  /* ordered in the output's own slot */
         ", ws_s_13);",              /* of the workspace's extent */
         /* a row of at most 8 products (and fewer than the columns) appends them and
-         * sorts its slot, summing equal coordinates: no workspace */
-        "if (((bnd_", " <= 8) && (bnd_", " < Nk_", "= sc_k_sortsum32_f32(out_crd_",
+         * sorts its slot, summing equal coordinates: no workspace; in vector registers
+         * where the target has AVX-512 (the helper for at most 8) */
+        "if (((bnd_", " <= 8) && (bnd_", " < Nk_", "= sc_k_sortsum8_32_f32(out_crd_",
         ", out_vals_", ", n0_",
         "] = (v_",                  /* first touch assigns */
         "] += (v_",
