@@ -109,6 +109,16 @@ def run_combos_sanitized(code: str, tmp_path, **env):
     run_code(_COMBOS_TWO + code, tmp_path, **san, **env)
 
 
+def with_threads(threads: int, fn):
+    """fn() run with torch (and so scorch's kernels) on `threads` threads."""
+    nt = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(nt)
+
+
 def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

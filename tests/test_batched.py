@@ -13,21 +13,12 @@ import pytest
 import torch
 
 import scorch
-from conftest import make_dense
+from conftest import make_dense, with_threads
 
 
 def batch_of(shape, dtype, it, seed, kind="random"):
     d = make_dense(shape, dtype=dtype, seed=seed, kind=kind, density=0.2)
     return scorch.to_sparse(d, "ddc", index_dtype=it), d
-
-
-def with_threads(n, fn):
-    nt = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(nt)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import scorch
-from conftest import seed_of
+from conftest import seed_of, with_threads
 
 DT = [torch.float32, torch.float64]
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-4), torch.float64: dict(rtol=1e-12, atol=1e-10)}
@@ -29,15 +29,6 @@ def rows_with_lengths(lengths, n_cols, dtype, seed):
     return x
 
 
-def mv_at(threads, fn):
-    nt = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(nt)
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("dtype", DT)
@@ -51,11 +42,11 @@ def test_paired_rows_match_dense(repeat, dtype, index_dtype, threads):
         assert "+= 2)" in text and "(16 <= m_" in text, text[-3000:]
     else:   # f64 runs one row at a time: the jam was 5-10 % slower there
         assert "(16 <= m_" not in text, text[-3000:]
-    got = mv_at(threads, lambda: torch.mv(A, v))
+    got = with_threads(threads, lambda: torch.mv(A, v))
     torch.testing.assert_close(got, x @ v, **TOL[dtype])
     # a factor known per row multiplies each row of the pair by its own value
     d = torch.arange(1, x.shape[0] + 1, dtype=dtype)
-    got = mv_at(threads, lambda: scorch.einsum("i,ij,j->i", d, A, v))
+    got = with_threads(threads, lambda: scorch.einsum("i,ij,j->i", d, A, v))
     torch.testing.assert_close(got, d * (x @ v), **TOL[dtype])
 
 
@@ -74,7 +65,7 @@ def test_pairs_only_in_ranges_of_long_rows(index_dtype, threads):
         A = scorch.to_sparse(x, "csr", index_dtype=index_dtype)
         v = torch.rand(300, generator=torch.Generator().manual_seed(k))
         assert ">= (int64_t)16 * (" in scorch.explain(torch.mv, A, v)
-        got = mv_at(threads, lambda: torch.mv(A, v))
+        got = with_threads(threads, lambda: torch.mv(A, v))
         torch.testing.assert_close(got, x @ v, **TOL[torch.float32])
 
 
@@ -100,5 +91,5 @@ def test_paired_row_sums_and_row_dots(dtype, threads):
     B = torch.rand(x.shape, dtype=dtype, generator=torch.Generator().manual_seed(5))
     for expr, ops, want in (("ij->i", (A,), x.sum(1)), ("ij,ij->i", (A, B), (x * B).sum(1))):
         assert ("+= 2)" in scorch.explain(expr, *ops)) == (dtype == torch.float32)
-        got = mv_at(threads, lambda: scorch.einsum(expr, *ops))
+        got = with_threads(threads, lambda: scorch.einsum(expr, *ops))
         torch.testing.assert_close(got, want, **TOL[dtype])
