@@ -16,9 +16,9 @@ import scorch
 from conftest import make_dense, with_threads
 
 
-def batch_of(shape, dtype, it, seed, kind="random"):
+def batch_of(shape, dtype, it, seed, kind="random", fmt="ddc"):
     d = make_dense(shape, dtype=dtype, seed=seed, kind=kind, density=0.2)
-    return scorch.to_sparse(d, "ddc", index_dtype=it), d
+    return scorch.to_sparse(d, fmt, index_dtype=it), d
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -26,8 +26,9 @@ def batch_of(shape, dtype, it, seed, kind="random"):
 @pytest.mark.parametrize("shape", [(1, 7, 5), (2, 5000, 3), (3, 2900, 41), (5, 1, 1),
                                    (2, 0, 4), (4, 6, 0), (3, 64, 64)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_batched_spmv_spmm_against_dense(dtype, it, shape, threads):
-    A, d = batch_of(shape, dtype, it, seed=sum(shape) + 7 * (dtype == torch.float64))
+@pytest.mark.parametrize("fmt", ["ddc", "csf", "coo"])
+def test_batched_spmv_spmm_against_dense(dtype, it, shape, threads, fmt):
+    A, d = batch_of(shape, dtype, it, seed=sum(shape) + 7 * (dtype == torch.float64), fmt=fmt)
     g = torch.Generator().manual_seed(3)
     b, n, m = shape
     x = torch.rand(b, m, generator=g, dtype=dtype)
@@ -74,3 +75,30 @@ def test_transposed_batch_is_not_transposed_back():
     sched, copies, _ = schedule_and_copies("bij,bj->bi", A, x)
     assert sched == "schedule: order(b,j,i) parallel(b)" and not copies
     torch.testing.assert_close(scorch.einsum("bij,bj->bi", A, x), torch.einsum("bij,bj->bi", d, x))
+
+
+def test_csf_batch_shared_between_threads():
+    """A csf batch's few matrices (a compressed first level of 4 entries) are shared
+    between the threads: the loop over them is weighed by their average rows times the
+    dense extent inside (it was a dynamic loop that needed 128 entries)."""
+    A, _ = batch_of((4, 300, 300), torch.float32, torch.int32, seed=5, fmt="csf")
+    text = scorch.explain("bij,bjk->bik", A, torch.rand(4, 300, 16))
+    assert "A1_pos_" in text.split("if(sc_k_par_weighed(")[1].split(")))")[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [2, 3, 5, 127])
+def test_short_wide_matrix_against_dense(dtype, rows):
+    """A csr matrix of a few long rows: its row loop is balanced across the threads from
+    2 rows (it needed 128) where the entries reach the parallel threshold."""
+    g = torch.Generator().manual_seed(rows)
+    d = torch.where(torch.rand(rows, 40000, generator=g) < 0.3,
+                    torch.randint(1, 9, (rows, 40000), generator=g).to(dtype),
+                    torch.zeros((), dtype=dtype))
+    A = scorch.to_sparse(d, "csr")
+    x = torch.rand(40000, generator=g, dtype=dtype)
+    X = torch.rand(40000, 16, generator=g, dtype=dtype)
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else {}
+    torch.testing.assert_close(with_threads(2, lambda: A @ x), d @ x, **tol)
+    torch.testing.assert_close(with_threads(2, lambda: A @ X), d @ X, **tol)
+    assert ") >= 2 && ((int64_t)A1_pos_" in scorch.explain("ij,j->i", A, x)

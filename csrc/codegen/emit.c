@@ -752,7 +752,8 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                 expr(m, s->b);
                 pr(m, ") - (");
                 expr(m, s->a);
-                sc_cg_printf(m->out, ") >= %d && ((int64_t)%s[", SC_IR_PAR_MIN, pn);
+                pr(m, ") >= 2 && ((int64_t)");
+                sc_cg_printf(m->out, "%s[", pn);
                 expr(m, s->b);
                 sc_cg_printf(m->out, "] - %s[", pn);
                 expr(m, s->a);

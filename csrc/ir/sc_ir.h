@@ -375,9 +375,10 @@ const sc_ir_stmt *sc_ir_for(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
  * pos[v + 1] - pos[v] + 1 (nonzeros of a compressed row plus one): each thread finds its
  * bounds by binary search on pos[lo..hi], which must be nondecreasing.  Power-law rows
  * then leave no thread idle.  An OMP_FOR ends with a barrier as "omp for" does.  A
- * PAR_FOR runs on one thread unless it has SC_IR_PAR_MIN iterations and its total weight
- * times work (the cost of one unit of weight: the dense extents inside, NULL for 1)
- * reaches SC_IR_PAR_WORK: waking the other threads costs more than a small kernel. */
+ * PAR_FOR runs on one thread unless it has 2 iterations and its total weight times work
+ * (the cost of one unit of weight: the dense extents inside, NULL for 1) reaches
+ * SC_IR_PAR_WORK: waking the other threads costs more than a small kernel, and a few
+ * heavy rows (a short, wide matrix; a csf batch's matrices) are worth sharing. */
 #define SC_IR_PAR_WORK 8192
 const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                      const sc_ir_expr *hi, sc_ir_par par, sc_ir_var pos,

@@ -2158,11 +2158,27 @@ static bool segment(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
      * chunks of 64 entries cost an atomic each: usroads, rows of 2.6, SDDMM K = 16
      * took 1.45x csr's time) */
     int32_t t = i0->operand, k = i0->level + 1;
-    sc_ir_var bal = g->par != SC_IR_SEQ && d == 0 && L->whole >= 0 &&
-                    k < L->p->ops[t].fmt.order ? L->pos[t][k] : -1;
-    sc_ir_push(B, out, bal >= 0 ? sc_ir_for_balanced(B, i0->p, i0->lo, V(i0->e), g->par, bal,
-                                                     inner_work(L, d), bs)
-                                : sc_ir_for(B, i0->p, i0->lo, V(i0->e), I(1), g->par, g->chunk, bs));
+    bool below = k < L->p->ops[t].fmt.order && L->pos[t][k] >= 0;
+    sc_ir_var bal = g->par != SC_IR_SEQ && d == 0 && L->whole >= 0 && below ? L->pos[t][k] : -1;
+    if (bal >= 0) {
+        sc_ir_push(B, out, sc_ir_for_balanced(B, i0->p, i0->lo, V(i0->e), g->par, bal,
+                                              inner_work(L, d), bs));
+    } else if (g->par == SC_IR_PAR_FOR && d == 0 && below) {
+        /* under a dense output: dynamic chunks (balanced ranges cost dcsr SpMM K = 64
+         * 7-15 %), weighed by the entries' average segment so that a few heavy ones (a
+         * csf batch's matrices) are shared too */
+        sc_ir_var pos = L->pos[t][k];
+        const sc_ir_expr *n_it = BIN(SUB, V(i0->e), i0->lo);
+        const sc_ir_expr *avg = BIN(ADD, BIN(DIV, BIN(SUB, sc_ir_load(B, pos, V(i0->e)),
+                                                       sc_ir_load(B, pos, i0->lo)),
+                                             sc_ir_select(B, BIN(LT, n_it, I(1)), I(1), n_it)),
+                                    I(1));
+        const sc_ir_expr *w = dense_work(L, d);
+        sc_ir_push(B, out, sc_ir_for_weighed(B, i0->p, i0->lo, V(i0->e), g->chunk,
+                                             w ? BIN(MUL, avg, w) : avg, bs));
+    } else {
+        sc_ir_push(B, out, sc_ir_for(B, i0->p, i0->lo, V(i0->e), I(1), g->par, g->chunk, bs));
+    }
     return true;
 }
 
