@@ -2306,8 +2306,7 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         if (par != SC_IR_SEQ && L->onepass && L->mode == FILL && L->D == 1)
             bal = L->cnt[1]; /* rows weighed by their multiply counts */
         /* else iterations weighed by the dense loops inside, where there are some: a few
-         * heavy ones (the row blocks of a column-panelled SpMV, "bpij,pj->bi") run in
-         * parallel too */
+         * heavy ones (a ddc batch's matrices, "bij,bjk->bik") run in parallel too */
         const sc_ir_expr *work = bal >= 0 ? inner_work(L, d)
                                  : par == SC_IR_PAR_FOR ? dense_work(L, d) : NULL;
         const sc_ir_stmt *loop =
