@@ -264,13 +264,13 @@ static const char *const PRELUDE[] = {
     "#define sc_k_sortsum8_32_f32 sc_k_sortsum32_f32\n"
     "#define sc_k_sortsum8_32_f64 sc_k_sortsum32_f64\n"
     "#endif\n",
-    /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
-     * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
-     * grows and consecutive threads' ranges tile [lo, hi) exactly). */
     /* Whether a parallel loop of n iterations, each of work w (sc_ir_for_weighed),
      * is worth waking the other threads for. */
     "static inline int sc_k_par_weighed(int64_t n, int64_t w)\n{\n"
     "    return n >= " XSTR(SC_IR_PAR_MIN) " || (n >= 2 && w >= 1 && n >= (" XSTR(SC_IR_PAR_WORK) " + w - 1) / w);\n}\n"
+    /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
+     * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
+     * grows and consecutive threads' ranges tile [lo, hi) exactly). */
     "static inline int64_t sc_k_split32(const int32_t *pos, int64_t lo, int64_t hi, int64_t t, int64_t nt)\n{\n"
     "    int64_t b = pos[lo], tot = (int64_t)pos[hi] - b + (hi - lo);\n"
     "    int64_t want = tot / nt * t + tot % nt * t / nt, a = lo;\n"
