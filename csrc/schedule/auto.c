@@ -216,11 +216,9 @@ bool sc_sched_inner_dense(const sc_lower_problem *p0, const sc_sched *s)
         return false;
     /* in the formats the order reads the sparse operands in (a transposed copy's levels:
      * "bij,bj->bi" in order b,j,i over a ddc A scatters at the copy's compressed i) */
-    sc_lower_problem p = *p0;
-    sc_lower_operand ops[64];
-    memcpy(ops, p0->ops, (size_t)p0->nops * sizeof ops[0]);
-    p.ops = ops;
-    sc_lower_replace_formats(&p, s->transpose, s->tfmt);
+    sc_lower_problem p;
+    sc_lower_operand ops[SC_SCHED_MAX_OPS];
+    sc_sched_transposed(p0, s, &p, ops);
     uint32_t bound = 0;
     for (int32_t d = 0; d + 1 < p.nvars; d++)
         bound |= 1u << s->order[d];

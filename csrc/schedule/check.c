@@ -150,13 +150,20 @@ void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
     }
 }
 
+void sc_sched_transposed(const sc_lower_problem *p0, const sc_sched *s, sc_lower_problem *p,
+                         sc_lower_operand ops[SC_SCHED_MAX_OPS])
+{
+    *p = *p0;
+    memcpy(ops, p0->ops, (size_t)p0->nops * sizeof ops[0]);
+    p->ops = ops;
+    sc_lower_replace_formats(p, s->transpose, s->tfmt);
+}
+
 bool sc_sched_parallel_ok(const sc_lower_problem *p0, const sc_sched *s, char *why, size_t n)
 {
-    sc_lower_problem p = *p0;
-    sc_lower_operand ops[64];
-    memcpy(ops, p0->ops, (size_t)p0->nops * sizeof ops[0]);
-    p.ops = ops;
-    sc_lower_replace_formats(&p, s->transpose, s->tfmt);
+    sc_lower_problem p;
+    sc_lower_operand ops[SC_SCHED_MAX_OPS];
+    sc_sched_transposed(p0, s, &p, ops);
     sc_expr_var v = s->parallel;
     if (p.nvars == 0 || s->order[0] != v) {
         snprintf(why, n, "index %s is not the outermost loop", p.e->vars[v].name);

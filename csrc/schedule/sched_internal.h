@@ -12,6 +12,12 @@
 sc_status sc_sched_analyse(const sc_lower_problem *p, const sc_expr_var *order, sc_sched *s,
                            sc_error *err);
 
+/* p0 as s's order reads it: a copy in *p whose operands (in ops) have the formats s
+ * transposes them to, their accesses' level variables following. */
+enum { SC_SCHED_MAX_OPS = 64 }; /* operands a problem has at most (sc_lower_prepare) */
+void sc_sched_transposed(const sc_lower_problem *p0, const sc_sched *s, sc_lower_problem *p,
+                         sc_lower_operand ops[SC_SCHED_MAX_OPS]);
+
 /* Whether s->parallel (an index) may be the parallel loop of s's order for p, with the
  * operands s transposes in their new formats; why (n bytes) says why not. */
 bool sc_sched_parallel_ok(const sc_lower_problem *p, const sc_sched *s, char *why, size_t n);
