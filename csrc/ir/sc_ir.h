@@ -387,8 +387,8 @@ const sc_ir_stmt *sc_ir_for_balanced(sc_ir_builder *b, sc_ir_var v, const sc_ir_
  * iteration costs `work` (the dense extents inside it): besides from SC_IR_PAR_MIN
  * iterations it runs on all threads from 2 iterations whose work adds up to
  * SC_IR_PAR_WORK, and its chunks shrink (to 1) so that each thread gets about four:
- * a few heavy iterations (the row blocks of a column-panelled SpMV) are shared, not
- * all taken by the first thread's first chunk. */
+ * a few heavy iterations (a batch's matrices) are shared, not all taken by the first
+ * thread's first chunk. */
 const sc_ir_stmt *sc_ir_for_weighed(sc_ir_builder *b, sc_ir_var v, const sc_ir_expr *lo,
                                     const sc_ir_expr *hi, int32_t chunk, const sc_ir_expr *work,
                                     const sc_ir_stmt *body);

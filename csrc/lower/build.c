@@ -747,7 +747,8 @@ enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8 };
  * values clears the workspace for the next row.  A row of at most SMALL_ROW products
  * (road networks, circuits, sparse graphs: a handful) skips the workspace: each product
  * is appended to the row's slot in the output, coordinate and value, and the slot is
- * then sorted by insertion with equal coordinates summed (SORTSUM) — no bitmap marks,
+ * then sorted with equal coordinates summed (SORTSUM: in vector registers where the
+ * target has AVX-512, else by insertion) — no bitmap marks,
  * collect, gather or clear.  Its bound (the slot's size, min(products, columns)) is its
  * product count where it is under the column count: the appends stay inside the slot.
  */
@@ -2059,18 +2060,40 @@ static void prefetch_rows(lb *L, const sc_lower_node *n, const st *S, sc_expr_va
     }
 }
 
+/* Whether v is the index of a compressed or singleton level of some sparse operand. */
+static bool sparse_level(const lb *L, sc_expr_var v)
+{
+    const sc_lower_problem *p = L->p;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        const sc_format *f = &p->ops[ac->operand].fmt;
+        if (p->ops[ac->operand].sparse)
+            for (int32_t k = 0; k < f->order; k++)
+                if (ac->lvar[k] == v && f->kind[k] != SC_LEVEL_DENSE)
+                    return true;
+    }
+    return false;
+}
+
+/* The product of the extents of the variables deeper than depth d for which skip is
+ * false; NULL when there are none. */
+static const sc_ir_expr *extents_inside(lb *L, int32_t d, bool (*skip)(const lb *, sc_expr_var))
+{
+    const sc_ir_expr *w = NULL;
+    for (int32_t e = d + 1; e < L->n; e++) {
+        sc_expr_var v = L->order[e];
+        if (!skip(L, v))
+            w = w ? BIN(MUL, w, V(L->ext[v])) : V(L->ext[v]);
+    }
+    return w;
+}
+
 /* The work per stored entry of a loop at depth d: the product of the extents of the
  * deeper variables no sparse operand iterates (SpMM's columns, SDDMM's dot product);
  * NULL when there are none. */
 static const sc_ir_expr *inner_work(lb *L, int32_t d)
 {
-    const sc_ir_expr *w = NULL;
-    for (int32_t e = d + 1; e < L->n; e++) {
-        sc_expr_var v = L->order[e];
-        if (!sparse_iterates(L, v))
-            w = w ? BIN(MUL, w, V(L->ext[v])) : V(L->ext[v]);
-    }
-    return w;
+    return extents_inside(L, d, sparse_iterates);
 }
 
 /* The iterations inside one of loop d that no compressed or singleton level drives: the
@@ -2078,22 +2101,7 @@ static const sc_ir_expr *inner_work(lb *L, int32_t d)
  * (a lower bound of its work, for sc_ir_for_weighed); NULL where there are none. */
 static const sc_ir_expr *dense_work(lb *L, int32_t d)
 {
-    const sc_lower_problem *p = L->p;
-    const sc_ir_expr *w = NULL;
-    for (int32_t e = d + 1; e < L->n; e++) {
-        sc_expr_var v = L->order[e];
-        bool sparse = false;
-        for (int32_t a = 0; a < p->naccess && !sparse; a++) {
-            const sc_lower_access *ac = &p->acc[a];
-            const sc_format *f = &p->ops[ac->operand].fmt;
-            if (p->ops[ac->operand].sparse)
-                for (int32_t k = 0; k < f->order; k++)
-                    sparse |= ac->lvar[k] == v && f->kind[k] != SC_LEVEL_DENSE;
-        }
-        if (!sparse)
-            w = w ? BIN(MUL, w, V(L->ext[v])) : V(L->ext[v]);
-    }
-    return w;
+    return extents_inside(L, d, sparse_level);
 }
 
 /* The span pass's step at a row's last output variable v (gus_row): widen [span_lo,
