@@ -11,7 +11,7 @@ import scipy.sparse as sps
 import torch
 
 import scorch
-from conftest import make_dense, seed_of
+from conftest import make_dense, seed_of, with_threads
 
 DT = [torch.float32, torch.float64]
 IT = [torch.int32, torch.int64]
@@ -158,12 +158,8 @@ def test_spgemm_one_pass(case, threads, it, dtype):
     a, b = a.astype(npdt), b.astype(npdt)
     A = scorch.to_sparse(a, "csr", index_dtype=it)
     B = A if b is a else scorch.to_sparse(b, "csr", index_dtype=it)
-    nt = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        C = scorch.einsum(expr, A, B)     # (A·Aᵀ: the workspace order, chosen automatically)
-    finally:
-        torch.set_num_threads(nt)
+    # (A·Aᵀ: the workspace order, chosen automatically)
+    C = with_threads(threads, lambda: scorch.einsum(expr, A, B))
     assert isinstance(C, scorch.SparseTensor) and C.format.name == "csr"
     ref = same_as_scipy(C, a @ (b.T if expr == "ij,kj->ik" else b))
     pos, crd = C.indices(1)
@@ -212,12 +208,7 @@ def test_spgemm_dense_rows(threads, it, dtype):
     A = scorch.to_sparse(a, "csr", index_dtype=it)
     B = scorch.to_sparse(b, "csr", index_dtype=it)
     assert "sc_k_scan" in scorch.explain("ij,jk->ik", A, B)
-    nt = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        C = scorch.einsum("ij,jk->ik", A, B)
-    finally:
-        torch.set_num_threads(nt)
+    C = with_threads(threads, lambda: scorch.einsum("ij,jk->ik", A, B))
     pattern = abs(a) @ abs(b)          # no cancellation: every structural entry
     pattern.sort_indices()
     got = C.to_scipy()
@@ -247,13 +238,8 @@ def test_spgemm_one_pass_skipped_rows_in_parallel():
     a = sps.csr_array(a.multiply(np.arange(4000)[:, None] % 3 == 0))
     a.eliminate_zeros()
     b = wide(300, 700, 30, s + 1)
-    nt = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        C = scorch.einsum("ij,jk->ik", scorch.to_sparse(a, "dcsr"), scorch.to_sparse(b, "csr"),
-                          out_format="csr")
-    finally:
-        torch.set_num_threads(nt)
+    C = with_threads(2, lambda: scorch.einsum("ij,jk->ik", scorch.to_sparse(a, "dcsr"),
+                                              scorch.to_sparse(b, "csr"), out_format="csr"))
     same_as_scipy(C, a @ b)
 
 
