@@ -121,7 +121,8 @@ def test_spgemm_wide_against_scipy(case, it):
 
 def one_pass_case(case, seed):
     """(A, B, expr) for the one-pass SpGEMM assembly: rows bounded by their multiply
-    counts, packed per thread, gaps between the threads' runs closed afterwards."""
+    counts (rows of 128 or more by their span too, but above 8), packed per thread, gaps
+    between the threads' runs closed afterwards."""
     rng = np.random.default_rng(seed)
     if case == "tiny_and_huge":   # bounds from 0 to ~10^4 per row, big overestimates
         a = sps.vstack([wide(300, 400, 1, seed), sps.csr_array((200, 400)),
@@ -138,6 +139,15 @@ def one_pass_case(case, seed):
         return a, a, "ij,kj->ik"
     if case == "denser_than_wide":  # 1200 products a row, 40 columns: bounds clamp to 40
         return wide(4000, 200, 60, seed), wide(200, 40, 20, seed + 1), "ij,jk->ik"
+    if case == "narrow_span":     # 130-190 products a row on 5 columns: bounded by 9, not 5
+        a = wide(2000, 50, 60, seed)
+        b = sps.csr_array((rng.integers(1, 5, 250).astype(np.float64),
+                           (np.repeat(np.arange(50), 5), np.tile(np.arange(5, 10), 50))),
+                          shape=(50, 20))
+        return a, b, "ij,jk->ik"
+    if case == "banded":          # ~700 products a row over a span of ~50: bounded by it
+        a = wide(3000, 3000, 27, seed, band=13)
+        return a, a, "ij,jk->ik"
     if case == "no_entries":      # many rows, nothing to multiply
         return sps.csr_array((3000, 40)), wide(40, 60, 5, seed), "ij,jk->ik"
     a = wide(2500, 2500, 8, seed)  # "uniform": bound close to the entry count
@@ -148,7 +158,7 @@ def one_pass_case(case, seed):
 @pytest.mark.parametrize("it", IT)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", ["tiny_and_huge", "all_collide", "aat", "no_entries",
-                                  "uniform", "denser_than_wide"])
+                                  "uniform", "denser_than_wide", "narrow_span", "banded"])
 def test_spgemm_one_pass(case, threads, it, dtype):
     """Exactly scipy's product (pattern, sorted unique coordinates, values) on one thread
     and on two (rows balanced by multiply count, runs packed and moved together), and

@@ -728,8 +728,10 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
 /* A row whose coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills
  * densely, or fewer than SHORT_ROW_SPAN times where it has under SHORT_ROW multiply-adds
  * (the bitmap's collect costs more next to a short row); a row of at most SMALL_ROW
- * multiply-adds appends its products and sorts them. */
-enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8 };
+ * multiply-adds appends its products and sorts them.  A row of SPAN_BOUND_ROW or more
+ * multiply-adds is bounded by its span too (span_bound). */
+enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8,
+       SPAN_BOUND_ROW = 128 };
 
 /*
  * One row of a one-pass Gustavson fill (SpGEMM), one of three ways chosen per row.  A
@@ -802,6 +804,35 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, out, sc_ir_if(B, is_small, sc_ir_list_block(B, &small), sc_ir_list_block(B, &wide)));
 }
 
+/*
+ * The BOUND pass's row of at least SPAN_BOUND_ROW products: bounded by its span too
+ * (its coordinates lie between the least first and the greatest last coordinate of the
+ * segments it adds up), taken as gus_row takes it.  A banded or FEM product lands most
+ * products on a column already touched: banded-1M's rows bound 729 products over a
+ * span of 53, and the output reserved 5.5 GB for its 0.4 GB of entries (bcsstk16: 134
+ * MB for 8).  The bound stays above SMALL_ROW (a small row appends every product to its
+ * slot) and at least the span, so the fill takes the row as dense and writes only its
+ * entries.  Not from 32 products: on graphs (a span as wide as the matrix) the second
+ * pass over the row cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %.
+ */
+static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
+{
+    sc_ir_var cnt = S->cnt[L->m - 1], ncols = L->ext[L->p->out_lvar[L->m - 1]];
+    sc_ir_var lo = newv(L, "lo", SC_IR_I64), hi = newv(L, "hi", SC_IR_I64);
+    sc_ir_list span = {0};
+    sc_ir_push(B, &span, sc_ir_decl(B, lo, V(ncols)));
+    sc_ir_push(B, &span, sc_ir_decl(B, hi, I(-1)));
+    L->span_lo = lo;
+    L->span_hi = hi;
+    sc_ir_push(B, &span, lower_at(L, d + 1, n, S));
+    L->span_lo = L->span_hi = -1;
+    const sc_ir_expr *width = BIN(MAX, BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1)), I(SMALL_ROW + 1));
+    sc_ir_push(B, &span, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
+                                  sc_ir_assign(B, cnt, false, BIN(MIN, V(cnt), width)), NULL));
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(SPAN_BOUND_ROW), V(cnt)), sc_ir_list_block(B, &span),
+                                NULL));
+}
+
 /* Everything below the binding of the variable at depth d (S already updated). */
 static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_list *out)
 {
@@ -859,6 +890,9 @@ static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_li
         tiled(L, d + 1, n, S, out);
     } else if (row && d == L->q - 1 && L->mode == FILL && L->onepass && L->ws_flag >= 0) {
         gus_row(L, d, n, S, out);
+    } else if (row && d == L->q - 1 && L->mode == BOUND && L->gus && L->span_lo < 0) {
+        sc_ir_push(B, out, lower_at(L, d + 1, n, S));
+        span_bound(L, d, n, S, out);
     } else if (!(L->mode == COUNT && !p->out_sparse)) {
         sc_ir_push(B, out, lower_at(L, d + 1, n, S));
         if (p->out_sparse && L->q >= 0 && d == L->q - 1)
@@ -2749,6 +2783,25 @@ static void publish_output(lb *L, sc_ir_list *top)
     sc_ir_push(B, top, sc_ir_out_len(B, SC_IR_ARG_VALS, 0, V(L->tot[last])));
 }
 
+/* The gap closing moves a run of rows once it holds MOVE_RUN entries (128 KB of f32
+ * coordinates and values), so that the rows it has just passed are moved while they
+ * are in cache: one move for all of a thread's run made wiki-Vote's SpGEMM 7 % slower. */
+enum { MOVE_RUN = 1 << 14 };
+
+/* Move the run of rl entries at rs of the one-pass output's level k down to rd (rd <= rs:
+ * a forward copy, overlap allowed), where it is not there already. */
+static const sc_ir_stmt *move_run(lb *L, int32_t k, sc_ir_var rs, sc_ir_var rd, sc_ir_var rl)
+{
+    sc_ir_var t = newv(L, "t", SC_IR_I64);
+    sc_ir_list mv = {0};
+    sc_ir_push(B, &mv, sc_ir_store(B, L->ocrd[k], BIN(ADD, V(rd), V(t)), false,
+                                   sc_ir_load(B, L->ocrd[k], BIN(ADD, V(rs), V(t)))));
+    sc_ir_push(B, &mv, sc_ir_store(B, L->ovals, BIN(ADD, V(rd), V(t)), false,
+                                   sc_ir_load(B, L->ovals, BIN(ADD, V(rs), V(t)))));
+    return sc_ir_if(B, BIN(NE, V(rs), V(rd)),
+                    sc_ir_for(B, t, I(0), V(rl), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &mv)), NULL);
+}
+
 /*
  * One-pass assembly of a csr-like output (dense levels, then one compressed level filled
  * through a Gustavson workspace; SpGEMM): a BOUND pass adds up each row's multiply count
@@ -2756,9 +2809,12 @@ static void publish_output(lb *L, sc_ir_list *top)
  * entries; their prefix sums give every row a slot that no earlier row of the same run
  * can overrun.  The fill then packs each thread's contiguous rows one after the other
  * from the slot of its first row, and one sequential pass closes the gaps between the
- * threads' runs (none on one thread).  The output's crd/vals keep their bound size (the
- * pages past the entries are never touched).  No count pass: it cost a third of the
- * time.  false (nothing emitted) when some row's entries cannot be bounded that way.
+ * threads' runs (none on one thread): it sets each row's start and moves each run (rows
+ * whose slots follow one another, up to MOVE_RUN entries) as one block, not row by row
+ * (usroads' 129 k rows of ~5 entries: a copy loop per row took 13 % of the kernel).
+ * The output's crd/vals keep their bound size (the pages past the entries are never
+ * touched).  No count pass: it cost a third of the time.  false (nothing emitted) when
+ * some row's entries cannot be bounded that way.
  */
 static bool onepass_output(lb *L, sc_ir_list *top, const st *S, sc_ir_var fail,
                            const sc_ir_expr *wsize)
@@ -2802,23 +2858,31 @@ static bool onepass_output(lb *L, sc_ir_list *top, const st *S, sc_ir_var fail,
     sc_ir_push(B, top, phase(L, S, fail, wsize));
     L->onepass = false;
     sc_ir_push(B, top, sc_ir_require(B, sc_ir_not(B, V(fail)), SC_NOMEM, "out of memory (workspace)"));
-    sc_ir_push(B, top, sc_ir_comment(B, "close the gaps between the threads' runs of rows"));
+    sc_ir_push(B, top, sc_ir_comment(B, "close the gaps between the threads' runs of rows: "
+                                        "each run moved once, as a whole"));
     sc_ir_var nnz = newv(L, "nnz", SC_IR_I64), r2 = newv(L, "r", SC_IR_I64);
-    sc_ir_var s0 = newv(L, "s", SC_IR_I64), c = newv(L, "c", SC_IR_I64), t = newv(L, "t", SC_IR_I64);
+    sc_ir_var s0 = newv(L, "s", SC_IR_I64), c = newv(L, "c", SC_IR_I64);
+    sc_ir_var rs = newv(L, "run_src", SC_IR_I64), rd = newv(L, "run_dst", SC_IR_I64);
+    sc_ir_var rl = newv(L, "run_len", SC_IR_I64);
     sc_ir_push(B, top, sc_ir_decl(B, nnz, I(0)));
-    sc_ir_list body = {0}, mv = {0};
+    sc_ir_push(B, top, sc_ir_decl(B, rs, I(0)));
+    sc_ir_push(B, top, sc_ir_decl(B, rd, I(0)));
+    sc_ir_push(B, top, sc_ir_decl(B, rl, I(0)));
+    sc_ir_list body = {0}, next = {0};
     sc_ir_push(B, &body, sc_ir_decl(B, s0, sc_ir_load(B, L->rstart, V(r2))));
     sc_ir_push(B, &body, sc_ir_decl(B, c, sc_ir_load(B, L->opos[k], BIN(ADD, V(r2), I(1)))));
-    sc_ir_push(B, &mv, sc_ir_store(B, L->ocrd[k], BIN(ADD, V(nnz), V(t)), false,
-                                   sc_ir_load(B, L->ocrd[k], BIN(ADD, V(s0), V(t)))));
-    sc_ir_push(B, &mv, sc_ir_store(B, L->ovals, BIN(ADD, V(nnz), V(t)), false,
-                                   sc_ir_load(B, L->ovals, BIN(ADD, V(s0), V(t)))));
-    sc_ir_push(B, &body, sc_ir_if(B, BIN(NE, V(s0), V(nnz)),
-                                  sc_ir_for(B, t, I(0), V(c), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &mv)),
-                                  NULL));
+    sc_ir_push(B, &next, move_run(L, k, rs, rd, rl));
+    sc_ir_push(B, &next, sc_ir_assign(B, rs, false, V(s0)));
+    sc_ir_push(B, &next, sc_ir_assign(B, rd, false, V(nnz)));
+    sc_ir_push(B, &next, sc_ir_assign(B, rl, false, I(0)));
+    const sc_ir_expr *breaks = BIN(NE, V(s0), BIN(ADD, V(rs), V(rl)));
+    sc_ir_push(B, &body, sc_ir_if(B, BIN(OR, breaks, BIN(LE, I(MOVE_RUN), V(rl))),
+                                  sc_ir_list_block(B, &next), NULL));
+    sc_ir_push(B, &body, sc_ir_assign(B, rl, true, V(c)));
     sc_ir_push(B, &body, sc_ir_store(B, L->opos[k], V(r2), false, V(nnz)));
     sc_ir_push(B, &body, sc_ir_assign(B, nnz, true, V(c)));
     sc_ir_push(B, top, sc_ir_for(B, r2, I(0), V(L->nrows), I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &body)));
+    sc_ir_push(B, top, move_run(L, k, rs, rd, rl));
     if (p->out_itype == SC_INDEX_I32)
         sc_ir_push(B, top, sc_ir_require(B, BIN(LE, V(nnz), I(INT32_MAX)), SC_RUNTIME,
                                          "the output has more entries than int32 indices can address"));

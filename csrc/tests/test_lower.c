@@ -720,7 +720,7 @@ static void test_build_and_verify(void)
     CHECK(sc_lower_build(&P.arena, &P.p, &s, "k", &fn, &P.err) == SC_OK);
     clock_gettime(CLOCK_MONOTONIC, &b);
     CHECK(sc_ir_verify(&fn, &P.err) == SC_OK);
-    char txt[8192];
+    char txt[12288];
     size_t n = sc_ir_print(&fn, txt, sizeof txt);
     CHECK(n > 0 && n < sizeof txt);
     CHECK(strstr(txt, "parallel if ((128 <= nrows") != NULL);
