@@ -148,6 +148,12 @@ def one_pass_case(case, seed):
     if case == "banded":          # ~700 products a row over a span of ~50: bounded by it
         a = wide(3000, 3000, 27, seed, band=13)
         return a, a, "ij,jk->ik"
+    if case == "moved_in_rounds":  # 2 threads: the second run (~360 k entries) moves
+        # down by ~120 k (colliding banded rows first, uniform rows after): in parallel,
+        # in 3 rounds of the gap's length
+        c, u = wide(30000, 30000, 6, seed, band=3), wide(30000, 30000, 6, seed + 1)
+        a = sps.csr_array(sps.vstack([c[:15000], u[15000:]]))
+        return a, a, "ij,jk->ik"
     if case == "no_entries":      # many rows, nothing to multiply
         return sps.csr_array((3000, 40)), wide(40, 60, 5, seed), "ij,jk->ik"
     a = wide(2500, 2500, 8, seed)  # "uniform": bound close to the entry count
@@ -158,7 +164,8 @@ def one_pass_case(case, seed):
 @pytest.mark.parametrize("it", IT)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", ["tiny_and_huge", "all_collide", "aat", "no_entries",
-                                  "uniform", "denser_than_wide", "narrow_span", "banded"])
+                                  "uniform", "denser_than_wide", "narrow_span", "banded",
+                                  "moved_in_rounds"])
 def test_spgemm_one_pass(case, threads, it, dtype):
     """Exactly scipy's product (pattern, sorted unique coordinates, values) on one thread
     and on two (rows balanced by multiply count, runs packed and moved together), and

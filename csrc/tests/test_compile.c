@@ -560,10 +560,15 @@ static void test_goldens(void)
         "] = (v_",                  /* first touch assigns */
         "] += (v_",
         "row_start_", "sc_k_alloc_raw(env, bound_",
-        "/* close the gaps between the threads' runs of rows: each run moved once",
+        "/* close the gaps between the threads' runs of rows: each run moved in blocks */",
         /* a run is moved when the next row's slot does not follow it, once it holds
-         * 16384 entries (so that it moves while still in cache), and at the end */
-        "if (((s_", " != (run_src_", " + run_len_", ")) || (16384 <= run_len_", "run_dst_", " = nnz_",
+         * 16384 entries where it moves sequentially (so that it moves while still in
+         * cache), and at the end */
+        "if (((s_", " != (run_src_", " + run_len_", ")) || ((16384 <= run_len_", "run_dst_", " = nnz_",
+        /* a run moved down by 16384 or more, of 65536 or more entries, moves on all
+         * threads in rounds of the gap's length */
+        "if (((16384 <= gap_", ") && (65536 <= run_len_", "; c0_", " += gap_",
+        "#pragma omp parallel for num_threads(nt_) if((cn_",
         "#pragma omp atomic write",
         /* B's row 4 nonzeros of A ahead, its pos entry 8 ahead, running on into A's
          * next rows (up to A's number of entries) */
