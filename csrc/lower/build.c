@@ -2794,6 +2794,15 @@ static void publish_output(lb *L, sc_ir_list *top)
  * 7.7-8.2, banded-1M level. */
 enum { MOVE_RUN = 1 << 14, PAR_MOVE_GAP = 1 << 14, PAR_MOVE_RUN = 1 << 16 };
 
+/* out_crd[k][dst] = out_crd[k][src], and the value with it. */
+static const sc_ir_stmt *copy_entry(lb *L, int32_t k, const sc_ir_expr *dst, const sc_ir_expr *src)
+{
+    sc_ir_list l = {0};
+    sc_ir_push(B, &l, sc_ir_store(B, L->ocrd[k], dst, false, sc_ir_load(B, L->ocrd[k], src)));
+    sc_ir_push(B, &l, sc_ir_store(B, L->ovals, dst, false, sc_ir_load(B, L->ovals, src)));
+    return sc_ir_list_block(B, &l);
+}
+
 /* Move the run of rl entries at rs of the one-pass output's level k down to rd (rd <= rs:
  * a forward copy, overlap allowed), where it is not there already. */
 static const sc_ir_stmt *move_run(lb *L, int32_t k, sc_ir_var rs, sc_ir_var rd, sc_ir_var rl)
@@ -2801,25 +2810,18 @@ static const sc_ir_stmt *move_run(lb *L, int32_t k, sc_ir_var rs, sc_ir_var rd, 
     sc_ir_var t = newv(L, "t", SC_IR_I64), t2 = newv(L, "t", SC_IR_I64);
     sc_ir_var g = newv(L, "gap", SC_IR_I64), c0 = newv(L, "c0", SC_IR_I64);
     sc_ir_var cn = newv(L, "cn", SC_IR_I64);
-    sc_ir_list mv = {0}, pmv = {0}, round = {0}, body = {0};
-    sc_ir_push(B, &mv, sc_ir_store(B, L->ocrd[k], BIN(ADD, V(rd), V(t)), false,
-                                   sc_ir_load(B, L->ocrd[k], BIN(ADD, V(rs), V(t)))));
-    sc_ir_push(B, &mv, sc_ir_store(B, L->ovals, BIN(ADD, V(rd), V(t)), false,
-                                   sc_ir_load(B, L->ovals, BIN(ADD, V(rs), V(t)))));
-    const sc_ir_expr *dst = BIN(ADD, BIN(ADD, V(rd), V(c0)), V(t2));
-    const sc_ir_expr *src = BIN(ADD, BIN(ADD, V(rs), V(c0)), V(t2));
-    sc_ir_push(B, &pmv, sc_ir_store(B, L->ocrd[k], dst, false, sc_ir_load(B, L->ocrd[k], src)));
-    sc_ir_push(B, &pmv, sc_ir_store(B, L->ovals, dst, false, sc_ir_load(B, L->ovals, src)));
+    sc_ir_list round = {0}, body = {0};
+    const sc_ir_stmt *mv = copy_entry(L, k, BIN(ADD, V(rd), V(t)), BIN(ADD, V(rs), V(t)));
+    const sc_ir_stmt *pmv = copy_entry(L, k, BIN(ADD, BIN(ADD, V(rd), V(c0)), V(t2)),
+                                       BIN(ADD, BIN(ADD, V(rs), V(c0)), V(t2)));
     sc_ir_push(B, &round, sc_ir_decl(B, cn, BIN(MIN, V(g), BIN(SUB, V(rl), V(c0)))));
-    sc_ir_push(B, &round, sc_ir_for(B, t2, I(0), V(cn), I(1), SC_IR_PAR_FOR, 0,
-                                    sc_ir_list_block(B, &pmv)));
+    sc_ir_push(B, &round, sc_ir_for(B, t2, I(0), V(cn), I(1), SC_IR_PAR_FOR, 0, pmv));
     sc_ir_push(B, &body, sc_ir_decl(B, g, BIN(SUB, V(rs), V(rd))));
     const sc_ir_expr *par = BIN(AND, BIN(LE, I(PAR_MOVE_GAP), V(g)), BIN(LE, I(PAR_MOVE_RUN), V(rl)));
     sc_ir_push(B, &body, sc_ir_if(B, par,
                                   sc_ir_for(B, c0, I(0), V(rl), V(g), SC_IR_SEQ, 0,
                                             sc_ir_list_block(B, &round)),
-                                  sc_ir_for(B, t, I(0), V(rl), I(1), SC_IR_SEQ, 0,
-                                            sc_ir_list_block(B, &mv))));
+                                  sc_ir_for(B, t, I(0), V(rl), I(1), SC_IR_SEQ, 0, mv)));
     return sc_ir_if(B, BIN(NE, V(rs), V(rd)), sc_ir_list_block(B, &body), NULL);
 }
 
