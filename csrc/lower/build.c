@@ -76,10 +76,13 @@ typedef struct lb {
     const sc_ir_expr *ws_size; /* the workspace's extent (its coordinates' bound) */
     /* dense rows of a one-pass Gustavson fill (see gus_row): byte flags of the touched
      * coordinates (-1: none allocated); span_lo/span_hi (-1: not lowering a span pass):
-     * the row's coordinate range; row_way: which of gus_row's ways a row's fill is being
-     * lowered for (ROW_DENSE: into the flags; ROW_SMALL: its products appended to the
-     * output; ROW_BITMAP: marks, its slot holding every product), ROW_ANY outside */
+     * the row's coordinate range; span_probe (-1: none): the depth whose segment loop
+     * visits only its first and last entries (span_bound's probe); row_way: which of
+     * gus_row's ways a row's fill is being lowered for (ROW_DENSE: into the flags;
+     * ROW_SMALL: its products appended to the output; ROW_BITMAP: marks, its slot
+     * holding every product), ROW_ANY outside */
     sc_ir_var ws_flag, span_lo, span_hi;
+    int32_t span_probe;
     enum { ROW_ANY, ROW_DENSE, ROW_SMALL, ROW_BITMAP } row_way;
     const sc_ir_expr *wstride[SC_MAX_ORDER];
     sc_ir_var nrows;
@@ -819,16 +822,23 @@ static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc
 {
     sc_ir_var cnt = S->cnt[L->m - 1], ncols = L->ext[L->p->out_lvar[L->m - 1]];
     sc_ir_var lo = newv(L, "lo", SC_IR_I64), hi = newv(L, "hi", SC_IR_I64);
-    sc_ir_list span = {0};
+    sc_ir_list span = {0}, full = {0};
     sc_ir_push(B, &span, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &span, sc_ir_decl(B, hi, I(-1)));
     L->span_lo = lo;
     L->span_hi = hi;
+    L->span_probe = d + 1;
     sc_ir_push(B, &span, lower_at(L, d + 1, n, S));
+    L->span_probe = -1;
+    sc_ir_push(B, &full, lower_at(L, d + 1, n, S));
     L->span_lo = L->span_hi = -1;
     const sc_ir_expr *width = BIN(MAX, BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1)), I(SMALL_ROW + 1));
-    sc_ir_push(B, &span, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
+    sc_ir_push(B, &full, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
                                   sc_ir_assign(B, cnt, false, BIN(MIN, V(cnt), width)), NULL));
+    /* the whole row only where its first and last segments span fewer columns than its
+     * products (a graph's rarely do): the span can only grow */
+    sc_ir_push(B, &span, sc_ir_if(B, BIN(LT, BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1)), V(cnt)),
+                                  sc_ir_list_block(B, &full), NULL));
     sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(SPAN_BOUND_ROW), V(cnt)), sc_ir_list_block(B, &span),
                                 NULL));
 }
@@ -2219,7 +2229,10 @@ static bool segment(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
         sc_ir_push(B, out, sc_ir_for_weighed(B, i0->p, i0->lo, V(i0->e), g->chunk,
                                              w ? BIN(MUL, avg, w) : avg, bs));
     } else {
-        sc_ir_push(B, out, sc_ir_for(B, i0->p, i0->lo, V(i0->e), I(1), g->par, g->chunk, bs));
+        /* span_bound's probe: the first entry, then the last (a step of the distance) */
+        const sc_ir_expr *step = L->span_probe == d
+            ? BIN(MAX, I(1), BIN(SUB, BIN(SUB, V(i0->e), I(1)), i0->lo)) : I(1);
+        sc_ir_push(B, out, sc_ir_for(B, i0->p, i0->lo, V(i0->e), step, g->par, g->chunk, bs));
     }
     return true;
 }
@@ -3059,6 +3072,7 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
     L->q = p->out_sparse ? s->ws_depth : -1;
     L->ws_ok = L->ws_n = L->ws_mark = L->ws_list = L->ws_vals = -1;
     L->ws_flag = L->span_lo = L->span_hi = -1;
+    L->span_probe = -1;
     L->nrun = L->prevr = L->rstart = L->ftot = -1;
     L->rowpf = -1;
     if (s->norder != p->nvars)

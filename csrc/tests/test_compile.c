@@ -549,7 +549,7 @@ static void test_goldens(void)
         "sc_k_alloc(env, ((ws_s_",
         /* a bitmap row marks with no branch: the coordinate written at the slot's end,
          * the end moved by whether it was new, the value added to the zeroed workspace */
-        "= sc_k_mark_new(ws_bits_", "n_53 += new_", "ws_n_46 += new_",
+        "= sc_k_mark_new(ws_bits_", "n_61 += new_", "ws_n_54 += new_",
         "sc_k_collect32(out_crd_",  /* ordered in the output's own slot */
         ", ws_s_13);",              /* of the workspace's extent */
         /* a row of at most 8 products (and fewer than the columns) appends them and
@@ -578,11 +578,14 @@ static void test_goldens(void)
         /* dense rows: a span pass, then, where the span is under 4x the products (16x
          * under 32 products), adds and byte flags with no test, scanned in order; the
          * gather clears the values for the next row */
-        "= sc_min(lo_", "= sc_max(hi_", "((hi_57 - lo_56) < (((bnd_55 < 32) ? 16 : 4) * bnd_55))",
+        "= sc_min(lo_", "= sc_max(hi_", "((hi_65 - lo_64) < (((bnd_63 < 32) ? 16 : 4) * bnd_63))",
         "uint8_t *restrict ws_flag_", "] = (uint8_t)1;", "+= sc_k_scan32(out_crd_",
         "] = (float)0.0;",
-        /* phase 1 bounds a row of 128 or more products by its span too, above 8 */
-        "if ((128 <= n_18)) {", "n_18 = sc_min(n_18, sc_max(((hi_27 - lo_26) + 1), 9));"};
+        /* phase 1 bounds a row of 128 or more products by its span too, above 8: a
+         * probe of its first and last segments, then the whole row where that spans
+         * fewer columns than the products */
+        "if ((128 <= n_18)) {", "A1_p_28 += sc_max(1, ((A1_end_29 - 1) - A1_pos_0[p_16]))",
+        "if ((((hi_27 - lo_26) + 1) < n_18)) {", "n_18 = sc_min(n_18, sc_max(((hi_27 - lo_26) + 1), 9));"};
     golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
     /* COO SDDMM in parallel: each thread's share of the positions cut between rows; a
      * row's run end scanned over its first 8 positions, then searched; its columns a
