@@ -816,7 +816,9 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
  * MB for 8).  The bound stays above SMALL_ROW (a small row appends every product to its
  * slot) and at least the span, so the fill takes the row as dense and writes only its
  * entries.  Not from 32 products: on graphs (a span as wide as the matrix) the second
- * pass over the row cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %.
+ * pass over the row cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %,
+ * which a probe of the row's first and last segments takes back (their span is already
+ * the products' or more on a graph's heavy row, so the whole row is not walked).
  */
 static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
