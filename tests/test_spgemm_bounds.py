@@ -1,9 +1,10 @@
 """The one-pass SpGEMM's row bounds and the closing of the gaps between the threads' runs.
 
 A row of 128 or more multiply-adds is bounded by its span too (the least first and the
-greatest last coordinate of the B rows it adds up), but never below 9, so that it takes
-the dense way and writes only its entries; the second thread's run then moves down by
-its gap: on all threads, in rounds of the gap's length, where the gap is at least 16384
+greatest last coordinate of the B rows it adds up; the whole row walked only where its
+first and last B rows span fewer columns than its products), but never below 9, so
+that it takes the dense way and writes only its entries; the second thread's run then
+moves down by its gap: on all threads, in rounds of the gap's length, where the gap is at least 16384
 entries and the run 65536, else sequentially in blocks.
 
 Checked against scipy's product (same pattern, rows ordered without repeats, values
@@ -66,10 +67,12 @@ def test_bounds_and_moves_sanitized(tmp_path):
 
 
 def test_kernel_bounds_by_span_and_moves_in_rounds():
-    """The generated C: the bound pass takes a row's span from 128 products, never below
-    9; the gap closing's parallel rounds."""
+    """The generated C: the bound pass takes a row's span from 128 products (a probe of
+    its first and last segments, stepping from one to the other, then the whole row),
+    never below 9; the gap closing's parallel rounds."""
     import torch
     a = scorch.to_sparse(torch.eye(8), "csr")
     text = scorch.explain("ij,jk->ik", a, a)
     assert "if ((128 <= n_" in text and ", 9));" in text
+    assert " += sc_max(1, ((A1_end_" in text
     assert "#pragma omp parallel for num_threads(nt_) if((cn_" in text
