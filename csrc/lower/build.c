@@ -736,6 +736,23 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
 enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8,
        SPAN_BOUND_ROW = 128 };
 
+/* The span pass of the row bound at depth d: each segment's first and last coordinate
+ * of the row's last output index folded into lo and hi (declared by the caller); probe:
+ * only the first and the last entry of the loop at depth d + 1 (span_bound). */
+static const sc_ir_stmt *span_pass(lb *L, int32_t d, const sc_lower_node *n, const st *S,
+                                   sc_ir_var lo, sc_ir_var hi, bool probe)
+{
+    int mode = L->mode;
+    L->mode = BOUND;
+    L->span_lo = lo;
+    L->span_hi = hi;
+    L->span_probe = probe ? d + 1 : -1;
+    const sc_ir_stmt *s = lower_at(L, d + 1, n, S);
+    L->mode = mode;
+    L->span_lo = L->span_hi = L->span_probe = -1;
+    return s;
+}
+
 /*
  * One row of a one-pass Gustavson fill (SpGEMM), one of three ways chosen per row.  A
  * dense row — its coordinates span under DENSE_ROW_SPAN times its multiply count (FEM
@@ -782,12 +799,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt, SMALL_ROW));
     sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
-    L->mode = BOUND;
-    L->span_lo = lo;
-    L->span_hi = hi;
-    sc_ir_push(B, &wide, lower_at(L, d + 1, n, S));
-    L->mode = FILL;
-    L->span_lo = L->span_hi = -1;
+    sc_ir_push(B, &wide, span_pass(L, d, n, S, lo, hi, false));
     sc_ir_list dense = {0}, bitmap = {0};
     sc_ir_push(B, &dense, row_fill(L, ROW_DENSE, d, n, S));
     sc_ir_push(B, &dense, sc_ir_scan(B, oc, V(cnt), L->ws_flag, V(lo), V(hi), cnt));
@@ -827,13 +839,8 @@ static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc
     sc_ir_list span = {0}, full = {0};
     sc_ir_push(B, &span, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &span, sc_ir_decl(B, hi, I(-1)));
-    L->span_lo = lo;
-    L->span_hi = hi;
-    L->span_probe = d + 1;
-    sc_ir_push(B, &span, lower_at(L, d + 1, n, S));
-    L->span_probe = -1;
-    sc_ir_push(B, &full, lower_at(L, d + 1, n, S));
-    L->span_lo = L->span_hi = -1;
+    sc_ir_push(B, &span, span_pass(L, d, n, S, lo, hi, true));
+    sc_ir_push(B, &full, span_pass(L, d, n, S, lo, hi, false));
     const sc_ir_expr *width = BIN(MAX, BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1)), I(SMALL_ROW + 1));
     sc_ir_push(B, &full, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
                                   sc_ir_assign(B, cnt, false, BIN(MIN, V(cnt), width)), NULL));
