@@ -101,4 +101,6 @@ def test_short_wide_matrix_against_dense(dtype, rows):
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else {}
     torch.testing.assert_close(with_threads(2, lambda: A @ x), d @ x, **tol)
     torch.testing.assert_close(with_threads(2, lambda: A @ X), d @ X, **tol)
-    assert ") >= 2 && ((int64_t)A1_pos_" in scorch.explain("ij,j->i", A, x)
+    text = scorch.explain("ij,j->i", A, x)
+    assert "if(sc_k_par_worth((Ni_" in text and "), ((int64_t)A1_pos_" in text
+    assert "return n >= 2 && work >= 8192;" in text

@@ -164,7 +164,8 @@ def test_parallel_threshold_by_work(dtype):
                          index_dtype=torch.int64)          # a kernel of its own
     text = scorch.explain("ij,jk->ik", U, X)
     lines = [l for l in text.splitlines() if "omp parallel" in l]
-    assert lines and ">= 8192)" in lines[0] and "* (Nk_" in lines[0], lines
+    assert lines and "if(sc_k_par_worth(" in lines[0] and "* (Nk_" in lines[0], lines
+    assert "return n >= 2 && work >= 8192;" in text
 
 
 def test_partial_tiles_without_avx512(tmp_path):

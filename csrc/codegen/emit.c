@@ -264,10 +264,13 @@ static const char *const PRELUDE[] = {
     "#define sc_k_sortsum8_32_f32 sc_k_sortsum32_f32\n"
     "#define sc_k_sortsum8_32_f64 sc_k_sortsum32_f64\n"
     "#endif\n",
-    /* Whether a parallel loop of n iterations, each of work w (sc_ir_for_weighed),
-     * is worth waking the other threads for. */
+    /* Whether a parallel loop of n iterations doing `work` in all is worth waking the
+     * other threads for (a balanced loop); one of n iterations each of work w
+     * (sc_ir_for_weighed) also from SC_IR_PAR_MIN iterations. */
+    "static inline int sc_k_par_worth(int64_t n, int64_t work)\n{\n"
+    "    return n >= 2 && work >= " XSTR(SC_IR_PAR_WORK) ";\n}\n"
     "static inline int sc_k_par_weighed(int64_t n, int64_t w)\n{\n"
-    "    return n >= " XSTR(SC_IR_PAR_MIN) " || (n >= 2 && w >= 1 && n >= (" XSTR(SC_IR_PAR_WORK) " + w - 1) / w);\n}\n"
+    "    return n >= " XSTR(SC_IR_PAR_MIN) " || sc_k_par_worth(n, n * w);\n}\n"
     /* The first row r in [lo, hi] whose rows before it (from lo) weigh at least t/nt of
      * all, row r weighing pos[r + 1] - pos[r] + 1 (so the cumulative weight strictly
      * grows and consecutive threads' ranges tile [lo, hi) exactly). */
@@ -748,11 +751,11 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
             const char *split = m->fn->vars[s->bal].type == SC_IR_I64 ? "sc_k_split64" : "sc_k_split32";
             if (s->par == SC_IR_PAR_FOR) {
                 const char *pn = m->fn->vars[s->bal].name;
-                pr(m, "#pragma omp parallel num_threads(nt_) if((");
+                pr(m, "#pragma omp parallel num_threads(nt_) if(sc_k_par_worth((");
                 expr(m, s->b);
                 pr(m, ") - (");
                 expr(m, s->a);
-                pr(m, ") >= 2 && ((int64_t)");
+                pr(m, "), ((int64_t)");
                 sc_cg_printf(m->out, "%s[", pn);
                 expr(m, s->b);
                 sc_cg_printf(m->out, "] - %s[", pn);
@@ -767,7 +770,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                     expr(m, s->work);
                     pr(m, ")");
                 }
-                sc_cg_printf(m->out, " >= %d)\n", SC_IR_PAR_WORK);
+                pr(m, "))\n");
                 indent(m, ind);
             }
             pr(m, "{\n");

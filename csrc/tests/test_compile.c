@@ -461,7 +461,7 @@ static void test_goldens(void)
 {
     tcase spmv = {"ij,j->i", 0, 2, {"csr", "dense"}, {{M, N}, {N}}, NULL, NULL};
     static const char *const g1[] = {
-        "#pragma omp parallel num_threads(nt_) if((Ni_",
+        "#pragma omp parallel num_threads(nt_) if(sc_k_par_worth((Ni_",
         "int64_t i_", /* nnz-balanced rows: bounds by binary search on A's pos */
         "= sc_k_split32(A1_pos_0, i_",
         "_t + 1, i_",
@@ -539,7 +539,7 @@ static void test_goldens(void)
         /* one pass: rows bounded by their multiply counts, no count phase */
         "/* phase 1: bound the entries of each row by its multiply count (and by the row's extent) */",
         /* in parallel, A's rows split by their entries */
-        "extent) */\n    #pragma omp parallel num_threads(nt_) if((Ni_", "= sc_k_split32(A1_pos_",
+        "extent) */\n    #pragma omp parallel num_threads(nt_) if(sc_k_par_worth((Ni_", "= sc_k_split32(A1_pos_",
         "= (sc_min(cnt_",
         "+= (B1_end_",
         "#pragma omp parallel num_threads(nt_) if(((128 <= nrows_",
