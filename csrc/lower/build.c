@@ -836,19 +836,19 @@ static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc
 {
     sc_ir_var cnt = S->cnt[L->m - 1], ncols = L->ext[L->p->out_lvar[L->m - 1]];
     sc_ir_var lo = newv(L, "lo", SC_IR_I64), hi = newv(L, "hi", SC_IR_I64);
-    sc_ir_list span = {0}, full = {0};
-    sc_ir_push(B, &span, sc_ir_decl(B, lo, V(ncols)));
-    sc_ir_push(B, &span, sc_ir_decl(B, hi, I(-1)));
-    sc_ir_push(B, &span, span_pass(L, d, n, S, lo, hi, true));
+    const sc_ir_expr *span = BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1));
+    sc_ir_list probe = {0}, full = {0};
+    sc_ir_push(B, &probe, sc_ir_decl(B, lo, V(ncols)));
+    sc_ir_push(B, &probe, sc_ir_decl(B, hi, I(-1)));
+    sc_ir_push(B, &probe, span_pass(L, d, n, S, lo, hi, true));
     sc_ir_push(B, &full, span_pass(L, d, n, S, lo, hi, false));
-    const sc_ir_expr *width = BIN(MAX, BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1)), I(SMALL_ROW + 1));
+    const sc_ir_expr *width = BIN(MAX, span, I(SMALL_ROW + 1));
     sc_ir_push(B, &full, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
                                   sc_ir_assign(B, cnt, false, BIN(MIN, V(cnt), width)), NULL));
     /* the whole row only where its first and last segments span fewer columns than its
      * products (a graph's rarely do): the span can only grow */
-    sc_ir_push(B, &span, sc_ir_if(B, BIN(LT, BIN(ADD, BIN(SUB, V(hi), V(lo)), I(1)), V(cnt)),
-                                  sc_ir_list_block(B, &full), NULL));
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(SPAN_BOUND_ROW), V(cnt)), sc_ir_list_block(B, &span),
+    sc_ir_push(B, &probe, sc_ir_if(B, BIN(LT, span, V(cnt)), sc_ir_list_block(B, &full), NULL));
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LE, I(SPAN_BOUND_ROW), V(cnt)), sc_ir_list_block(B, &probe),
                                 NULL));
 }
 
