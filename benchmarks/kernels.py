@@ -2,7 +2,7 @@
 torch.mm, all in the same run, with the machine's own limits measured in that run.
 
     python -m benchmarks.kernels [--quick] [--only spmv,spmm,spmmt,spmmbt,sddmm,spgemm,dlmc]
-                                 [--dtypes f32,f64] [--json PATH] [--png PATH]
+                                 [--dtypes f32,f64] [--hugepages] [--json PATH] [--png PATH]
 
 Kernels: SpMV "ij,j->i"; SpMM "ij,jk->ik" (K = 16, 64, 256); SpMMᵀ Aᵀ·G "ik,ij->jk" (K =
 64: the gradient of A·X with respect to X, with A stored as CSR; against torch.sparse.mm
@@ -244,6 +244,31 @@ def row_probe(rows=1 << 20, reads=10_000_000, K=64, repeat=5):
     t = median_time(lambda: torch.nn.functional.embedding_bag(idx, table, mode="sum"),
                     repeat=repeat, warmup=1)
     return {"rows_GBps": idx.numel() * (K * 4 + 8) / t / 1e9, "rows_table_MiB": rows * K * 4 / 2**20}
+
+
+def huge_page_share(mib=64):
+    """The share of a fresh torch tensor of `mib` MiB that Linux backs with 2 MiB pages
+    (its mapping's AnonHugePages over its Rss in /proc/self/smaps), or None where that
+    file is not there.  torch allocates on 4 KiB pages unless THP_MEM_ALLOC_ENABLE=1 is set
+    (where transparent huge pages are "madvise", the usual default); a random gather of
+    dense rows from tens of MiB on 4 KiB pages misses the TLB on nearly every row."""
+    t = torch.ones(mib << 18)
+    p = t.data_ptr()
+    hit, rss, huge = False, 0, 0
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split(None, 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    hit = lo <= p < hi
+                elif hit and head == "Rss:":
+                    rss = int(line.split()[1])
+                elif hit and head == "AnonHugePages:":
+                    huge = int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return huge / rss if rss else None
 
 
 def parallel_probe(repeat=15):
@@ -633,9 +658,16 @@ def main(argv=None):
                          "synthetic,shared (default: all)")
     ap.add_argument("--dtypes", default="f32,f64", help="f32,f64 (f64 runs a subset)")
     ap.add_argument("--matrices", help="comma list of shared matrix names to run")
+    ap.add_argument("--hugepages", action="store_true",
+                    help="put torch's tensors of 2 MiB and more on transparent huge pages "
+                         "(sets THP_MEM_ALLOC_ENABLE=1 for this run; scorch's own large "
+                         "arrays always ask for them): the dense operands of the large "
+                         "random inputs then stop missing the TLB, for every library alike")
     ap.add_argument("--json", default="bench_out/kernels.json")
     ap.add_argument("--png", default="bench_out/kernels.png")
     args = ap.parse_args(argv)
+    if args.hugepages:   # torch reads it at its first large allocation: before any here
+        os.environ["THP_MEM_ALLOC_ENABLE"] = "1"
     only = set(args.only.split(","))
     bad = only - {"spmv", "spmm", "spmmt", "spmmbt", "sddmm", "spgemm", "dlmc", "shared",
                   "synthetic"}
@@ -659,7 +691,16 @@ def main(argv=None):
           f"scipy {sp.__name__ and __import__('scipy').__version__} (1 thread)")
     print(f"load average before: {os.getloadavg()[0]:.2f} (other processes distort timings "
           f"on this 2-core machine; times in multiples of ~4-8 ms are a sign of it)")
-    probes = {**stream_probe(16 << 20 if args.quick else 32 << 20),
+    huge = huge_page_share()
+    if huge is None:
+        pages = "page size not readable here"
+    elif os.environ.get("THP_MEM_ALLOC_ENABLE") == "1":
+        pages = f"{huge:.0%} on 2 MiB pages (THP_MEM_ALLOC_ENABLE=1)"
+    else:
+        pages = f"{huge:.0%} on 2 MiB pages (torch's default; --hugepages for 2 MiB pages)"
+    print(f"torch's large tensors: {pages}")
+    probes = {"huge_page_share": huge,
+              **stream_probe(16 << 20 if args.quick else 32 << 20),
               **gather_probe(8 << 20 if args.quick else 16 << 20),
               **(row_probe(1 << 18, 2_000_000) if args.quick else row_probe())}
     pp = parallel_probe()
