@@ -3,7 +3,8 @@ one transpose-and-add tree; the segment's last entries one at a time) against th
 result: every dot-product length around the vector widths (16 float32 / 8 float64 lanes,
 the scalar rest), rows of 0..17 entries so that every remainder of a group occurs, empty,
 1x1, all-zero and rectangular operands, csr and csr with int64 indices, serial and
-parallel row loops, and a sampled factor that is not a bare operand."""
+parallel row loops, a sampled factor that is not a bare operand, and the group written as
+one vector where the factor is the entry's own value."""
 import numpy as np
 import pytest
 import torch
@@ -74,4 +75,34 @@ def test_sampled_factor_product_and_explain(dtype):
     tol = 1e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(out.to_dense(), a * d * (u @ v.t()), rtol=tol, atol=tol)
     src = scorch.explain("ij,ik,jk->ij", A, u, v)
-    assert "sc_fold1_" in src and "pmain_" in src and "sc_hsum_" in src
+    assert "pmain_" in src and "sc_hsum_" in src
+    # the known factor is more than the entry's own value: each sum taken from its lane
+    src = scorch.explain("ij,ij,ik,jk->ij", A, d, u, v)
+    assert "float dot_" in src or "double dot_" in src
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("K", [5, 16, 33])
+def test_group_written_as_one_vector(dtype, K):
+    """Where the only known factor is the entry's own value, a group's sums come out of
+    the fold tree in the entries' order (its last step, fold0, for float32's 16 lanes) and
+    the group's values times them are stored as one vector, in long rows and in runs of
+    short rows alike; the reduction's last partial vector is a masked step, not a scalar
+    loop per entry."""
+    a = pattern(40, 50, seed_of("grp-vec", K), lambda i: (3, 11, 24)[i % 3])
+    check(a, K, dtype)
+    A = scorch.to_sparse(torch.from_numpy(a).to(dtype), "csr")
+    src = scorch.explain("ij,ik,jk->ij", A, torch.rand(40, K, dtype=dtype),
+                         torch.rand(50, K, dtype=dtype))
+    tag = "f32" if dtype == torch.float32 else "f64"
+    lanes = int(src.split("vectors: ", 1)[1].split(" ", 1)[0]) // (4 if tag == "f32" else 8)
+    G = min(lanes, 8)
+    assert "dot_" not in src
+    if G < lanes:   # float32's 16 lanes: 8 entries, masked
+        assert f"= sc_fold0_{tag}(fold_" in src
+        assert src.count(f"sc_vstoren_{tag}(&out_vals_") == 4  # long rows (2 copies), runs (2)
+        assert f"(sc_vloadn_{tag}(&A_vals_3[p_" in src and f"], {G}) * fold_" in src
+    else:           # as many entries as lanes: whole vectors
+        assert src.count(f"*(sc_v{tag}u *)&out_vals_") == 4
+        assert f"((*(const sc_v{tag}u *)&A_vals_3[p_" in src
+    assert f"n_20 += {G};" in src  # a long row's output position moves past the group

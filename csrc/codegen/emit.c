@@ -1057,7 +1057,7 @@ static void fold_helpers(sc_cg_buf *b, const sc_ir_func *fn)
     for (int t = 0; t < 2; t++) {
         int32_t W = sc_ir_vec_lanes(fn, types[t]);
         const char *tag = vtag(fn, types[t], W), *it = types[t] == SC_IR_F32 ? "sc_vi32" : "sc_vi64";
-        for (int32_t w = W / 2; w >= 1; w /= 2) {
+        for (int32_t w = W / 2; w >= 0; w = w > 1 ? w / 2 : w - 1) {
             sc_cg_printf(b, "#define sc_fold%d_%s(x, y) (", (int)w, tag);
             for (int32_t half = 0; half < 2; half++) {
                 sc_cg_printf(b, "%sSC_K_SHUF(x, y, %s", half ? " + " : "", it);

@@ -367,8 +367,8 @@ const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_
     if (!need(b, x, "fold") || !need(b, y, "fold"))
         return NULL;
     int32_t full = sc_ir_vec_lanes(b->fn, x->type);
-    if (x->lanes != full || y->lanes != full || y->type != x->type || w < 1 || w >= full ||
-        (w & (w - 1)) != 0) {
+    if (x->lanes != full || y->lanes != full || y->type != x->type || w < 0 || w >= full ||
+        (w & (w - 1)) != 0 || (w == 0 && x != y)) {
         sc_ir_fail(b, SC_INTERNAL, "fold of partial or mixed vectors, or block width %d", (int)w);
         return NULL;
     }
@@ -387,6 +387,8 @@ const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_
 int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t half, int32_t l)
 {
     int32_t W = sc_ir_vec_lanes(fn, type), seg = 16 / (type == SC_IR_F64 ? 8 : 4);
+    if (w == 0)
+        return 2 * (l % (W / 2)) + half;
     int32_t base = 0, span = W; /* the lanes the block is placed among: a segment or all */
     if (2 * w <= seg) {
         base = l / seg * seg;

@@ -320,7 +320,11 @@ const sc_ir_expr *sc_ir_hsum(sc_ir_builder *b, const sc_ir_expr *x);
  * (x, y) that result lane l's low (half 0) or high (half 1) addend comes from.  Starting
  * from G vectors (2w = all lanes) and folding pairs with w = lanes / 2, / 4, ..., every
  * lane of the last vector is the sum of one vector's lanes (which one: follow
- * sc_ir_fold_src).  w is a power of two below the full lane count (ival = w). */
+ * sc_ir_fold_src).  w is a power of two below the full lane count (ival = w), or 0: the
+ * last step of a single vector (x is y) whose blocks are lane pairs, pair t (lanes 2t and
+ * 2t + 1) added into lanes t and t + W/2, so the sums come out in the order of the pairs,
+ * in the low half (a cross-segment shuffle; the in-segment w = 1 leaves two sums per
+ * 16-byte segment). */
 const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_expr *y,
                              int32_t w);
 int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t half, int32_t l);

@@ -1848,6 +1848,45 @@ static int32_t group_size(lb *L)
     return W < GROUP ? W : GROUP;
 }
 
+/*
+ * The lane sums of grouped_dots' G accumulators of W lanes: pairs folded to blocks of W/2
+ * lanes, then W/4, ...; once one vector remains it is folded with itself, the last such
+ * step (w = 1) with the fold that puts the lane pairs' sums in order (w = 0).  who[l]: the
+ * accumulator whose sum lane l of the last vector holds.  With level (the accumulators),
+ * each step is declared in body as a variable (so the text stays linear) and the last is
+ * returned; without, only who is worked out.
+ */
+static sc_ir_var fold_tree(lb *L, int32_t G, const sc_ir_expr **level, sc_ir_list *body,
+                           int8_t *who_out)
+{
+    int32_t W = sc_ir_vec_lanes(B->fn, L->vt), cnt = G;
+    sc_ir_var sums = -1;
+    int8_t who[GROUP][SC_IR_VEC_BYTES / 4], nw[GROUP][SC_IR_VEC_BYTES / 4];
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t l = 0; l < W; l++)
+            who[g][l] = (int8_t)g;
+    for (int32_t w = W / 2; w >= 1; w /= 2) {
+        int32_t half = cnt > 1 ? cnt / 2 : 1, fw = cnt == 1 && w == 1 ? 0 : w;
+        memset(nw, -1, sizeof nw);
+        for (int32_t g = 0; g < half; g++) {
+            int32_t x = cnt > 1 ? 2 * g : 0, y = cnt > 1 ? 2 * g + 1 : 0;
+            if (level) {
+                sums = sc_ir_new_vector(B, "fold", L->vt, W);
+                sc_ir_push(B, body, sc_ir_decl(B, sums, sc_ir_fold(B, level[x], level[y], fw)));
+                level[g] = V(sums);
+            }
+            for (int32_t l = 0; l < W; l++) {
+                int32_t src = sc_ir_fold_src(B->fn, L->vt, fw, 0, l);
+                nw[g][l] = src < W ? who[x][src] : who[y][src - W];
+            }
+        }
+        memcpy(who, nw, sizeof who);
+        cnt = half;
+    }
+    memcpy(who_out, who[0], (size_t)W);
+    return sums;
+}
+
 static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                          const iter *i0, sc_ir_list *res, const rowcur *rc)
 {
@@ -1861,7 +1900,8 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     /* the split after_bind makes once the entry's own access is bound */
     st T = rc ? row_state(L, rc, V(rc->r), -1) : *S;
     int32_t a0 = i0->access;
-    if (++T.nbound[a0] == p->acc[a0].order && T.val[a0] < 0)
+    bool loads = ++T.nbound[a0] == p->acc[a0].order && T.val[a0] < 0;
+    if (loads)
         T.val[a0] = 0; /* a stand-in: only bound_at looks at it */
     const sc_lower_node *known = NULL, *rest = NULL;
     split_factors(L, n, &T, d, &known, &rest);
@@ -1872,6 +1912,26 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         if (((present >> a) & 1) && p->ops[p->acc[a].operand].sparse)
             return false;
     int32_t W = sc_ir_vec_lanes(B->fn, L->vt), G = group_size(L);
+    /* the group's values written as one vector (its entries' positions follow one
+     * another, and so do their outputs'): where the only known factor is the entry's own
+     * value, loaded at its position, and the write is the value alone, at the next
+     * position of an output that shares the operand's index arrays */
+    int32_t ko = L->out_level_of[v], leaf = L->m - 1;
+    bool vec_store = loads && p->out_sparse && L->share && L->whole < 0 && !L->flat &&
+                     ko == leaf && ko >= L->D && i0->unique && !T.pres[a0] &&
+                     known->kind == SC_LN_ACCESS && known->access == a0;
+    /* which accumulator each entry takes: the one whose sum the fold tree leaves in lane g
+     * for entry g, so the sums come out in the entries' order */
+    int8_t slot[SC_IR_VEC_BYTES / 4];
+    fold_tree(L, G, NULL, NULL, slot);
+    uint32_t taken = 0;
+    for (int32_t g = 0; g < G; g++)
+        taken |= slot[g] >= 0 && slot[g] < G ? 1u << slot[g] : 0;
+    if (taken != (1u << G) - 1) {
+        sc_ir_fail(B, SC_INTERNAL, "the fold tree's first %d lanes do not hold the group's sums",
+                   (int)G);
+        return false;
+    }
     sc_ir_list loc = {0}, *out = &loc;
     const sc_ir_expr *N = V(L->ext[kv]);
     sc_ir_var lo = newv(L, "pb", SC_IR_I64), nmain = newv(L, "pmain", SC_IR_I64);
@@ -1912,43 +1972,47 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         T.vlanes = W;
         T.cv[kv] = V(k);
         T.cv[v] = V(t[g].c);
-        sc_ir_push(B, &kb, sc_ir_assign(B, acc[g], true, value(L, &T, rest)));
+        sc_ir_push(B, &kb, sc_ir_assign(B, acc[slot[g]], true, value(L, &T, rest)));
     }
     sc_ir_push(B, &body, sc_ir_for(B, k, I(0), V(n1), I(W), SC_IR_SEQ, 0, sc_ir_list_block(B, &kb)));
-    /* the lane sums: pairs folded to blocks of W/2 lanes, then W/4, ...; once one vector
-     * remains, it is folded with itself (each step a variable, so the text stays linear) */
+    if (vec_store) {
+        /* the reduction's last partial vector, masked, into the same accumulators */
+        sc_ir_list mb = {0};
+        for (int32_t g = 0; g < G; g++) {
+            T = E[g];
+            T.vec = true;
+            T.vtile = kv;
+            T.vlanes = W;
+            T.vcount = BIN(SUB, N, V(n1));
+            T.cv[kv] = V(n1);
+            T.cv[v] = V(t[g].c);
+            sc_ir_push(B, &mb, sc_ir_assign(B, acc[slot[g]], true, value(L, &T, rest)));
+        }
+        sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &mb), NULL));
+    }
     const sc_ir_expr *level[GROUP];
-    int32_t cnt = G;
     for (int32_t g = 0; g < G; g++)
         level[g] = V(acc[g]);
-    sc_ir_var sums = -1;
-    /* which entry each lane of each vector of the level sums (to find the dots at the end) */
-    int8_t who[GROUP][SC_IR_VEC_BYTES / 4], nw[GROUP][SC_IR_VEC_BYTES / 4];
-    for (int32_t g = 0; g < G; g++)
-        for (int32_t l = 0; l < W; l++)
-            who[g][l] = (int8_t)g;
-    for (int32_t w = W / 2; w >= 1; w /= 2) {
-        int32_t half = cnt > 1 ? cnt / 2 : 1;
-        memset(nw, -1, sizeof nw);
-        for (int32_t g = 0; g < half; g++) {
-            int32_t x = cnt > 1 ? 2 * g : 0, y = cnt > 1 ? 2 * g + 1 : 0;
-            sums = sc_ir_new_vector(B, "fold", L->vt, W);
-            sc_ir_push(B, &body, sc_ir_decl(B, sums, sc_ir_fold(B, level[x], level[y], w)));
-            level[g] = V(sums);
-            for (int32_t l = 0; l < W; l++) {
-                int32_t src = sc_ir_fold_src(B->fn, L->vt, w, 0, l);
-                nw[g][l] = src < W ? who[x][src] : who[y][src - W];
-            }
-        }
-        memcpy(who, nw, sizeof who);
-        cnt = half;
+    int8_t who[SC_IR_VEC_BYTES / 4];
+    sc_ir_var sums = fold_tree(L, G, level, &body, who);
+    if (vec_store) {
+        /* lane g holds entry g's sum: times the G values from the first entry's position,
+         * stored at the first entry's output position */
+        sc_ir_var vals = L->vals[i0->operand], at = E[0].cnt[leaf];
+        const sc_ir_expr *prod =
+            BIN(MUL, G < W ? sc_ir_vload_n(B, vals, V(t[0].p), I(G), W) : sc_ir_vload(B, vals, V(t[0].p), W),
+                V(sums));
+        sc_ir_push(B, &body, G < W ? sc_ir_vstore_n(B, L->ovals, V(at), false, prod, I(G))
+                                   : sc_ir_vstore(B, L->ovals, V(at), false, prod));
+        if (!rc) /* the row's counter (each entry of a run of rows has its own) */
+            sc_ir_push(B, &body, sc_ir_assign(B, at, true, I(G)));
     }
     sc_ir_var dot[GROUP];
     sc_ir_list tail = {0};
-    for (int32_t g = 0; g < G; g++) {
+    for (int32_t g = 0; g < G && !vec_store; g++) {
         T = E[g];
         int32_t lane = 0;
-        while (lane < W && who[0][lane] != g)
+        while (lane < W && who[lane] != slot[g])
             lane++;
         if (lane == W) {
             sc_ir_fail(B, SC_INTERNAL, "no lane holds dot product %d of the group", (int)g);
@@ -1962,8 +2026,9 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         sc_ir_push(B, &tail, sc_ir_for(B, k2, V(n1), N, I(1), SC_IR_SEQ, 0,
                                        sc_ir_assign(B, dot[g], true, value(L, &T, rest))));
     }
-    sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &tail), NULL));
-    for (int32_t g = 0; g < G; g++) {
+    if (!vec_store)
+        sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &tail), NULL));
+    for (int32_t g = 0; g < G && !vec_store; g++) {
         T = E[g];
         T.dot = V(dot[g]);
         const sc_ir_stmt *cb = case_body(L, d, n, &T, &t[g], 1, 1, V(t[g].c), false);

@@ -515,15 +515,20 @@ static void test_goldens(void)
         "out_vals_", "= (v_",
         "sc_vf32 vacc_", "sc_hsum_f32(", /* the dot product in vectors, then a lane sum */
         "(*(const sc_vf32u *)&C_vals_",
-        /* groups of 8 entries: 8 vector sums, one transpose-and-add tree of lane sums */
-        " += 8) {", "= sc_fold8_f32(vacc_", "= sc_fold1_f32(fold_", "#define sc_fold4_f64(x, y)",
+        /* groups of 8 entries: 8 vector sums, one transpose-and-add tree of lane sums
+         * whose last step puts them in the entries' order, the reduction's last partial
+         * vector masked; the 8 values times the 8 sums stored as one vector */
+        " += 8) {", "= sc_fold8_f32(vacc_", "= sc_fold0_f32(fold_", "#define sc_fold4_f64(x, y)",
+        "#define sc_fold0_f32(x, y) (SC_K_SHUF(x, y, sc_vi32, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2,",
+        "(Nk_10 - N1_", "sc_vstoren_f32(&out_vals_15[n_", "(sc_vloadn_f32(&A_vals_3[p_",
+        "], 8) * fold_", "n_20 += 8;",
         /* runs of rows under 8 entries as one segment, each entry's row by a cursor */
         "] >= 8) {", "int64_t re_", "while ((A1_pos_0[(r_", "B_vals_4[((row_",
         /* K (summed, read by dense operands only) is a constant of the kernel */
         "const int64_t Nk_", " = 5;",
         /* C's whole rows (at most 512 bytes) prefetched, in the runs of short rows too */
         "* 4) <= 512)", "__builtin_prefetch(&C_vals_6[((pfrow_", "+ pfo_"};
-    golden(&sddmm, g2, 27);
+    golden(&sddmm, g2, 33);
     /* SpMM's K (only the dense operand reads it) is a constant of the kernel too */
     static const char *const g5f[] = {"const int64_t Nk_", " = 5;"};
     golden(&spmm, g5f, 2);

@@ -683,13 +683,23 @@ static void test_fold_ir(void)
     sc_ir_print(&f, t, sizeof t);
     CHECK(strstr(t, "fold8(splat(") != NULL);
     CHECK(strstr(t, "lane7(fold1(x_0, x_0))") != NULL);
-    /* width 16 of a 16-lane vector, 3 (not a power of two), a half vector, mixed types */
-    static const int32_t bad_w[] = {16, 3, 0};
+    /* width 16 of a 16-lane vector, 3 (not a power of two), -1, a half vector, mixed
+     * types; width 0 (the last step, lane pairs in order) of two vectors */
+    static const int32_t bad_w[] = {16, 3, -1};
     for (int i = 0; i < 3; i++) {
         sc_ir_builder_init(&bld, &ar, &f, "fold2", SC_DTYPE_F32, &err);
         const sc_ir_expr *v = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 16);
         CHECK(sc_ir_fold(&bld, v, v, bad_w[i]) == NULL && bld.st == SC_INTERNAL);
     }
+    sc_ir_builder_init(&bld, &ar, &f, "fold0", SC_DTYPE_F32, &err);
+    const sc_ir_expr *v0 = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 16);
+    CHECK(sc_ir_fold(&bld, v0, v0, 0) != NULL && bld.st == SC_OK);
+    const sc_ir_expr *v1 = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 16);
+    CHECK(sc_ir_fold(&bld, v0, v1, 0) == NULL && bld.st == SC_INTERNAL);
+    /* pair t of 16 float lanes to lanes t and t + 8; of 8 double lanes to t and t + 4 */
+    CHECK(sc_ir_fold_src(&f, SC_IR_F32, 0, 0, 3) == 6 && sc_ir_fold_src(&f, SC_IR_F32, 0, 1, 3) == 7);
+    CHECK(sc_ir_fold_src(&f, SC_IR_F32, 0, 0, 9) == 2 && sc_ir_fold_src(&f, SC_IR_F32, 0, 1, 15) == 15);
+    CHECK(sc_ir_fold_src(&f, SC_IR_F64, 0, 0, 5) == 2 && sc_ir_fold_src(&f, SC_IR_F64, 0, 1, 3) == 7);
     sc_ir_builder_init(&bld, &ar, &f, "fold3", SC_DTYPE_F32, &err);
     const sc_ir_expr *h = sc_ir_splat(&bld, sc_ir_flt(&bld, 1.0, SC_IR_F32), 8);
     CHECK(sc_ir_fold(&bld, h, h, 2) == NULL && strstr(err.msg, "fold of partial or mixed"));
