@@ -1887,6 +1887,35 @@ static sc_ir_var fold_tree(lb *L, int32_t G, const sc_ir_expr **level, sc_ir_lis
     return sums;
 }
 
+/* A group of grouped_dots: its entries' states, iterators and accumulators (entry g's
+ * is acc[slot[g]]), the reduction's factors, the entry's and the reduction's variables. */
+typedef struct group {
+    const st *E;
+    const iter *t;
+    const sc_ir_var *acc;
+    const int8_t *slot;
+    const sc_lower_node *rest;
+    sc_expr_var v, kv;
+    int32_t G, W;
+} group;
+
+/* One vector step of a group's reduction at k (count: NULL, or the lanes of a last partial
+ * vector, loaded masked), each entry's product added into its accumulator. */
+static void group_step(lb *L, const group *g, const sc_ir_expr *k, const sc_ir_expr *count,
+                       sc_ir_list *out)
+{
+    for (int32_t e = 0; e < g->G; e++) {
+        st T = g->E[e];
+        T.vec = true;
+        T.vtile = g->kv;
+        T.vlanes = g->W;
+        T.vcount = count;
+        T.cv[g->kv] = k;
+        T.cv[g->v] = V(g->t[e].c);
+        sc_ir_push(B, out, sc_ir_assign(B, g->acc[g->slot[e]], true, value(L, &T, g->rest)));
+    }
+}
+
 static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
                          const iter *i0, sc_ir_list *res, const rowcur *rc)
 {
@@ -1962,32 +1991,16 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         acc[g] = sc_ir_new_vector(B, "vacc", L->vt, W);
         sc_ir_push(B, &body, sc_ir_decl(B, acc[g], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
     }
-    /* the vector steps of the reduction, all entries of the group in each */
+    const group gs = {E, t, acc, slot, rest, v, kv, G, W};
+    /* the vector steps of the reduction, all entries of the group in each; with the
+     * vector store, the last partial vector too, masked, into the same accumulators */
     sc_ir_var k = newv(L, vname(L, kv), SC_IR_I64);
     sc_ir_list kb = {0};
-    for (int32_t g = 0; g < G; g++) {
-        T = E[g];
-        T.vec = true;
-        T.vtile = kv;
-        T.vlanes = W;
-        T.cv[kv] = V(k);
-        T.cv[v] = V(t[g].c);
-        sc_ir_push(B, &kb, sc_ir_assign(B, acc[slot[g]], true, value(L, &T, rest)));
-    }
+    group_step(L, &gs, V(k), NULL, &kb);
     sc_ir_push(B, &body, sc_ir_for(B, k, I(0), V(n1), I(W), SC_IR_SEQ, 0, sc_ir_list_block(B, &kb)));
     if (vec_store) {
-        /* the reduction's last partial vector, masked, into the same accumulators */
         sc_ir_list mb = {0};
-        for (int32_t g = 0; g < G; g++) {
-            T = E[g];
-            T.vec = true;
-            T.vtile = kv;
-            T.vlanes = W;
-            T.vcount = BIN(SUB, N, V(n1));
-            T.cv[kv] = V(n1);
-            T.cv[v] = V(t[g].c);
-            sc_ir_push(B, &mb, sc_ir_assign(B, acc[slot[g]], true, value(L, &T, rest)));
-        }
+        group_step(L, &gs, V(n1), BIN(SUB, N, V(n1)), &mb);
         sc_ir_push(B, &body, sc_ir_if(B, BIN(LT, V(n1), N), sc_ir_list_block(B, &mb), NULL));
     }
     const sc_ir_expr *level[GROUP];
@@ -1999,9 +2012,9 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         /* lane g holds entry g's sum: times the G values from the first entry's position,
          * stored at the first entry's output position */
         sc_ir_var vals = L->vals[i0->operand], at = E[0].cnt[leaf];
-        const sc_ir_expr *prod =
-            BIN(MUL, G < W ? sc_ir_vload_n(B, vals, V(t[0].p), I(G), W) : sc_ir_vload(B, vals, V(t[0].p), W),
-                V(sums));
+        const sc_ir_expr *first = V(t[0].p);
+        const sc_ir_expr *prod = BIN(MUL, G < W ? sc_ir_vload_n(B, vals, first, I(G), W)
+                                                : sc_ir_vload(B, vals, first, W), V(sums));
         sc_ir_push(B, &body, G < W ? sc_ir_vstore_n(B, L->ovals, V(at), false, prod, I(G))
                                    : sc_ir_vstore(B, L->ovals, V(at), false, prod));
         if (!rc) /* the row's counter (each entry of a run of rows has its own) */
