@@ -697,7 +697,7 @@ def main(argv=None):
     elif os.environ.get("THP_MEM_ALLOC_ENABLE") == "1":
         pages = f"{huge:.0%} on 2 MiB pages (THP_MEM_ALLOC_ENABLE=1)"
     else:
-        pages = f"{huge:.0%} on 2 MiB pages (torch's default; --hugepages for 2 MiB pages)"
+        pages = f"{huge:.0%} on 2 MiB pages (THP_MEM_ALLOC_ENABLE unset; --hugepages sets it)"
     print(f"torch's large tensors: {pages}")
     probes = {"huge_page_share": huge,
               **stream_probe(16 << 20 if args.quick else 32 << 20),
