@@ -1854,7 +1854,7 @@ static int32_t group_size(lb *L)
  * step (w = 1) with the fold that puts the lane pairs' sums in order (w = 0).  who[l]: the
  * accumulator whose sum lane l of the last vector holds.  With level (the accumulators),
  * each step is declared in body as a variable (so the text stays linear) and the last is
- * returned; without, only who is worked out.
+ * returned; without, only who is worked out (else who_out may be NULL).
  */
 static sc_ir_var fold_tree(lb *L, int32_t G, const sc_ir_expr **level, sc_ir_list *body,
                            int8_t *who_out)
@@ -1883,7 +1883,8 @@ static sc_ir_var fold_tree(lb *L, int32_t G, const sc_ir_expr **level, sc_ir_lis
         memcpy(who, nw, sizeof who);
         cnt = half;
     }
-    memcpy(who_out, who[0], (size_t)W);
+    if (who_out)
+        memcpy(who_out, who[0], (size_t)W);
     return sums;
 }
 
@@ -2006,8 +2007,7 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     const sc_ir_expr *level[GROUP];
     for (int32_t g = 0; g < G; g++)
         level[g] = V(acc[g]);
-    int8_t who[SC_IR_VEC_BYTES / 4];
-    sc_ir_var sums = fold_tree(L, G, level, &body, who);
+    sc_ir_var sums = fold_tree(L, G, level, &body, NULL);
     if (vec_store) {
         /* lane g holds entry g's sum: times the G values from the first entry's position,
          * stored at the first entry's output position */
@@ -2024,15 +2024,8 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
     sc_ir_list tail = {0};
     for (int32_t g = 0; g < G && !vec_store; g++) {
         T = E[g];
-        int32_t lane = 0;
-        while (lane < W && who[lane] != slot[g])
-            lane++;
-        if (lane == W) {
-            sc_ir_fail(B, SC_INTERNAL, "no lane holds dot product %d of the group", (int)g);
-            return false;
-        }
-        dot[g] = newv(L, "dot", L->vt);
-        sc_ir_push(B, &body, sc_ir_decl(B, dot[g], sc_ir_lane(B, V(sums), lane)));
+        dot[g] = newv(L, "dot", L->vt); /* in lane g: the plan above */
+        sc_ir_push(B, &body, sc_ir_decl(B, dot[g], sc_ir_lane(B, V(sums), g)));
         sc_ir_var k2 = newv(L, vname(L, kv), SC_IR_I64);
         T.cv[v] = V(t[g].c);
         T.cv[kv] = V(k2);
