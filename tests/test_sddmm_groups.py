@@ -106,3 +106,25 @@ def test_group_written_as_one_vector(dtype, K):
         assert src.count(f"*(sc_v{tag}u *)&out_vals_") == 4
         assert f"((*(const sc_v{tag}u *)&A_vals_3[p_" in src
     assert f"n_20 += {G};" in src  # a long row's output position moves past the group
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("n", [70, 78, 84, 115])
+def test_entries_streamed_ahead(dtype, n):
+    """Each row (or run of short rows) of a csr SDDMM requests A's crd and vals, and the
+    output's vals for writing, 1024 entries past its first, and only while that entry
+    exists: matrices of about 900 to 1500 entries, so that the requests fall short of the
+    arrays' end for none, some or most rows, against dense.  SpMV and SpMM rows do not stream (their short rows paid
+    for the requests when warm)."""
+    a = pattern(n, 80, seed_of("stream", n), lambda i: 16 if i % 5 else 2)
+    assert 900 < np.count_nonzero(a) < 1600
+    check(a, 16, dtype)
+    A = scorch.to_sparse(torch.from_numpy(a).to(dtype), "csr")
+    src = scorch.explain("ij,ik,jk->ij", A, torch.rand(n, 16, dtype=dtype),
+                         torch.rand(80, 16, dtype=dtype))
+    assert src.count(" + 1024) < A1_len_2)) {") == 2      # long rows, runs of short rows
+    assert src.count("__builtin_prefetch(&out_vals_15[(A1_pos_0[i_17] + 1024)], 1);") == 2
+    assert src.count("__builtin_prefetch(&A1_crd_1[(A1_pos_0[i_17] + 1024)]);") == 2
+    x = torch.rand(80, dtype=dtype)
+    assert " + 1024)" not in scorch.explain("ij,j->i", A, x)
+    assert " + 1024)" not in scorch.explain("ij,jk->ik", A, torch.rand(80, 16, dtype=dtype))

@@ -977,7 +977,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
     case SC_IR_S_PREFETCH:
         sc_cg_printf(m->out, "__builtin_prefetch(&%s[", v->name);
         expr(m, s->b);
-        pr(m, "]);\n");
+        pr(m, s->accumulate ? "], 1);\n" : "]);\n");
         break;
     case SC_IR_S_COLLECT:
         sc_cg_printf(m->out, "sc_k_collect%s(%s + ", v->type == SC_IR_I32 ? "32" : "", v->name);

@@ -1121,16 +1121,32 @@ const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
     return s;
 }
 
-const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+static const sc_ir_stmt *prefetch_stmt(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx,
+                                       bool write)
 {
     if (!element_of(b, buf, idx, "prefetch"))
         return NULL;
+    if (write && b->fn->vars[buf].readonly) {
+        sc_ir_fail(b, SC_INTERNAL, "prefetch for writing of readonly %s", b->fn->vars[buf].name);
+        return NULL;
+    }
     sc_ir_stmt *s = stmt(b, SC_IR_S_PREFETCH);
     if (!s)
         return NULL;
     s->var = buf;
     s->b = idx;
+    s->accumulate = write;
     return s;
+}
+
+const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+{
+    return prefetch_stmt(b, buf, idx, false);
+}
+
+const sc_ir_stmt *sc_ir_prefetch_write(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx)
+{
+    return prefetch_stmt(b, buf, idx, true);
 }
 
 static const sc_ir_stmt *out_field(sc_ir_builder *b, sc_ir_arg field, int32_t level,

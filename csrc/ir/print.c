@@ -277,7 +277,7 @@ static void stmt(sink *s, const sc_ir_func *fn, const sc_ir_stmt *st, int ind)
         }
         break;
     case SC_IR_S_PREFETCH:
-        put(s, "prefetch %s[", v->name);
+        put(s, "prefetch%s %s[", st->accumulate ? " for writing" : "", v->name);
         expr(s, fn, st->b);
         put(s, "]\n");
         break;

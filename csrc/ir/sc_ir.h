@@ -177,7 +177,7 @@ struct sc_ir_stmt {
     sc_ir_stmt_kind kind;
     sc_ir_var var;         /* DECL, ASSIGN, STORE (buffer), FOR, FREE, SORT, BARRIER_OR,
                               COLLECT/PREFETCH (buffer), MARK (= bits) */
-    bool accumulate;       /* ASSIGN/STORE: += instead of = */
+    bool accumulate;       /* ASSIGN/STORE: += instead of =; PREFETCH: for writing */
     const sc_ir_expr *a;   /* DECL init, ASSIGN/STORE value, FOR lo, WHILE/IF/REQUIRE/PARALLEL cond,
                               SORT/COLLECT count, OUT_SET value, SCAN lo */
     const sc_ir_expr *b;   /* STORE/PREFETCH index, FOR hi, MARK coordinate, COLLECT/SCAN
@@ -467,8 +467,10 @@ const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
  * coordinates then summed pairwise, not in order). */
 const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
                                 const sc_ir_expr *start, sc_ir_var total, int32_t most);
-/* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end). */
+/* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end);
+ * sc_ir_prefetch_write: the line will be written (fetched for ownership). */
 const sc_ir_stmt *sc_ir_prefetch(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
+const sc_ir_stmt *sc_ir_prefetch_write(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 /* out->pos[level] / crd[level] / vals = value (a buffer); field POS, CRD or VALS. */
 const sc_ir_stmt *sc_ir_out_set(sc_ir_builder *b, sc_ir_arg field, int32_t level,
                                 const sc_ir_expr *value);

@@ -2120,19 +2120,24 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
 /* The pos array that weighs the rows of a parallel dense loop over v: that of the first
  * sparse operand whose first level is dense over v (not broadcast) and whose second is
  * compressed, so pos[v]..pos[v + 1] is row v's segment (csr-like); -1 if none. */
+/* Whether access ac reads a sparse operand's rows at v: a dense first level over v (not
+ * broadcast) and a compressed second one with its pos array. */
+static bool rows_at(const lb *L, const sc_lower_access *ac, sc_expr_var v)
+{
+    const sc_lower_problem *p = L->p;
+    int32_t t = ac->operand;
+    const sc_format *f = &p->ops[t].fmt;
+    return p->ops[t].sparse && f->order >= 2 && ac->lvar[0] == v && f->kind[0] == SC_LEVEL_DENSE &&
+           f->kind[1] == SC_LEVEL_COMPRESSED && !(t < 64 && (p->bcast[t] >> f->lvl2dim[0] & 1u)) &&
+           L->pos[t][1] >= 0;
+}
+
 static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
 {
     const sc_lower_problem *p = L->p;
-    for (int32_t a = 0; a < p->naccess; a++) {
-        const sc_lower_access *ac = &p->acc[a];
-        int32_t t = ac->operand;
-        const sc_format *f = &p->ops[t].fmt;
-        if (!p->ops[t].sparse || f->order < 2 || ac->lvar[0] != v ||
-            f->kind[0] != SC_LEVEL_DENSE || f->kind[1] != SC_LEVEL_COMPRESSED ||
-            (t < 64 && (p->bcast[t] >> f->lvl2dim[0] & 1u)) || L->pos[t][1] < 0)
-            continue;
-        return L->pos[t][1];
-    }
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (rows_at(L, &p->acc[a], v))
+            return L->pos[p->acc[a].operand][1];
     return -1;
 }
 
@@ -2317,6 +2322,47 @@ static bool segment(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
     return true;
 }
 
+/*
+ * The rows of a balanced loop whose output shares a sparse operand's pattern (SDDMM)
+ * read the entries of the sparse operands and write the output's values front to back.
+ * Each row (or run of short rows) first requests, in each of those arrays, the entry
+ * STREAM_AHEAD past its own first one, when that entry exists: 4-8 KiB on, the next
+ * page, whose address translation and first lines are then on their way before the rows
+ * reach it (the hardware prefetcher stops at 4 KiB page boundaries and starts again only
+ * after the first misses in a page).  This pays when the arrays come from DRAM, as after
+ * another library's call swept the caches.  Not in SpMV's or SpMM's rows: there the
+ * requests made short rows slower when warm (see decisions.md).
+ */
+enum { STREAM_AHEAD = 1024 };
+
+static const sc_ir_stmt *streamed(lb *L, sc_expr_var v, const sc_ir_expr *row,
+                                  const sc_ir_stmt *body)
+{
+    const sc_lower_problem *p = L->p;
+    int32_t shared = L->share && L->mode != BOUND && L->ovals >= 0 ? pattern_operand(L) : -1;
+    if (shared < 0 || !body)
+        return body;
+    sc_ir_list out = {0};
+    uint64_t done = 0;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        int32_t t = p->acc[a].operand;
+        if (t >= 64 || (done >> t & 1) || !rows_at(L, &p->acc[a], v) || L->crd[t][1] < 0)
+            continue;
+        done |= 1ull << t;
+        const sc_ir_expr *at = BIN(ADD, sc_ir_load(B, L->pos[t][1], row), I(STREAM_AHEAD));
+        sc_ir_list pf = {0};
+        sc_ir_push(B, &pf, sc_ir_prefetch(B, L->crd[t][1], at));
+        sc_ir_push(B, &pf, sc_ir_prefetch(B, L->vals[t], at));
+        if (t == shared)
+            sc_ir_push(B, &pf, sc_ir_prefetch_write(B, L->ovals, at));
+        sc_ir_push(B, &out, sc_ir_if(B, BIN(LT, at, V(L->clen[t][1])), sc_ir_list_block(B, &pf), NULL));
+    }
+    if (!out.n)
+        return body;
+    sc_ir_push(B, &out, body);
+    return sc_ir_list_block(B, &out);
+}
+
 static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, const st *S)
 {
     if (L->b.st != SC_OK)
@@ -2444,6 +2490,11 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
          * heavy ones (a ddc batch's matrices, "bij,bjk->bik") run in parallel too */
         const sc_ir_expr *work = bal >= 0 ? inner_work(L, d)
                                  : par == SC_IR_PAR_FOR ? dense_work(L, d) : NULL;
+        /* the entries' arrays streamed where each entry carries a dense loop and the
+         * output shares their pattern (SDDMM; see streamed) */
+        bool stream = bal >= 0 && par != SC_IR_SEQ && work;
+        if (stream)
+            body = streamed(L, v, V(cvar), body);
         const sc_ir_stmt *loop =
             bal >= 0 ? sc_ir_for_balanced(B, cvar, I(0), V(L->ext[v]), par, bal, work, body)
             : work ? sc_ir_for_weighed(B, cvar, I(0), V(L->ext[v]), chunk, work, body)
@@ -2453,6 +2504,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             sc_ir_var re = newv(L, "re", SC_IR_I64);
             int32_t min = 0;
             const sc_ir_stmt *run = short_rows(L, n, S, cvar, re, bal, &min);
+            if (stream)
+                run = streamed(L, v, V(cvar), run);
             if (run)
                 loop = sc_ir_runs(B, loop, min, re, run);
         }
@@ -2465,6 +2518,8 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
             L->paired = false;
             const sc_ir_stmt *pair = case_body(L, d, n, S, it, 0, 0, V(cvar), false);
             L->pairing = false;
+            if (stream)
+                pair = streamed(L, v, V(cvar), pair);
             if (pair && L->paired)
                 loop = sc_ir_pairs(B, loop, JAM_MIN, pair);
         }

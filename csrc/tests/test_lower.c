@@ -716,6 +716,31 @@ static void test_fold_ir(void)
     sc_arena_release(&ar);
 }
 
+static void test_prefetch_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "pf", SC_DTYPE_F32, &err);
+    sc_ir_var in = sc_ir_new_var(&bld, "in", SC_IR_F32, true, true, false);
+    sc_ir_var out = sc_ir_new_var(&bld, "out", SC_IR_F32, true, false, false);
+    const sc_ir_stmt *items[2] = {sc_ir_prefetch(&bld, in, sc_ir_int(&bld, 5)),
+                                  sc_ir_prefetch_write(&bld, out, sc_ir_int(&bld, 7))};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 2)) == SC_OK);
+    char t[512];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "prefetch in_0[5]") != NULL);
+    CHECK(strstr(t, "prefetch for writing out_1[7]") != NULL);
+    /* an operand's array is never written, so never fetched for writing */
+    sc_ir_builder_init(&bld, &ar, &f, "pf2", SC_DTYPE_F32, &err);
+    in = sc_ir_new_var(&bld, "in", SC_IR_F32, true, true, false);
+    CHECK(sc_ir_prefetch_write(&bld, in, sc_ir_int(&bld, 0)) == NULL &&
+          strstr(err.msg, "prefetch for writing of readonly in_0"));
+    sc_arena_release(&ar);
+}
+
 static void test_build_and_verify(void)
 {
     prob P;
@@ -784,6 +809,7 @@ int main(void)
     test_schedule_text();
     test_build_and_verify();
     test_fold_ir();
+    test_prefetch_ir();
     test_pairs_ir();
     test_runs_ir();
     test_gather_ir();
