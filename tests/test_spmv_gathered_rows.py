@@ -2,8 +2,8 @@
 gathers are fast: the compiler times them once (driver/probe.c), SCORCH_GATHERS=0/1
 overrides it.  The rest of the suite runs with SCORCH_GATHERS=0 (conftest), so these tests
 run the gathered rows in child processes: rows of every length around the cuts (8, 16,
-16 + 8), x on both sides of the prefetch gate (1 MiB), 32- and 64-bit coordinates, 1 and
-2 threads, products with literals and per-row factors, against dense; a long row last in
+16 + 8), x on both sides of the prefetch gate (1 MiB), the rows' own entries requested
+ahead, 32- and 64-bit coordinates, 1 and 2 threads, products with literals and per-row factors, against dense; a long row last in
 the arrays under AddressSanitizer; the gathers' lane-by-lane fallbacks (kernels compiled
 without -march=native)."""
 import os
@@ -46,6 +46,11 @@ for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
             assert gathered == (want and vec64 and it == torch.int32), text[-2000:]
             if gathered:
                 assert ("__builtin_prefetch" in text)
+                # the row's own crd and vals 256 entries on, at its start and each step
+                for at in ("pb", "pu"):
+                    for arr in ("A1_crd_1", "A_vals_3"):
+                        assert f"__builtin_prefetch(&{arr}[sc_min(({at}_" in text, (at, arr)
+                assert text.count(" + 256), (A1_len_2 - 1))]);") == 4
             for th in (1, 2):
                 torch.set_num_threads(th)
                 torch.testing.assert_close(A @ x, ref, rtol=tol, atol=tol)

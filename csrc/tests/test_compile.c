@@ -693,6 +693,10 @@ static void test_gathered_rows(const sc_jit_config *cfg)
         /* longer rows: 16 entries a step into two half vectors, a masked tail */
         "sc_vf32h gacc_", " += 16) {", "* sc_vgathern_f32h(B_vals_", "&A1_crd_1[(pu_",
         " += 8) {", "sc_min((A1_end_", "sc_hsum_f32h((gacc_",
+        /* which request their crd and vals 256 entries on, at the row's start and each
+         * step (inside the arrays) */
+        "__builtin_prefetch(&A1_crd_1[sc_min((pb_", "__builtin_prefetch(&A_vals_3[sc_min((pu_",
+        " + 256), (A1_len_2 - 1))]);",
         /* x prefetched three times a row, 64 entries on, where it outgrows L2 */
         "if ((262144 <= Nj_", "(pb_", " + 40) + 32), (A1_len_"};
     golden(&spmv, g, (int)(sizeof g / sizeof g[0]));
