@@ -2141,9 +2141,6 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
     return sc_ir_list_block(B, &out);
 }
 
-/* The pos array that weighs the rows of a parallel dense loop over v: that of the first
- * sparse operand whose first level is dense over v (not broadcast) and whose second is
- * compressed, so pos[v]..pos[v + 1] is row v's segment (csr-like); -1 if none. */
 /* Whether access ac reads a sparse operand's rows at v: a dense first level over v (not
  * broadcast) and a compressed second one with its pos array. */
 static bool rows_at(const lb *L, const sc_lower_access *ac, sc_expr_var v)
@@ -2156,6 +2153,9 @@ static bool rows_at(const lb *L, const sc_lower_access *ac, sc_expr_var v)
            L->pos[t][1] >= 0;
 }
 
+/* The pos array that weighs the rows of a parallel dense loop over v: that of the first
+ * sparse operand whose first level is dense over v (not broadcast) and whose second is
+ * compressed, so pos[v]..pos[v + 1] is row v's segment (csr-like); -1 if none. */
 static sc_ir_var balance_pos(const lb *L, sc_expr_var v)
 {
     const sc_lower_problem *p = L->p;
@@ -2354,8 +2354,9 @@ static bool segment(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
  * page, whose address translation and first lines are then on their way before the rows
  * reach it (the hardware prefetcher stops at 4 KiB page boundaries and starts again only
  * after the first misses in a page).  This pays when the arrays come from DRAM, as after
- * another library's call swept the caches.  Not in SpMV's or SpMM's rows: there the
- * requests made short rows slower when warm (see decisions.md).
+ * another library's call swept the caches.  Not in every SpMV or SpMM row: there a
+ * request a row made short rows slower when warm (SpMV's longer rows have their own,
+ * stream_row; see decisions.md).
  */
 enum { STREAM_AHEAD = 1024 };
 
