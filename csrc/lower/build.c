@@ -1597,25 +1597,32 @@ static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n,
 enum { GATHER_ROW_PREFETCHES = 3, GATHER_ROW_AHEAD = 64 - GATHER_AHEAD };
 
 /*
- * A row of more than one vector of entries also requests its own crd and vals
- * ROW_STREAM_AHEAD entries (1-2 KiB) on, at its start and at each step of 2 vectors:
- * when A comes from DRAM (after another library's call swept the caches) the
- * hardware prefetcher, which stops at every 4 KiB page, left these rows waiting on their
- * entries; MKL's SpMV, warm slower than ours, was 15-20 % faster there.  Alternating
- * processes, 5 rounds, medians, 2 threads, µs after a dense mv of a 256 MB matrix:
- * bcsstk16 223 -> 184 (torch 185), wiki-Vote 175 -> 148 (144), rajat01 150 -> 134,
- * email-Enron 348 -> 325, bcsstk13 153 -> 145; warm level (p2p-Gnutella31, few rows
- * this long, 106-107 -> 109-115).  Short rows (one masked gather) do not request: there
- * a request a row made warm SpMVs up to 20 % slower (see decisions.md).
+ * A row of more than one vector of entries also requests its own crd and vals (each
+ * line of a step's values: two for float64) ROW_STREAM_AHEAD entries (1-2 KiB) on, at
+ * its start and at each step of 2 vectors: when A comes from DRAM (after another
+ * library's call swept the caches) the hardware prefetcher, which stops at every 4 KiB
+ * page, left these rows waiting on their entries; MKL's SpMV, warm slower than ours, was
+ * 15-20 % faster there.  Alternating processes, 5 rounds, medians, 2 threads, µs after
+ * a dense mv of a 256 MB matrix: bcsstk16 223 -> 184 (torch 185), wiki-Vote 175 -> 148
+ * (144), rajat01 150 -> 134, email-Enron 348 -> 325, bcsstk13 153 -> 145; warm level
+ * (p2p-Gnutella31, few rows this long, 106-107 -> 109-115).  The second line of float64
+ * values: banded-1M f64 17.0 -> 13.6 ms (medians of four suite runs each).  Short rows
+ * (one masked gather) request nothing: there a request a row made warm SpMVs up to 20 %
+ * slower (see decisions.md).
  */
 enum { ROW_STREAM_AHEAD = 256 };
 
-static void stream_row(lb *L, const iter *i0, const sc_ir_expr *at, sc_ir_list *out)
+static void stream_row(lb *L, const iter *i0, const sc_ir_expr *at, int32_t step, sc_ir_list *out)
 {
     sc_ir_var clen = L->clen[i0->operand][i0->level];
-    const sc_ir_expr *q = BIN(MIN, BIN(ADD, at, I(ROW_STREAM_AHEAD)), BIN(SUB, V(clen), I(1)));
+    const sc_ir_expr *last = BIN(SUB, V(clen), I(1));
+    const sc_ir_expr *q = BIN(MIN, BIN(ADD, at, I(ROW_STREAM_AHEAD)), last);
     sc_ir_push(B, out, sc_ir_prefetch(B, L->crd[i0->operand][i0->level], q));
-    sc_ir_push(B, out, sc_ir_prefetch(B, L->vals[i0->operand], q));
+    /* every line of the step's values (two for float64) */
+    int32_t per_line = LINE_BYTES / val_bytes(L);
+    for (int32_t k = 0; k < step; k += per_line)
+        sc_ir_push(B, out, sc_ir_prefetch(B, L->vals[i0->operand],
+                                          k ? BIN(MIN, BIN(ADD, at, I(ROW_STREAM_AHEAD + k)), last) : q));
 }
 
 static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, const st *S,
@@ -1638,8 +1645,8 @@ static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, 
     sc_ir_var main = newv(L, "pmain", SC_IR_I64), pu = newv(L, "pu", SC_IR_I64);
     sc_ir_var pt = newv(L, "pt", SC_IR_I64);
     sc_ir_push(B, &loc, sc_ir_decl(B, main, BIN(ADD, V(pb), BIN(MUL, BIN(DIV, len, I(2 * h)), I(2 * h)))));
-    stream_row(L, i0, V(pb), &loc);
-    stream_row(L, i0, V(pu), &body);
+    stream_row(L, i0, V(pb), 2 * h, &loc);
+    stream_row(L, i0, V(pu), 2 * h, &body);
     for (int32_t k = 0; k < 2; k++) {
         int has = 0;
         const sc_ir_expr *x = gathered(L, n, S, i0, v, k ? BIN(ADD, V(pu), I(h)) : V(pu), I(h), h, &has);
