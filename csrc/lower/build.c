@@ -1269,6 +1269,13 @@ static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_l
     return f;
 }
 
+/* The position n entries after position at in i0's level, at most its last entry (the
+ * level holds at least one wherever this is read). */
+static const sc_ir_expr *entry_ahead(lb *L, const iter *i0, const sc_ir_expr *at, int64_t n)
+{
+    return BIN(MIN, BIN(ADD, at, I(n)), BIN(SUB, V(L->clen[i0->operand][i0->level]), I(1)));
+}
+
 /* In the prefetching copy of a segment's loop (L->rowpf) over i0's level: the row of the
  * entry ROW_AHEAD positions after position at (the level's last entry at most), the
  * lanes of S's register tile or the whole row, requested a line at a time. */
@@ -1279,9 +1286,7 @@ static void row_prefetch(lb *L, const st *S, const iter *i0, const sc_ir_expr *a
     const sc_lower_access *ac = &L->p->acc[L->rowpf_acc];
     int32_t t = ac->operand, line = LINE_BYTES / val_bytes(L);
     sc_ir_var crd = L->crd[i0->operand][i0->level], q = newv(L, "pfrow", SC_IR_I64);
-    const sc_ir_expr *ahead = BIN(MIN, BIN(ADD, at, I(ROW_AHEAD)),
-                                  BIN(SUB, V(L->clen[i0->operand][i0->level]), I(1)));
-    sc_ir_push(B, out, sc_ir_decl(B, q, sc_ir_load(B, crd, ahead)));
+    sc_ir_push(B, out, sc_ir_decl(B, q, sc_ir_load(B, crd, entry_ahead(L, i0, at, ROW_AHEAD))));
     const sc_ir_expr *row = BIN(MUL, V(q), L->stride[t][0]);
     if (S->tvn > 0) {
         for (int32_t l = 0; l < S->tvn * S->vlanes; l += line)
@@ -1455,8 +1460,8 @@ static const sc_ir_stmt *prefetch_gather(lb *L, const sc_lower_node *n, const it
         int32_t t = ac->operand;
         if (!((present >> a) & 1) || !gathered_vector(L, ac, v))
             continue;
-        const sc_ir_expr *ahead = BIN(MIN, BIN(ADD, at, I(GATHER_AHEAD)), BIN(SUB, V(clen), I(1)));
-        const sc_ir_expr *c = sc_ir_load(B, L->crd[i0->operand][i0->level], ahead);
+        const sc_ir_expr *c = sc_ir_load(B, L->crd[i0->operand][i0->level],
+                                         entry_ahead(L, i0, at, GATHER_AHEAD));
         int64_t big = GATHER_PREFETCH_BYTES / val_bytes(L);
         return sc_ir_if(B, BIN(LE, I(big), V(L->ext[v])),
                         sc_ir_prefetch(B, L->vals[t], BIN(MUL, c, L->stride[t][0])), NULL);
@@ -1614,15 +1619,12 @@ enum { ROW_STREAM_AHEAD = 256 };
 
 static void stream_row(lb *L, const iter *i0, const sc_ir_expr *at, int32_t step, sc_ir_list *out)
 {
-    sc_ir_var clen = L->clen[i0->operand][i0->level];
-    const sc_ir_expr *last = BIN(SUB, V(clen), I(1));
-    const sc_ir_expr *q = BIN(MIN, BIN(ADD, at, I(ROW_STREAM_AHEAD)), last);
-    sc_ir_push(B, out, sc_ir_prefetch(B, L->crd[i0->operand][i0->level], q));
+    sc_ir_push(B, out, sc_ir_prefetch(B, L->crd[i0->operand][i0->level],
+                                      entry_ahead(L, i0, at, ROW_STREAM_AHEAD)));
     /* every line of the step's values (two for float64) */
-    int32_t per_line = LINE_BYTES / val_bytes(L);
-    for (int32_t k = 0; k < step; k += per_line)
+    for (int32_t k = 0; k < step; k += LINE_BYTES / val_bytes(L))
         sc_ir_push(B, out, sc_ir_prefetch(B, L->vals[i0->operand],
-                                          k ? BIN(MIN, BIN(ADD, at, I(ROW_STREAM_AHEAD + k)), last) : q));
+                                          entry_ahead(L, i0, at, ROW_STREAM_AHEAD + k)));
 }
 
 static const sc_ir_stmt *gathered_row(lb *L, int32_t d, const sc_lower_node *n, const st *S,
