@@ -20,8 +20,10 @@ scorch / baseline (< 1: scorch is faster).  GB/s use a traffic model per matrix:
 (matrix + dense operands + output each moved once) for banded / FEM-like / DNN weights, and
 "no-reuse" (one dense row of K values fetched per nonzero) for random and power-law
 matrices; "% BW" relates them to the STREAM triad measured at the start of the run and is
-printed only where the modelled traffic exceeds the last-level cache (the L3 Linux reports,
-else 64 MiB); "% rows" relates no-reuse figures to a random-row probe of the same run
+printed only where the modelled traffic exceeds the cache the run measures (the largest
+buffer read back at 1.5x STREAM or faster, at most the L3 Linux reports: a VM's sysfs can
+report its host's whole L3); a gathered operand that fits in half of it counts as cached
+(the minimum-bytes model); "% rows" relates no-reuse figures to a random-row probe of the same run
 (256-byte rows from a 256 MiB table, read by torch's embedding_bag): what random rows can
 move on this machine.
 """
@@ -62,8 +64,7 @@ def _llc_bytes(default=64 << 20):
         return default
 
 
-LLC_BYTES = _llc_bytes()       # "% of bandwidth" only for traffic above this; a gathered
-                               # operand larger than it counts under the no-reuse model
+LLC_BYTES = _llc_bytes()       # the L3 Linux reports: where cache_probe stops looking
 MEM_LIMIT = 20 << 30           # skip a case whose estimated footprint exceeds this
 
 # Matrices with locality (banded, FEM, stencils, roads, circuits, DNN weights): "min" model.
@@ -246,6 +247,23 @@ def row_probe(rows=1 << 20, reads=10_000_000, K=64, repeat=5):
     return {"rows_GBps": idx.numel() * (K * 4 + 8) / t / 1e9, "rows_table_MiB": rows * K * 4 / 2**20}
 
 
+def cache_probe(triad_GBps, limit=None, repeat=5):
+    """The cache this run has, measured: the largest buffer (1 MiB doubling, up to the L3
+    Linux reports) that torch sums on all threads at 1.5x this run's STREAM triad or
+    faster.  A VM's sysfs can report its host's whole L3 (480 MiB on the 2-vCPU Xeon),
+    of which a guest gets a share (there 64 MiB read back at ~55 GB/s, 128 MiB at DRAM's
+    ~27)."""
+    limit = LLC_BYTES if limit is None else limit
+    size, cached = 1 << 20, 0
+    while size <= limit:
+        buf = torch.ones(size // 4)
+        t = median_time(buf.sum, repeat=repeat, warmup=2)
+        if size / t / 1e9 < 1.5 * triad_GBps:
+            break
+        cached, size = size, size * 2
+    return {"cache_MiB": cached / 2**20}
+
+
 def huge_page_share(mib=64):
     """The share of a fresh torch tensor of `mib` MiB that Linux backs with 2 MiB pages
     (its mapping's AnonHugePages over its Rss in /proc/self/smaps), or None where that
@@ -375,14 +393,15 @@ class Bench:
             row[f"{k}_ms"] = t * 1e3 if t else None
             row[f"vs_{k}"] = t_s / t if t else None
         bmin, bnr = traffic(kernel, m, K, vb, model)
-        if model == "noreuse" and m.shape[1] * max(K, 1) * vb <= LLC_BYTES:
+        cache = self.probes["cache_MiB"] * 2**20
+        if model == "noreuse" and m.shape[1] * max(K, 1) * vb <= cache / 2:
             model = "min"      # the gathered dense operand stays in cache: no-reuse is moot
         row["model"] = model
         b = bmin if model == "min" else bnr
         row["bytes_min"], row["bytes_noreuse"] = bmin, bnr
         row["GBps"] = b / t_s / 1e9 if b == b else None
         row["pct_bw"] = (100 * row["GBps"] / self.probes["triad_GBps"]
-                         if b == b and bmin > LLC_BYTES else None)
+                         if b == b and bmin > cache else None)
         row["pct_rows"] = (100 * row["GBps"] / self.probes["rows_GBps"]
                            if row["pct_bw"] is not None and model == "noreuse" else None)
         if out_nnz is not None:
@@ -703,6 +722,7 @@ def main(argv=None):
               **stream_probe(16 << 20 if args.quick else 32 << 20),
               **gather_probe(8 << 20 if args.quick else 16 << 20),
               **(row_probe(1 << 18, 2_000_000) if args.quick else row_probe())}
+    probes.update(cache_probe(probes["triad_GBps"]))
     pp = parallel_probe()
     probes.update({k + "_start": v for k, v in pp.items()})
     report_parallel(pp, "start")
@@ -710,7 +730,9 @@ def main(argv=None):
           f"(copy {probes['copy_GBps']:.1f}), random 4-byte gather from 4 MiB "
           f"{probes['gather_ns_per_elem']:.2f} ns/element "
           f"(sequential {probes['sequential_ns_per_elem']:.2f}), random 256-byte rows from "
-          f"{probes['rows_table_MiB']:.0f} MiB {probes['rows_GBps']:.1f} GB/s (embedding_bag)")
+          f"{probes['rows_table_MiB']:.0f} MiB {probes['rows_GBps']:.1f} GB/s (embedding_bag), "
+          f"cache {probes['cache_MiB']:.0f} MiB (read at 1.5x STREAM; Linux reports "
+          f"{LLC_BYTES / 2**20:.0f})")
 
     # warm the JIT for every (expression, dtype) before anything is timed
     for dt in (torch.float32, torch.float64):
