@@ -177,3 +177,22 @@ def test_patterns_sharing_an_array_are_told_apart():
     for _ in range(2):
         for X in (A, B, A.with_values(vals * 2), B.with_values(vals * 2)):
             torch.testing.assert_close(scorch.einsum("ik,ij->jk", G, X), X.to_dense().t() @ G)
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csr", "csc", "dcsr"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_transposed_view_gets_its_own_copy(fmt, dtype):
+    """A.t() shares A's index arrays under the other level order and shape: a copy made
+    for A (A @ v reads a DCSR copy of a COO A) must not serve A.t() @ Y, nor the reverse;
+    each product equals dense, in both call orders, on square and rectangular shapes."""
+    for shape in ((17, 9), (9, 17), (12, 12), (1, 1)):
+        d = make_dense(shape, dtype=dtype, seed=7, kind="random")
+        x = torch.rand(shape[1], dtype=dtype)
+        Y = torch.rand(shape[0], 5, dtype=dtype)
+        for first in ("plain", "transposed"):
+            A = scorch.to_sparse(d, fmt)
+            runs = [lambda: (A @ x, d @ x), lambda: (A.t() @ Y, d.t() @ Y),
+                    lambda: (scorch.einsum("ik,ij->jk", Y, A), d.t() @ Y)]
+            for run in (runs if first == "plain" else runs[::-1]) * 2:
+                got, want = run()
+                torch.testing.assert_close(got, want)

@@ -392,9 +392,11 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
 
 
 # id(a pattern's last crd array) -> (weak references to all its pos and crd arrays,
-# {Format: (pos, crd, source position of each entry) or None where the conversion merges
-# entries}); an entry leaves with that array.  (Arrays from from_components may be shared
-# between patterns: a record serves only the very arrays it was made from.)
+# {(source Format, shape, target Format): (pos, crd, source position of each entry) or
+# None where the conversion merges entries}); an entry leaves with that array.  (Arrays
+# from from_components may be shared between patterns, and a transposed view (A.t())
+# shares A's arrays under another level order and shape: a record serves only the very
+# arrays, read the very way, it was made from.)
 _PATTERNS: dict = {}
 
 
@@ -409,16 +411,16 @@ def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
         if slot is None:
             weakref.finalize(key, _PATTERNS.pop, id(key), None)
         slot = _PATTERNS[id(key)] = ([weakref.ref(x) for x in arrays], {})
-    moves = slot[1]
-    if fmt not in moves:
+    moves, how = slot[1], (a._format, a._shape, fmt)
+    if how not in moves:
         # the conversion of the entries' own positions (exact in float64) says where each
         # entry goes; one that sums repeated coordinates (COO to DCSR) has fewer entries
         ids = a._rewrap(torch.arange(a.nnz, dtype=torch.float64))
         c = ids.to_format(fmt, a.index_dtype, drop_zeros=False)
-        moves[fmt] = (c._pos, c._crd, c._values.to(torch.int64)) if c.nnz == a.nnz else None
-    if moves[fmt] is None:
+        moves[how] = (c._pos, c._crd, c._values.to(torch.int64)) if c.nnz == a.nnz else None
+    if moves[how] is None:
         return a.to_format(fmt, a.index_dtype, drop_zeros=False)
-    pos, crd, perm = moves[fmt]
+    pos, crd, perm = moves[how]
     return SparseTensor(a._shape, fmt, pos, crd, a._values.detach()[perm],
                         index_dtype=a.index_dtype)
 
