@@ -119,6 +119,30 @@ def test_singleton_under_unique_level_cannot_hold_two_entries_of_a_parent():
         A.to_format("cs")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_unique_singleton_cannot_hold_two_entries_equal_through_it(dtype):
+    """c(nonunique)ss: level 1 is a unique singleton, so no two entries may share (i, j);
+    kernels trust that.  Data with such a pair is refused from dense, from another format
+    and through to_format; data without one converts and computes as dense does."""
+    x = torch.zeros(2, 2, 3, dtype=dtype)
+    x[0, 0, 0], x[0, 0, 1], x[1, 1, 2] = 1, 2, 3                # (0, 0) twice
+    for make in (lambda: scorch.to_sparse(x, "c(nonunique)ss"),
+                 lambda: scorch.to_sparse(x, "csf").to_format("c(nonunique)ss"),
+                 lambda: scorch.to_sparse(x.to_sparse(), "c(nonunique)ss")):
+        with pytest.raises(NotImplementedError, match="same coordinates through level 1: "
+                                                      "that singleton level is unique"):
+            make()
+    A = scorch.to_sparse(x, "c(nonunique)s(nonunique)s")
+    B = scorch.to_sparse(x, "csf")
+    assert scorch.einsum("ijk,ijk->", A, B).item() == (x * x).sum().item()
+    y = torch.zeros(2, 2, 3, dtype=dtype)
+    y[0, 0, 0], y[0, 1, 1], y[1, 1, 2] = 1, 2, 3                # every (i, j) once
+    C = scorch.to_sparse(y, "c(nonunique)ss")
+    torch.testing.assert_close(C.to_dense(), y)
+    torch.testing.assert_close((C * scorch.to_sparse(y, "csf")).to_dense(), y * y)
+    assert scorch.einsum("ijk,ijk->", C, scorch.to_sparse(y, "csf")).item() == (y * y).sum().item()
+
+
 def test_zero_dim_tensor():
     with pytest.raises(ValueError, match="at least one dimension"):
         scorch.to_sparse(torch.tensor(1.0), "dense")

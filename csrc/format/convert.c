@@ -273,6 +273,18 @@ static int32_t first_nonunique(const sc_format *f)
     return f->order;
 }
 
+/* The first unique singleton level above the last that sits below a nonunique level, or
+ * the order: entries equal through it are separate positions above it that it cannot
+ * tell apart (kernels trust a unique level to hold each coordinate once per path), and
+ * the duplicates summed before packing cover only the last level. */
+static int32_t unique_singleton_below_nonunique(const sc_format *f)
+{
+    for (int32_t k = first_nonunique(f) + 1; k + 1 < f->order; k++)
+        if (f->unique[k] && f->kind[k] == SC_LEVEL_SINGLETON)
+            return k;
+    return f->order;
+}
+
 void sc_tensor_release(const sc_ctx *ctx, sc_tensor *t)
 {
     for (int32_t k = 0; k < SC_MAX_ORDER; k++) {
@@ -585,6 +597,8 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
     bool need_eff = !E.unique;
     for (int32_t k = 0; k + 1 < N && k < first_nonunique(dst); k++)
         need_eff |= dst->kind[k] != SC_LEVEL_DENSE;
+    int32_t ks = unique_singleton_below_nonunique(dst);
+    need_eff |= ks < N;
     int64_t dups = 0;
     if (!need_eff)
         memset(eff, 0, (size_t)n);
@@ -632,6 +646,14 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
     } else {
         val_gather(uvals, E.vals, perm, n, E.dtype, nt);
     }
+    for (int64_t u = 1; u < un && ks < N; u++)
+        if (eff[u] > ks) {
+            st = sc_fail(err, SC_UNSUPPORTED, "format",
+                         "format cannot store two entries with the same coordinates through "
+                         "level %d: that singleton level is unique (make it nonunique)",
+                         (int)ks);
+            goto done;
+        }
     int32_t nu = first_nonunique(dst);
     if (need_eff && nu < N) {
 #pragma omp parallel for num_threads(nt) schedule(static)
