@@ -330,6 +330,9 @@ def refusal(fmt):
     (lambda A: F.relu(A, inplace=True), "F.relu"),
     (lambda A: A @ torch.ones(2, 2, 6, 3), "torch.matmul"),
     (lambda A: torch.mm(A, torch.ones(6, 3).to_sparse()), "torch.mm"),
+    (lambda A: torch.mv(A, torch.ones(6), out=torch.zeros(5)), "torch.mv(out=)"),
+    (lambda A: torch.mm(A, torch.ones(6, 3), out=torch.zeros(5, 3)), "torch.mm"),
+    (lambda A: torch.matmul(A, torch.ones(6), out=torch.zeros(5)), "torch.matmul(out=)"),
     (lambda A: A.to("meta"), "Tensor.to"),
     (lambda A: F.hardtanh(A, min_val=0.5, max_val=2.0), "F.hardtanh"),
     (lambda A: F.softplus(A), "F.softplus"),
@@ -342,6 +345,18 @@ def test_refusals(fmt, op, what):
         op(A)
     assert what in str(info.value)
     assert torch.equal(A.to_dense(), x)
+
+
+def test_batched_product_refuses_out():
+    """torch.bmm(out=) over a sparse batch is refused like mm's, and out is left alone
+    (it used to be ignored: the result came back and out kept its old values)."""
+    x = make_dense((2, 3, 4), torch.float32, seed_of("bmm-out"))
+    A = scorch.to_sparse(x, "csf")
+    out = torch.full((2, 3, 2), 7.0)
+    with pytest.raises(NotImplementedError, match=refusal("csf")) as info:
+        torch.bmm(A, torch.ones(2, 4, 2), out=out)
+    assert "torch.bmm(out=)" in str(info.value)
+    assert torch.equal(out, torch.full((2, 3, 2), 7.0))
 
 
 def test_refusal_names_both_formats():

@@ -4,7 +4,8 @@
  * Rules, first match wins:
  *  1. SDDMM-like: the right-hand side is a product (literals and negation allowed) with a
  *     factor that is a sparse operand indexed by exactly the output's indices: keep that
- *     operand's format (its level order mapped onto the output's dimensions).
+ *     operand's format (its level order mapped onto the output's dimensions), with a
+ *     level the output cannot be assembled in made compressed (cd -> cc).
  *  2. Elementwise union: a sum/difference whose every term qualifies under rule 1: the
  *     first such operand's format.
  *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
@@ -89,11 +90,35 @@ static void from_access(const sc_lower_problem *p, int32_t a, sc_format *out)
     }
 }
 
+/* Rules 1 and 2 keep an operand's levels, which the output may not be able to take
+ * (problem.c: dense levels, then compressed(unique) ones or a COO tail): a level below
+ * the first sparse one that breaks that becomes compressed, or a singleton in a COO tail
+ * (cd -> cc: which rows hold entries is known only once the kernel has run). */
+static void assemblable(sc_format *f)
+{
+    int32_t k = 0;
+    while (k < f->order && f->kind[k] == SC_LEVEL_DENSE)
+        k++;
+    if (k == f->order)
+        return;
+    bool flat = !f->unique[k];
+    for (int32_t j = k + 1; j < f->order; j++) {
+        if (flat && f->kind[j] != SC_LEVEL_SINGLETON) {
+            f->kind[j] = SC_LEVEL_SINGLETON;
+            f->unique[j] = j + 1 == f->order;
+        } else if (!flat) {
+            f->kind[j] = SC_LEVEL_COMPRESSED;
+            f->unique[j] = 1;
+        }
+    }
+}
+
 void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
 {
     int32_t a = rule2(p, p->rhs);
     if (a >= 0) {
         from_access(p, a, out);
+        assemblable(out);
         return;
     }
     sc_fmt_dense(p->out_order, out);

@@ -273,8 +273,9 @@ def _einsum_grad(spec, i, ops, G, v):
     if _is_sparse(ops[i]):
         pat = ops[i]
         ones = pat._rewrap(torch.ones(pat.nnz, dtype=G.dtype if spec.out else v.dtype))
-        r = _raw_einsum(",".join([mine] + terms) + "->" + mine, ones, *operands,
-                        out_format=pat.format)
+        # (the output's format is inferred from ones: the pattern's own, or where the
+        # output cannot be assembled in that one (cd), the nearest it can, cc)
+        r = _raw_einsum(",".join([mine] + terms) + "->" + mine, ones, *operands)
         grad = align_values(r, pat)
         if not spec.out:
             grad = grad * G
@@ -388,7 +389,7 @@ class _AddFn(torch.autograd.Function):
             n = p.dim()
             ix = "ijklmnpq"[:n]
             ones = p._rewrap(torch.ones(p.nnz, dtype=G.dtype))
-            r = _raw_einsum(f"{ix},{ix}->{ix}", ones, G, out_format=p.format)
+            r = _raw_einsum(f"{ix},{ix}->{ix}", ones, G)   # (in p's format, as _einsum_grad)
             grads.append((align_values(r, p) * sign).to(p.dtype))
         return None, None, grads[0], grads[1]
 
@@ -708,11 +709,15 @@ def _rmatmul(a, b):
 
 @_register(torch.mv, torch.Tensor.mv)
 def _mv(a, x, *, out=None):
+    if out is not None:
+        refuse("torch.mv(out=)", a, x, why="scorch never writes to its inputs")
     return _product("torch.mv", _MV, a, x)
 
 
 @_register(torch.bmm, torch.Tensor.bmm)
 def _bmm(a, b, *, out=None):
+    if out is not None:
+        refuse("torch.bmm(out=)", a, b, why="scorch never writes to its inputs")
     return _product("torch.bmm", _BMM, a, b)
 
 
