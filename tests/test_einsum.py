@@ -356,3 +356,25 @@ def test_sparse_product_stores_only_its_entries(expr, bfmt):
     C = scorch.einsum(expr, scorch.to_sparse(a, "csr"), scorch.to_sparse(b, bfmt))
     assert C.nnz == ref.nnz
     np.testing.assert_allclose(C.to_dense().numpy(), ref.toarray(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsr", "csc"])
+def test_a_literal_zero_factor_gives_zeros(fmt, dtype):
+    """An expression that is zero whatever its operands hold (a literal 0 factor) writes
+    no value in its loops: the output must still be zeros (it was an unfilled allocation),
+    dense, sharing the operand's pattern, or assembled; a 0 in one term only leaves the
+    other."""
+    x = make_dense((40, 30), dtype=dtype, seed=seed_of("zero-lit"), kind="empty_rows")
+    y = make_dense((30, 20), dtype=dtype, seed=seed_of("zero-lit-b"))
+    A, B = scorch.to_sparse(x, fmt), scorch.to_sparse(y, fmt)
+    for expr, ops, fmt_out, want in [
+            ("C(i,j) = 0 * A(i,j)", (A,), None, torch.zeros(40, 30, dtype=dtype)),
+            ("C(i,j) = A(i,j) * 0", (A,), "csr", torch.zeros(40, 30, dtype=dtype)),
+            ("C(i,j) = 0 * A(i,j)", (A,), "dense", torch.zeros(40, 30, dtype=dtype)),
+            ("y(i) = 0 * A(i,j)", (A,), None, torch.zeros(40, dtype=dtype)),
+            ("C(i,k) = 0 * A(i,j) * B(j,k)", (A, B), None, torch.zeros(40, 20, dtype=dtype)),
+            ("C(i,k) = 0 * A(i,j) * B(j,k)", (A, B), "dense", torch.zeros(40, 20, dtype=dtype)),
+            ("C(i,j) = A(i,j) * 0 + A(i,j)", (A,), None, x)]:
+        got = dense_of(scorch.kernel(expr, out_format=fmt_out)(*ops))
+        assert torch.equal(got, want), (expr, fmt_out)

@@ -2762,6 +2762,13 @@ static const sc_ir_stmt *nest(lb *L, const st *S0)
     return sc_ir_list_block(B, &out);
 }
 
+/* Whether p's right-hand side is zero whatever its operands hold (a literal 0 factor in
+ * every term): its loops then write no value. */
+static bool identically_zero(const sc_lower_problem *p)
+{
+    return sc_lower_specialize(NULL, p->rhs, 0, NULL) == NULL;
+}
+
 /* Declare (per thread) or allocate once (owned, top) the workspace buffer *v. */
 static void ws_buffer(lb *L, sc_ir_list *out, bool owned, sc_ir_var *v, const char *name,
                       sc_ir_type t, const sc_ir_expr *count, bool zero)
@@ -3128,8 +3135,10 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
             sc_ir_push(B, top, sc_ir_decl(B, L->tot[k], V(L->clen[t][k])));
         }
         /* no zero fill: the loops visit every entry of the operand once (its only
-         * sparse factor), each written at its own position, COO duplicates too */
-        L->ovals = owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
+         * sparse factor), each written at its own position, COO duplicates too; unless
+         * the expression is zero everywhere (a literal 0 factor), when none is */
+        L->ovals = identically_zero(p) ? owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]))
+                                       : owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
         sc_ir_push(B, top, sc_ir_comment(B, "fill"));
         L->mode = FILL;
         sc_ir_push(B, top, phase(L, S, -1, I(1))); /* (no workspace to fail) */
@@ -3201,8 +3210,10 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
             L->opos[k] = owned_alloc(L, top, "out_pos", oit, BIN(ADD, V(L->tot[k - 1]), I(1)));
         L->ocrd[k] = owned_alloc_uninit(L, top, "out_crd", oit, V(L->tot[tk]));
     }
-    /* every entry counted is written by the fill */
-    L->ovals = owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
+    /* every entry counted is written by the fill (every entry of the pattern, where the
+     * output has one, unless the expression is zero everywhere) */
+    L->ovals = identically_zero(p) ? owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]))
+                                   : owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
     sc_ir_var r = newv(L, "r", SC_IR_I64);
     if (!L->share)
         sc_ir_push(B, top, sc_ir_for(B, r, I(0), rows1, I(1), SC_IR_SEQ, 0,
@@ -3305,9 +3316,11 @@ sc_status sc_lower_build(sc_arena *arena, const sc_lower_problem *p, const sc_sc
         L->ovals = sc_ir_new_var(B, "out_vals", L->vt, true, false, true);
         L->mode = FILL;
         const sc_ir_stmt *body = phase(L, &S, -1, NULL);
-        /* zero fill only when some write adds or some coordinate is never written */
+        /* zero fill only when some write adds or some coordinate is never written (none
+         * is where the expression is zero everywhere: its loops write nothing) */
         sc_ir_push(B, &top, sc_ir_assign(B, L->ovals, false,
-                                         L->need_zero ? sc_ir_alloc(B, L->vt, V(tv))
+                                         L->need_zero || identically_zero(p)
+                                             ? sc_ir_alloc(B, L->vt, V(tv))
                                                       : sc_ir_alloc_uninit(B, L->vt, V(tv))));
         sc_ir_push(B, &top, sc_ir_require(B, sc_ir_nonnull(B, L->ovals), SC_NOMEM, "out of memory"));
         sc_ir_push(B, &top, body);
