@@ -359,6 +359,26 @@ def test_batched_product_refuses_out():
     assert torch.equal(out, torch.full((2, 3, 2), 7.0))
 
 
+def test_storage_level_exports_are_refused():
+    """share_memory_ (and Module.share_memory, the step before torch.multiprocessing) and
+    DLPack export would read the storage a SparseTensor's wrapper does not have (a
+    segfault, or garbage through numpy): refused with the operation named."""
+    import numpy as np
+
+    x = make_dense((5, 6), torch.float32, seed_of("exports"))
+    A = scorch.to_sparse(x, "csr")
+    with pytest.raises(NotImplementedError, match="Tensor.share_memory_"):
+        A.share_memory_()
+    m = torch.nn.Module()
+    m.register_buffer("adj", A)
+    with pytest.raises(NotImplementedError, match="Tensor.share_memory_"):
+        m.share_memory()
+    for export in (lambda: np.from_dlpack(A), lambda: torch.from_dlpack(A)):
+        with pytest.raises(NotImplementedError, match="DLPack export"):
+            export()
+    torch.testing.assert_close(A @ torch.ones(6), x @ torch.ones(6))   # still usable
+
+
 def test_refusal_names_both_formats():
     A = scorch.to_sparse(make_dense((4, 4), torch.float32, 1), "csr")
     B = scorch.to_sparse(make_dense((4, 5), torch.float32, 2), "coo")

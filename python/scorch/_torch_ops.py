@@ -938,6 +938,22 @@ def _float(a, memory_format=None):
     return _to(a, torch.float32)
 
 
+@_register(torch.Tensor.share_memory_)
+def _share_memory_(a):
+    # (torch would move a storage the wrapper does not have: a segfault; moving the
+    # component arrays in place would leave every tensor sharing them, views included,
+    # reading freed memory)
+    refuse("Tensor.share_memory_", a, why="its index and value arrays are not moved to "
+                                          "shared memory; rebuild it in each process "
+                                          "(scorch.from_components) from shared arrays")
+
+
+@_register(torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__)   # (from_dlpack; the
+def _dlpack(a, *args, **kwargs):   # lower-level torch.utils.dlpack.to_dlpack has no hook)
+    refuse("DLPack export", a, why="DLPack describes strided arrays; export "
+                                   "A.values() and A.indices(level), or A.to_dense()")
+
+
 @_register(torch.Tensor.detach, torch.detach)
 def _detach(a):
     return a._rewrap(a._values.detach())
