@@ -110,8 +110,31 @@ def test_sparse_times_sparse(fa, fb, dtype):
     B, b = sp((9, 6), fb, dtype, s + 1, "random")
     C = A @ B
     close(C, a @ b)
-    if fa == fb == "csr":
-        assert isinstance(C, scorch.SparseTensor) and C.format.name == "csr"
+    # every operand sparse: a sparse product, in the first operand format whose rows
+    # (or columns) it can assemble
+    assert isinstance(C, scorch.SparseTensor)
+    assert C.format.name == ("csr" if "csr" in (fa, fb) else C.format.name)
+
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "dcsr"])
+def test_product_with_a_transposed_view_stays_sparse(fmt, dtype):
+    """A @ A.t() multiplies a csr by a csc view: the product is a SparseTensor in A's
+    format (it was a dense n × n: a tall 200000 × 3 matrix asked for 160 GB), as
+    scorch.einsum("ij,kj->ik", A, A) gives; A.t() @ A too."""
+    s = seed_of("aat", fmt, dtype)
+    A, a = sp((9, 7), fmt, dtype, s)
+    for got, want in ((A @ A.t(), a @ a.t()), (A.t() @ A, a.t() @ a)):
+        assert isinstance(got, scorch.SparseTensor)
+        close(got, want)
+    assert (A @ A.t()).format == A.format
+    i = torch.tensor([[0, 99_999, 199_999], [0, 1, 2]])
+    T = scorch.to_sparse(torch.sparse_coo_tensor(i, torch.ones(3, dtype=dtype),
+                                                 (200_000, 3)), fmt)
+    P = T @ T.t()
+    assert isinstance(P, scorch.SparseTensor) and P.shape == (200_000, 200_000)
+    v = P.values()            # (dcsr · dcsc takes every nonempty row-column pair)
+    assert P.nnz <= 9 and (v != 0).sum() == 3 and v.sum() == 3
 
 
 @pytest.mark.parametrize("dtype", DT)

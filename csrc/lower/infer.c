@@ -10,8 +10,9 @@
  *     first such operand's format.
  *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
  *     SpMV, SpMM, TTV), or a dense operand indexed by an output index takes part: dense.
- *  4. SpGEMM-like: every operand sparse, all in one 2-D format, a pure product with a
- *     2-D output: that format (csr x csr -> csr, dcsr x dcsr -> dcsr, csc x csc -> csc).
+ *  4. SpGEMM-like: every operand sparse and 2-D, a pure product with a 2-D output: the
+ *     first operand format whose second level is compressed and unique (csr x csr ->
+ *     csr, dcsr x dcsr -> dcsr, csc x csc -> csc, csr x csc -> csr, coo x csr -> csr).
  *  5. Per output index: sparse when the expression vanishes wherever the sparse levels
  *     indexed by it are empty (lattice without universe), else dense; no sparse index:
  *     dense; otherwise dense indices first (in output order), then compressed ones.
@@ -134,14 +135,17 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
                     return; /* rule 3 */
     }
     if (p->out_order == 2 && p->nops > 0 && pure_product(p->rhs)) {
-        bool same = true;
+        bool sparse2 = true;
         for (int32_t t = 0; t < p->nops; t++)
-            same &= p->ops[t].sparse && p->ops[t].fmt.order == 2 &&
-                    memcmp(&p->ops[t].fmt, &p->ops[0].fmt, sizeof p->ops[0].fmt) == 0;
-        if (same && p->ops[0].fmt.unique[0] && p->ops[0].fmt.unique[1] &&
-            p->ops[0].fmt.kind[1] == SC_LEVEL_COMPRESSED) {
-            *out = p->ops[0].fmt; /* rule 4 */
-            return;
+            sparse2 &= p->ops[t].sparse && p->ops[t].fmt.order == 2;
+        /* rule 4: the first operand's format that an output row (or column) can take;
+         * in mixed formats too (csr · csc, A @ A.t(): a csr, not a dense n × n) */
+        for (int32_t t = 0; sparse2 && t < p->nops; t++) {
+            const sc_format *f = &p->ops[t].fmt;
+            if (f->unique[0] && f->unique[1] && f->kind[1] == SC_LEVEL_COMPRESSED) {
+                *out = *f;
+                return;
+            }
         }
     }
     bool sparse[SC_MAX_ORDER] = {false};
