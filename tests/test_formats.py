@@ -608,3 +608,24 @@ def test_detach_keeps_the_pattern():
     D = A.detach()
     assert type(D) is scorch.SparseTensor and D.format == A.format
     assert torch.equal(D.to_dense(), ref)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc", "dcsr"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_from_edge_index_keeps_the_values_gradient(fmt, dtype):
+    """from_edge_index(values=v) with v requiring grad: each stored entry is the sum of
+    the values of its edges (duplicates summed), and gradients reach v as through the
+    dense adjacency (it used to come back detached, and backward failed)."""
+    ei = torch.tensor([[0, 0, 1, 2, 0, 3], [1, 2, 2, 0, 1, 3]])    # (0, 1) twice
+    v = torch.tensor([1.0, 2.0, -1.5, 0.5, 3.0, 4.0], dtype=dtype, requires_grad=True)
+    X = torch.arange(8, dtype=dtype).reshape(4, 2) / 3
+    G = scorch.from_edge_index(ei, 4, values=v, format=fmt)
+    assert G.requires_grad and G.nnz == 5
+    (G @ X).square().sum().backward()
+    vd = v.detach().clone().requires_grad_()
+    D = torch.zeros(4, 4, dtype=dtype).index_put((ei[0], ei[1]), vd, accumulate=True)
+    (D @ X).square().sum().backward()
+    torch.testing.assert_close(G.detach().to_dense(), D.detach())
+    torch.testing.assert_close(v.grad, vd.grad)
+    with torch.no_grad():
+        assert not scorch.from_edge_index(ei, 4, values=v, format=fmt).requires_grad

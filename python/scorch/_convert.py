@@ -34,11 +34,19 @@ def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_d
     fmt = Format.parse(fmt, len(shape))
     it = _resolve_index_dtype(index_dtype, shape, coords.shape[1])
     coords = coords.detach().to(torch.int64).contiguous()
-    values = values.detach().contiguous()
-    p, c, v = _C.from_coords(shape, coords.numpy(), values.numpy(), fmt.as_tuple(),
-                             _INDEX_NAMES[it], int(bool(drop_zeros)) | 2 * int(is_sorted),
-                             _threads())
-    return _wrap(shape, fmt, p, c, v, it)
+    p, c, v = _C.from_coords(shape, coords.numpy(), values.detach().contiguous().numpy(),
+                             fmt.as_tuple(), _INDEX_NAMES[it],
+                             int(bool(drop_zeros)) | 2 * int(is_sorted), _threads())
+    out = _wrap(shape, fmt, p, c, v, it)
+    if values.requires_grad and torch.is_grad_enabled():
+        # Differentiable w.r.t. values: each stored entry the sum of the values given at
+        # its coordinates (duplicates summed, dropped zeros nowhere).
+        from ._torch_ops import entry_positions
+
+        idx, hit = entry_positions(out, list(coords))
+        vals = torch.zeros(out.nnz, dtype=values.dtype).index_add(0, idx[hit], values[hit])
+        out = out._rewrap(vals, requires_grad=True)
+    return out
 
 
 def to_sparse(x, format="csr", index_dtype=None) -> SparseTensor:

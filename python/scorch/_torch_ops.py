@@ -139,17 +139,22 @@ def align_values(r: SparseTensor, pattern: SparseTensor) -> torch.Tensor:
         return r[tuple(dim_coords(pattern))]
     if _same_arrays(r, pattern):
         return r._values
+    idx, hit = entry_positions(pattern, dim_coords(r))
+    out = torch.zeros(pattern.nnz, dtype=r.dtype)
+    return out.index_add_(0, idx[hit], r._values.detach()[hit])
+
+
+def entry_positions(pattern: SparseTensor, cols):
+    """For coordinates given per dimension (int64 tensors), the position of each among
+    ``pattern``'s stored entries and whether it is stored there at all."""
     order = pattern._format.order
     sizes = [pattern.shape[d] for d in order]
     kp = _linear_key(level_coords(pattern), sizes)
-    rc = dim_coords(r)
-    kr = _linear_key([rc[d] for d in order], sizes)
-    out = torch.zeros(pattern.nnz, dtype=r.dtype)
-    if kp.numel() == 0 or kr.numel() == 0:
-        return out
+    kr = _linear_key([cols[d] for d in order], sizes)
+    if kp.numel() == 0:
+        return torch.zeros_like(kr), torch.zeros(kr.shape, dtype=torch.bool)
     idx = torch.searchsorted(kp, kr).clamp_(max=kp.numel() - 1)
-    hit = kp[idx] == kr
-    return out.index_add_(0, idx[hit], r._values.detach()[hit])
+    return idx, kp[idx] == kr
 
 
 class _ToDenseFn(torch.autograd.Function):
