@@ -143,3 +143,52 @@ def test_format_pickles(fmt):
     assert g == fmt and hash(g) == hash(fmt)
     assert str(g) == str(fmt) and g.name == fmt.name and g.order == fmt.order
     assert copy.deepcopy(fmt) == fmt
+
+
+@pytest.mark.parametrize("fmt,shape", [("csr", (7, 13)), ("coo", (13, 7)), ("csf", (3, 4, 5)),
+                                       ("cd", (6, 4))])
+def test_a_module_loads_its_sparse_buffer(fmt, shape):
+    """Module.load_state_dict copies each buffer in place (Tensor.copy_): a SparseTensor
+    buffer takes the saved one's entries, pattern included, in its own format, dtype and
+    index width; products then read the new entries, transposed copies too."""
+    class Model(torch.nn.Module):
+        def __init__(self, x):
+            super().__init__()
+            self.register_buffer("adj", scorch.to_sparse(x, fmt))
+
+    old = make_dense(shape, torch.float32, seed_of("sd-old", fmt), "random")
+    new = make_dense(shape, torch.float64, seed_of("sd-new", fmt), "empty_rows")
+    m, saved = Model(old), Model(new).double()
+    X = torch.rand(shape[-1], 3)
+    if len(shape) == 2:
+        m.adj @ X                                             # kept state, then replaced
+    buf = io.BytesIO()
+    torch.save(saved.state_dict(), buf)
+    buf.seek(0)
+    A = m.adj
+    m.load_state_dict(torch.load(buf))
+    assert m.adj is A and A.format == scorch.to_sparse(old, fmt).format
+    assert A.dtype == torch.float32 and A.index_dtype == torch.int32
+    assert torch.equal(A.to_dense(), new.float())
+    if len(shape) == 2:
+        torch.testing.assert_close(A @ X, new.float() @ X)
+        Y = torch.rand(shape[0], 2)
+        torch.testing.assert_close(A.t() @ Y, new.float().t() @ Y)
+    assert torch.equal(saved.adj.to_dense(), new)             # the source untouched
+
+
+def test_copy_into_a_sparse_tensor():
+    A = scorch.to_sparse(make_dense((5, 6), torch.float64, 1), "csr")
+    d = make_dense((5, 6), torch.float64, 2, "empty_rows")
+    A.copy_(d)                                                # from dense: its nonzeros
+    assert torch.equal(A.to_dense(), d) and A.format.name == "csr"
+    with pytest.raises(RuntimeError, match=r"shape \(6, 5\) differs"):
+        A.copy_(torch.ones(6, 5, dtype=torch.float64))
+    B = A.with_values(A.values().clone().requires_grad_())
+    with pytest.raises(RuntimeError, match="requires grad cannot be written in place"):
+        B.copy_(d)
+    with torch.no_grad():
+        B.copy_(2 * d)
+    assert B.requires_grad and torch.equal(B.detach().to_dense(), 2 * d)
+    with pytest.raises(NotImplementedError, match="Tensor.copy_"):
+        torch.zeros(5, 6, dtype=torch.float64).copy_(A)

@@ -943,6 +943,33 @@ def _float(a, memory_format=None):
     return _to(a, torch.float32)
 
 
+@_register(torch.Tensor.copy_)
+def _copy_(dst, src, non_blocking=False):
+    """dst takes src's entries in place (Module.load_state_dict copies each buffer so):
+    src converted to dst's format and index width, its values copied in dst's dtype.
+    The wrapper object stays; its arrays are replaced, never written, so tensors that
+    shared the old ones keep them (and what scorch kept of them is dropped)."""
+    if not _is_sparse(dst):
+        refuse("Tensor.copy_", dst, src, why="a dense tensor takes a sparse one's entries "
+                                             "through src.to_dense()")
+    if tuple(src.shape) != dst._shape:
+        raise RuntimeError(f"copy_: the source's shape {tuple(src.shape)} differs from the "
+                           f"destination's {dst._shape}")
+    if torch.is_grad_enabled() and dst.requires_grad:
+        raise RuntimeError("a leaf SparseTensor that requires grad cannot be written in "
+                           "place; use torch.no_grad() (as load_state_dict does)")
+    if _is_sparse(src):
+        src = src.to_format(dst.format, dst.index_dtype, drop_zeros=False)
+    else:
+        from ._convert import to_sparse
+        src = to_sparse(src.detach(), dst.format, dst.index_dtype)
+    vals = src._values.detach().to(dst.dtype, copy=True)
+    vals.requires_grad_(dst._values.requires_grad)
+    dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals
+    dst._desc = dst._transposed = dst._kernels = None
+    return dst
+
+
 @_register(torch.Tensor.share_memory_)
 def _share_memory_(a):
     # (torch would move a storage the wrapper does not have: a segfault; moving the
