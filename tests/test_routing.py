@@ -639,3 +639,22 @@ def test_mm_with_column_major_dense(dtype):
     out.sum().backward()
     torch.testing.assert_close(Y.grad, (a.sum(0, keepdim=True).expand(40, 30)))
     assert torch.equal(Y.detach(), before)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_adjoint_copy_flag_and_negated_views(fmt):
+    """A.H / A.mH / A.adjoint() are the transpose (real values); A.to(dtype, copy=True)
+    converts; a contiguous operand with torch's negative-view bit computes with its
+    negated values; a refusal over a list of operands names their formats."""
+    x = make_dense((5, 6), torch.float64, seed_of("adjoint", fmt))
+    A = scorch.to_sparse(x, fmt)
+    for T in (A.H, A.mH, A.adjoint()):
+        assert isinstance(T, scorch.SparseTensor)
+        torch.testing.assert_close(T.to_dense(), x.t())
+    B = A.to(torch.float32, copy=True)
+    assert B.dtype == torch.float32 and torch.equal(B.to_dense(), x.float())
+    X = torch._neg_view(torch.rand(6, 3, dtype=torch.float64))
+    assert X.is_neg() and X.is_contiguous()
+    torch.testing.assert_close(A @ X, x @ X.resolve_neg())
+    with pytest.raises(NotImplementedError, match=rf"aten.cat.*\(formats: {fmt}\)"):
+        torch.cat([A, A])

@@ -72,6 +72,8 @@ def _dense_operand(x: torch.Tensor, dtype):
         n = x.dim()
         if not n:
             raise ValueError(_SCALAR_OPERAND)
+        if x.is_neg():   # (a negated view: its memory holds the values before negation)
+            x = x.resolve_neg()
         return x, _DENSE_SIG[n]
     if x.requires_grad:
         x = x.detach()

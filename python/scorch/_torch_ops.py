@@ -916,13 +916,23 @@ def _T(a):
     return _permuted(a, list(range(a.dim()))[::-1])
 
 
+@_register(torch.Tensor.H.__get__, torch.Tensor.mH.__get__, torch.Tensor.adjoint)
+def _H(a):
+    # (real values only: the conjugate transpose is the transpose)
+    if a.dim() < 2:
+        raise RuntimeError("the adjoint needs a tensor of 2 or more dimensions")
+    return _transpose(a, -2, -1)
+
+
 @_register(torch.Tensor.mT.__get__)
 def _mT(a):
     return _transpose(a, -2, -1)
 
 
 @_register(torch.Tensor.to)
-def _to(a, *args, **kwargs):
+def _to(a, *args, copy=False, **kwargs):
+    # (copy: the result never shares a's values where the dtype changes, and a SparseTensor's
+    # arrays are never written, so sharing them where it does not is as good as a copy)
     device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
     if device is not None and torch.device(device).type != "cpu":
         refuse(f"Tensor.to({device})", a, why="scorch tensors live on the CPU")
