@@ -653,6 +653,9 @@ def test_adjoint_copy_flag_and_negated_views(fmt):
         torch.testing.assert_close(T.to_dense(), x.t())
     B = A.to(torch.float32, copy=True)
     assert B.dtype == torch.float32 and torch.equal(B.to_dense(), x.float())
+    C = A.to(torch.float64, copy=True)                        # same dtype: still a copy
+    C.values().mul_(2)
+    assert C is not A and torch.equal(A.to_dense(), x) and torch.equal(C.to_dense(), 2 * x)
     X = torch._neg_view(torch.rand(6, 3, dtype=torch.float64))
     assert X.is_neg() and X.is_contiguous()
     torch.testing.assert_close(A @ X, x @ X.resolve_neg())

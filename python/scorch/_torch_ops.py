@@ -931,13 +931,11 @@ def _mT(a):
 
 @_register(torch.Tensor.to)
 def _to(a, *args, copy=False, **kwargs):
-    # (copy: the result never shares a's values where the dtype changes, and a SparseTensor's
-    # arrays are never written, so sharing them where it does not is as good as a copy)
     device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
     if device is not None and torch.device(device).type != "cpu":
         refuse(f"Tensor.to({device})", a, why="scorch tensors live on the CPU")
     if dtype is None or dtype == a.dtype:
-        return a
+        return a.clone() if copy else a
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch stores float32 or float64 values, not {dtype}")
     return _map_values(a, lambda v: v.to(dtype))
