@@ -378,3 +378,20 @@ def test_a_literal_zero_factor_gives_zeros(fmt, dtype):
             ("C(i,j) = A(i,j) * 0 + A(i,j)", (A,), None, x)]:
         got = dense_of(scorch.kernel(expr, out_format=fmt_out)(*ops))
         assert torch.equal(got, want), (expr, fmt_out)
+
+
+def test_scalar_output_formats_and_read_limits():
+    """A scalar output is dense: out_format="dense" gives it (it was refused as a 0-D
+    tensor), a sparse format is refused naming the scalar; too many co-iterated reads
+    of one sparse operand name reads, not operands."""
+    x = make_dense((5, 4), dtype=torch.float64, seed=seed_of("scalar-out"))
+    A = scorch.to_sparse(x, "csr")
+    for got in (scorch.einsum("ij->", A, out_format="dense"),
+                scorch.kernel("s = A(i,j)", out_format="dense")(A)):
+        torch.testing.assert_close(got, x.sum())
+    with pytest.raises(ValueError, match="output is a scalar: out_format='csr'"):
+        scorch.einsum("ij->", A, out_format="csr")
+    text = "C(l) = " + " * ".join(["A(k,l)"] * 7)
+    with pytest.raises(NotImplementedError, match="more than 6 reads of sparse operands "
+                                                  "co-iterated at index l"):
+        scorch.kernel(text)(A)

@@ -249,7 +249,9 @@ sc_status sc_ir_verify(const sc_ir_func *fn, sc_error *err)
         return sc_fail(err, SC_INTERNAL, "ir", "verifier: vectors of %d bytes", (int)fn->vec_bytes);
     uint8_t live[1024];
     if ((size_t)fn->nvars > sizeof live)
-        return sc_fail(err, SC_UNSUPPORTED, "ir", "kernel needs more than %zu variables",
+        return sc_fail(err, SC_UNSUPPORTED, "ir",
+                       "kernel needs more than %zu variables (an expression that co-iterates "
+                       "many reads of sparse operands: split it into several calls)",
                        sizeof live);
     memset(live, 0, sizeof live);
     vstate v = {fn, live, err, 0};

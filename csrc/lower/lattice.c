@@ -39,7 +39,8 @@ sc_status sc_lower_lattice_at(const sc_lower_problem *p, const sc_lower_node *n,
             continue;
         if (lat->niters == SC_LOWER_MAX_ITERS)
             return sc_fail(err, SC_UNSUPPORTED, "lower",
-                           "more than %d sparse operands co-iterated at index %s",
+                           "more than %d reads of sparse operands co-iterated at index %s "
+                           "(split the expression into several calls)",
                            SC_LOWER_MAX_ITERS, p->e->vars[v].name);
         lat->iters[lat->niters++] = a;
     }

@@ -325,8 +325,12 @@ def _out_key(out_format):
 
 def _new_entry(lang, expr, descs, out_format, sched, sizes=True):
     fmt_t = None
-    if out_format is not None:
-        fmt_t = Format.parse(out_format, _output_order(lang, expr)).as_tuple()
+    order = _output_order(lang, expr) if out_format is not None else None
+    if order == 0 and out_format != "dense":
+        raise ValueError(f"the expression's output is a scalar: out_format={out_format!r} "
+                         "does not apply (None or 'dense')")
+    if order:   # (a scalar output is dense: "dense" asks for what it is)
+        fmt_t = Format.parse(out_format, order).as_tuple()
     kernel = _C.compile(lang, expr, descs, fmt_t, sched, sizes)
     _, out_fmt_t, _, index_name, _, text = _C.kernel_info(kernel)
     out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
