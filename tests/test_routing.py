@@ -661,3 +661,22 @@ def test_adjoint_copy_flag_and_negated_views(fmt):
     torch.testing.assert_close(A @ X, x @ X.resolve_neg())
     with pytest.raises(NotImplementedError, match=rf"aten.cat.*\(formats: {fmt}\)"):
         torch.cat([A, A])
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_sparse_sum_and_type(fmt):
+    """torch.sparse.sum sums as A.sum does (it raised a COO-layout error); A.type names
+    and converts the dtype as A.to does (it was refused)."""
+    x = make_dense((5, 6), torch.float32, seed_of("sparse-sum", fmt))
+    A = scorch.to_sparse(x, fmt)
+    torch.testing.assert_close(torch.sparse.sum(A), x.sum())
+    torch.testing.assert_close(torch.sparse.sum(A, 1), x.sum(1))
+    torch.testing.assert_close(torch.sparse.sum(A, [0, 1]), x.sum())
+    torch.testing.assert_close(torch.sparse.sum(A, dtype=torch.float64), x.double().sum())
+    assert A.type() == "torch.FloatTensor"
+    for to in (torch.float64, "torch.DoubleTensor"):
+        B = A.type(to)
+        assert isinstance(B, scorch.SparseTensor) and B.dtype == torch.float64
+        assert torch.equal(B.to_dense(), x.double())
+    with pytest.raises(TypeError, match="float32 or float64"):
+        A.type(torch.int32)

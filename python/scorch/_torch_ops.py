@@ -820,6 +820,11 @@ def _sum_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
     return _sum(a, dim, keepdim, dtype=dtype)
 
 
+@_register(torch._sparse_sum)   # torch.sparse.sum: as A.sum (a dense result)
+def _sparse_sum_handler(a, dim=None, *, dtype=None):
+    return _sum(a, dim, False, dtype=dtype)
+
+
 @_register(torch.mean, torch.Tensor.mean)
 def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
     if out is not None:
@@ -939,6 +944,20 @@ def _to(a, *args, copy=False, **kwargs):
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch stores float32 or float64 values, not {dtype}")
     return _map_values(a, lambda v: v.to(dtype))
+
+
+_TYPE_NAMES = {"torch.FloatTensor": torch.float32, "torch.DoubleTensor": torch.float64}
+
+
+@_register(torch.Tensor.type)
+def _type(a, dtype=None, non_blocking=False, **kwargs):
+    if dtype is None:
+        return "torch.FloatTensor" if a.dtype == torch.float32 else "torch.DoubleTensor"
+    if isinstance(dtype, str):
+        if dtype not in _TYPE_NAMES:
+            raise TypeError(f"scorch stores float32 or float64 values, not {dtype}")
+        dtype = _TYPE_NAMES[dtype]
+    return _to(a, dtype)
 
 
 @_register(torch.Tensor.double)
