@@ -2884,6 +2884,15 @@ static sc_ir_var owned_alloc_uninit(lb *L, sc_ir_list *top, const char *name, sc
     return v;
 }
 
+/* The sparse output's values, count of them, allocated once (top): zero-filled only
+ * where the expression is zero everywhere, else each is written by the fill. */
+static sc_ir_var out_values(lb *L, sc_ir_list *top, const sc_ir_expr *count)
+{
+    sc_ir_var v;
+    ws_buffer(L, top, true, &v, "out_vals", L->vt, count, identically_zero(L->p));
+    return v;
+}
+
 /* Whether n is a product (of accesses, literals, negations) in which no sparse access
  * other than number *t is a factor; *t: the first sparse access seen (-1: none yet). */
 static bool lone_sparse_factor(const sc_lower_problem *p, const sc_lower_node *n, int32_t *t)
@@ -3137,8 +3146,7 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
         /* no zero fill: the loops visit every entry of the operand once (its only
          * sparse factor), each written at its own position, COO duplicates too; unless
          * the expression is zero everywhere (a literal 0 factor), when none is */
-        L->ovals = identically_zero(p) ? owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]))
-                                       : owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
+        L->ovals = out_values(L, top, V(L->tot[last]));
         sc_ir_push(B, top, sc_ir_comment(B, "fill"));
         L->mode = FILL;
         sc_ir_push(B, top, phase(L, S, -1, I(1))); /* (no workspace to fail) */
@@ -3212,8 +3220,7 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     }
     /* every entry counted is written by the fill (every entry of the pattern, where the
      * output has one, unless the expression is zero everywhere) */
-    L->ovals = identically_zero(p) ? owned_alloc(L, top, "out_vals", L->vt, V(L->tot[last]))
-                                   : owned_alloc_uninit(L, top, "out_vals", L->vt, V(L->tot[last]));
+    L->ovals = out_values(L, top, V(L->tot[last]));
     sc_ir_var r = newv(L, "r", SC_IR_I64);
     if (!L->share)
         sc_ir_push(B, top, sc_ir_for(B, r, I(0), rows1, I(1), SC_IR_SEQ, 0,

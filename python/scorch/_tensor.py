@@ -130,11 +130,7 @@ class SparseTensor(torch.Tensor):
             return args[0]._rewrap(args[0]._values)
         if func is torch.ops.aten.clone.default:
             return args[0].clone()
-        flat = [b for a in args for b in (a if isinstance(a, (list, tuple)) else (a,))]
-        fmts = sorted({str(a.format) for a in flat if isinstance(a, SparseTensor)})
-        raise NotImplementedError(
-            f"scorch: {func} is not supported on SparseTensor (formats: {', '.join(fmts)}); "
-            "use .to_dense() to compute it densely")
+        _ops().refuse(str(func), *args)   # (formats named inside lists of operands too)
 
     # ---- properties --------------------------------------------------------------------
     @property

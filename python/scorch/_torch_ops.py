@@ -47,7 +47,7 @@ def _formats(*objs):
         if isinstance(o, SparseTensor):
             out.add(str(o.format))
         elif isinstance(o, (list, tuple)):
-            out |= _formats(*o)
+            out.update(_formats(*o))
     return sorted(out)
 
 
