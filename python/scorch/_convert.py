@@ -39,13 +39,9 @@ def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_d
                              int(bool(drop_zeros)) | 2 * int(is_sorted), _threads())
     out = _wrap(shape, fmt, p, c, v, it)
     if values.requires_grad and torch.is_grad_enabled():
-        # Differentiable w.r.t. values: each stored entry the sum of the values given at
-        # its coordinates (duplicates summed, dropped zeros nowhere).
-        from ._torch_ops import entry_positions
+        from ._torch_ops import summed_onto   # (differentiable w.r.t. values)
 
-        idx, hit = entry_positions(out, list(coords))
-        vals = torch.zeros(out.nnz, dtype=values.dtype).index_add(0, idx[hit], values[hit])
-        out = out._rewrap(vals, requires_grad=True)
+        out = summed_onto(out, list(coords), values)
     return out
 
 

@@ -166,9 +166,14 @@ class SparseTensor(torch.Tensor):
         """The 1-D tensor of stored values, in storage order (the tensor itself, no copy)."""
         return self._values
 
-    def indices(self, level: int):
-        """``(pos, crd)`` of a level: each a 1-D tensor or None where the level has none."""
+    def indices(self, level=None):
+        """``(pos, crd)`` of a level: each a 1-D tensor or None where the level has none.
+        Without a level, as torch's COO ``indices()``: the (ndim, nnz) int64 coordinates
+        of the stored entries, column e for ``values()[e]`` (a new tensor)."""
         n = self.dim()
+        if level is None:
+            cols = _ops().dim_coords(self)
+            return torch.stack(cols) if cols else torch.zeros(0, self.nnz, dtype=torch.int64)
         if not -n <= level < n:
             raise IndexError(f"level {level} is out of range for a {n}-level tensor")
         return self._pos[level], self._crd[level]
@@ -214,7 +219,7 @@ class SparseTensor(torch.Tensor):
 
         Explicit zeros are kept, except that zeros a dense level stores (padding) are
         dropped when the source's innermost level is dense (only then are there padding
-        values); ``drop_zeros=True/False`` overrides.
+        values); ``drop_zeros=True/False`` overrides.  Differentiable w.r.t. the values.
         """
         fmt = Format.parse(format, self.dim())
         it = _resolve_index_dtype(index_dtype, self.shape, self.nnz)
@@ -226,7 +231,10 @@ class SparseTensor(torch.Tensor):
         p, c, v = _C.convert(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
                              _INDEX_NAMES[self.index_dtype], fmt.as_tuple(),
                              _INDEX_NAMES[it], bool(drop_zeros), _threads())
-        return _wrap(self.shape, fmt, p, c, v, it)
+        out = _wrap(self.shape, fmt, p, c, v, it)
+        if self._values.requires_grad and torch.is_grad_enabled():
+            out = _ops().summed_onto(out, _ops().dim_coords(self), self._values)
+        return out
 
     def to_torch(self, layout=None) -> torch.Tensor:
         """A torch sparse tensor: CSR for csr, CSC for csc, COO (coalesced) otherwise, or

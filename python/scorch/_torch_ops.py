@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 
 from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remembered
 from ._compiler import einsum as _raw_einsum
-from ._format import _format_from_tuple
+from ._format import Format, _format_from_tuple
 from . import _tensor
 from ._tensor import _HANDLERS, VALUE_DTYPES, SparseTensor
 
@@ -155,6 +155,15 @@ def entry_positions(pattern: SparseTensor, cols):
         return torch.zeros_like(kr), torch.zeros(kr.shape, dtype=torch.bool)
     idx = torch.searchsorted(kp, kr).clamp_(max=kp.numel() - 1)
     return idx, kp[idx] == kr
+
+
+def summed_onto(out: SparseTensor, cols, values) -> SparseTensor:
+    """``out``'s pattern around values given at coordinates ``cols`` (per dimension):
+    each stored entry the sum of those at its coordinates (duplicates summed, ones it
+    does not store dropped), differentiable w.r.t. ``values``."""
+    idx, hit = entry_positions(out, cols)
+    vals = torch.zeros(out.nnz, dtype=values.dtype).index_add(0, idx[hit], values[hit])
+    return out._rewrap(vals, requires_grad=True)
 
 
 class _ToDenseFn(torch.autograd.Function):
@@ -850,11 +859,9 @@ def _softmax(name, a, dim, dtype, log):
     key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others])
     if v.numel() == 0:
         return a._rewrap(v, requires_grad=v.requires_grad)
-    if not all(a._format.unique) and a.nnz > 1:
-        full = _linear_key(level_coords(a), [a.shape[d] for d in a._format.order])
-        if bool((full[1:] == full[:-1]).any()):
-            refuse(name, a, why="the tensor has duplicate entries; coalesce it with "
-                                ".to_format(...) first")
+    if has_duplicates(a):
+        refuse(name, a, why="the tensor has duplicate entries; coalesce it with "
+                            ".coalesce() first")
     vmax = torch.full((m,), -math.inf, dtype=v.dtype).scatter_reduce(
         0, key, v.detach(), "amax", include_self=True)
     shifted = v - vmax[key]
@@ -1011,6 +1018,109 @@ def _share_memory_(a):
 def _dlpack(a, *args, **kwargs):   # lower-level torch.utils.dlpack.to_dlpack has no hook)
     refuse("DLPack export", a, why="DLPack describes strided arrays; export "
                                    "A.values() and A.indices(level), or A.to_dense()")
+
+
+# ---- torch's sparse accessors --------------------------------------------------------------
+# Code written for torch.sparse asks these of a sparse tensor.  Each stored value is one
+# entry (values() is 1-D), so every dimension counts as sparse; the compressed-index
+# accessors answer for the format whose arrays they name, as torch's do for its layout.
+
+@_register(torch.Tensor._nnz)
+def _nnz(a):
+    return a.nnz
+
+
+@_register(torch.Tensor.sparse_dim)
+def _sparse_dim(a):
+    return a.dim()
+
+
+@_register(torch.Tensor.dense_dim)
+def _dense_dim(a):
+    return 0
+
+
+def _compressed_array(a, accessor, fmt_name, which):
+    if a._format.name != fmt_name:
+        raise RuntimeError(f"{accessor}() needs a {fmt_name} SparseTensor, and this one is "
+                           f"{a._format}; convert it with .to_format({fmt_name!r}) or read "
+                           f"its level arrays with .indices(level)")
+    return a._pos[1] if which == "pos" else a._crd[1]
+
+
+@_register(torch.Tensor.crow_indices)
+def _crow_indices(a):
+    return _compressed_array(a, "crow_indices", "csr", "pos")
+
+
+@_register(torch.Tensor.col_indices)
+def _col_indices(a):
+    return _compressed_array(a, "col_indices", "csr", "crd")
+
+
+@_register(torch.Tensor.ccol_indices)
+def _ccol_indices(a):
+    return _compressed_array(a, "ccol_indices", "csc", "pos")
+
+
+@_register(torch.Tensor.row_indices)
+def _row_indices(a):
+    return _compressed_array(a, "row_indices", "csc", "crd")
+
+
+def has_duplicates(a: SparseTensor) -> bool:
+    """Whether two stored entries share every coordinate (only a format whose innermost
+    level is non-unique can hold such; entries are sorted, so duplicates are adjacent)."""
+    if a._format.unique[-1] or a.nnz < 2:
+        return False
+    key = _linear_key(level_coords(a), [a.shape[d] for d in a._format.order])
+    return bool((key[1:] == key[:-1]).any())
+
+
+@_register(torch.Tensor.is_coalesced)
+def _is_coalesced(a):
+    return not has_duplicates(a)
+
+
+@_register(torch.Tensor.coalesce)
+def _coalesce(a):
+    # (a conversion sums duplicates, as torch's coalesce does; the format stays)
+    return a.to_format(a.format) if has_duplicates(a) else a
+
+
+def _to_sparse_as(a, name, fmt, dense_dim=None, blocksize=None):
+    if blocksize is not None:
+        refuse(f"Tensor.{name}(blocksize=)", a, why="blocked formats are not built yet")
+    if dense_dim:
+        refuse(f"Tensor.{name}(dense_dim={dense_dim})", a,
+               why="values are one per stored entry (no dense trailing dimensions)")
+    return a if a._format == Format.parse(fmt, a.dim()) else a.to_format(fmt)
+
+
+@_register(torch.Tensor.to_sparse_csr)
+def _to_sparse_csr(a, dense_dim=None):
+    return _to_sparse_as(a, "to_sparse_csr", "csr", dense_dim)
+
+
+@_register(torch.Tensor.to_sparse_csc)
+def _to_sparse_csc(a, dense_dim=None):
+    return _to_sparse_as(a, "to_sparse_csc", "csc", dense_dim)
+
+
+_LAYOUT_FORMATS = {torch.sparse_coo: "coo", torch.sparse_csr: "csr", torch.sparse_csc: "csc"}
+
+
+@_register(torch.Tensor.to_sparse, torch.Tensor.to_sparse_coo)
+def _to_sparse(a, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=None):
+    if sparse_dim is not None and sparse_dim != a.dim():
+        refuse(f"Tensor.to_sparse(sparse_dim={sparse_dim})", a,
+               why="every dimension of a SparseTensor is sparse")
+    if layout is not None and layout not in _LAYOUT_FORMATS:
+        refuse(f"Tensor.to_sparse(layout={layout})", a,
+               why="the layouts with a scorch format are sparse_coo, sparse_csr and "
+                   "sparse_csc")
+    return _to_sparse_as(a, "to_sparse", _LAYOUT_FORMATS.get(layout, "coo"), dense_dim,
+                         blocksize)
 
 
 @_register(torch.Tensor.detach, torch.detach)

@@ -1,0 +1,140 @@
+"""torch.sparse's accessors on a SparseTensor, against what torch answers for its layouts.
+
+Code written for torch.sparse reads ``_nnz()``, ``crow_indices()``, ``indices()``,
+``is_coalesced()`` and converts with ``to_sparse_csr()``; each must give torch's answer
+for the matching format (or name the format it needs), and conversions stay scorch
+tensors, differentiable w.r.t. the values.
+"""
+import pytest
+import torch
+
+import scorch
+
+from conftest import SHAPES_2D, make_dense, seed_of
+
+FORMATS = ["csr", "csc", "coo", "dcsr", "dcsc", "dense", "cd"]
+
+
+def _dense(sid, shape, kind, dtype=torch.float64):
+    return make_dense(shape, dtype, seed_of("accessors", sid), kind)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+def test_counts_and_coordinates(fmt, sid, shape, kind):
+    x = _dense(sid, shape, kind)
+    A = scorch.to_sparse(x, fmt)
+    assert A._nnz() == A.nnz == A.values().numel()
+    assert (A.sparse_dim(), A.dense_dim()) == (2, 0)
+    assert A.is_coalesced()
+    idx = A.indices()
+    assert idx.dtype == torch.int64 and tuple(idx.shape) == (2, A.nnz)
+    # column e of indices() is the coordinate of values()[e]
+    back = torch.sparse_coo_tensor(idx, A.values(), shape,
+                                   check_invariants=True).to_dense()
+    assert torch.equal(back, x)
+
+
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+def test_compressed_arrays_are_torchs(sid, shape, kind):
+    x = _dense(sid, shape, kind)
+    R, C = scorch.to_sparse(x, "csr"), scorch.to_sparse(x, "csc")
+    tr, tc = x.to_sparse_csr(), x.to_sparse_csc()
+    assert torch.equal(R.crow_indices().long(), tr.crow_indices())
+    assert torch.equal(R.col_indices().long(), tr.col_indices())
+    assert torch.equal(C.ccol_indices().long(), tc.ccol_indices())
+    assert torch.equal(C.row_indices().long(), tc.row_indices())
+    assert R.crow_indices() is R.indices(1)[0]   # views of the arrays, as torch's are
+
+
+@pytest.mark.parametrize("fmt", ["csc", "coo", "dcsr", "dense"])
+def test_crow_indices_names_the_format_it_needs(fmt):
+    A = scorch.to_sparse(torch.eye(3), fmt)
+    for name, need in (("crow_indices", "csr"), ("col_indices", "csr")):
+        with pytest.raises(RuntimeError, match=f"{name}\\(\\) needs a {need}.*{fmt}"):
+            getattr(A, name)()
+    B = scorch.to_sparse(torch.eye(3), "csr")
+    with pytest.raises(RuntimeError, match="ccol_indices\\(\\) needs a csc.*csr"):
+        B.ccol_indices()
+    with pytest.raises(RuntimeError, match="row_indices\\(\\) needs a csc.*csr"):
+        B.row_indices()
+
+
+def _with_duplicates():
+    # (0,1) stored twice (1 + 2), (1,2) once; sorted, as from_components requires
+    return scorch.from_components(
+        (2, 3), "coo", pos=[torch.tensor([0, 3]), None],
+        crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 2])],
+        values=torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_coalesce_sums_duplicates_and_leaves_the_input():
+    D = _with_duplicates()
+    arrays = [t.clone() for t in D._pos + D._crd if t is not None]
+    assert not D.is_coalesced()
+    C = D.coalesce()
+    assert C.is_coalesced() and C.format == D.format and C.nnz == 2
+    assert torch.equal(C.indices(), torch.tensor([[0, 1], [1, 2]]))
+    assert torch.equal(C.values(), torch.tensor([3.0, 3.0]))
+    assert torch.equal(C.to_dense(), D.to_dense())
+    assert torch.equal(D.values(), torch.tensor([1.0, 2.0, 3.0]))
+    assert all(torch.equal(a, b) for a, b in
+               zip(arrays, [t for t in D._pos + D._crd if t is not None]))
+    assert C.coalesce() is C
+
+
+def test_coalesce_is_differentiable():
+    D = _with_duplicates()
+    v = D.values().clone().requires_grad_()
+    C = D.with_values(v).coalesce()
+    (C.values() * torch.tensor([10.0, 100.0])).sum().backward()
+    assert torch.equal(v.grad, torch.tensor([10.0, 10.0, 100.0]))
+
+
+def test_softmax_over_duplicates_points_to_coalesce():
+    with pytest.raises(NotImplementedError, match="coalesce"):
+        torch.softmax(_with_duplicates(), 1)
+
+
+@pytest.mark.parametrize("src", FORMATS)
+@pytest.mark.parametrize("method,kwargs,want", [
+    ("to_sparse_csr", {}, "csr"), ("to_sparse_csc", {}, "csc"), ("to_sparse", {}, "coo"),
+    ("to_sparse_coo", {}, "coo"), ("to_sparse", {"layout": torch.sparse_csr}, "csr"),
+    ("to_sparse", {"layout": torch.sparse_csc}, "csc"),
+    ("to_sparse", {"layout": torch.sparse_coo}, "coo")])
+def test_to_sparse_layouts_give_scorch_formats(src, method, kwargs, want):
+    x = _dense("to_sparse", (5, 7), "random", torch.float32)
+    A = scorch.to_sparse(x, src)
+    B = getattr(A, method)(**kwargs)
+    assert isinstance(B, scorch.SparseTensor)
+    assert B.format == scorch.Format.parse(want, 2)
+    assert torch.equal(B.to_dense(), x)
+    assert (B is A) == (src == want)   # as torch: already in that layout, the tensor itself
+
+
+@pytest.mark.parametrize("call,what", [
+    (lambda A: A.to_sparse(layout=torch.sparse_bsr), "layout=torch.sparse_bsr"),
+    (lambda A: A.to_sparse(layout=torch.sparse_bsr, blocksize=(2, 2)), "layout"),
+    (lambda A: A.to_sparse_csr(dense_dim=1), "dense_dim=1"),
+    (lambda A: A.to_sparse(1), "sparse_dim=1")])
+def test_to_sparse_refusals_name_the_argument(call, what):
+    A = scorch.to_sparse(torch.eye(4), "csr")
+    with pytest.raises(NotImplementedError, match=what.replace("(", "\\(")):
+        call(A)
+
+
+@pytest.mark.parametrize("src", FORMATS)
+@pytest.mark.parametrize("dst", FORMATS)
+def test_to_format_carries_the_gradient(src, dst):
+    x = _dense("grad", (6, 5), "empty_rows")
+    w = torch.arange(30, dtype=torch.float64).reshape(6, 5)
+    A = scorch.to_sparse(x, src)
+    v = A.values().clone().requires_grad_()
+    B = A.with_values(v).to_format(dst)
+    assert B.values().requires_grad
+    (B.to_dense() * w).sum().backward()
+    # d/dv of sum(w * dense): w at each coordinate B stores, 0 where B dropped an entry
+    # (a dense source's padding zeros)
+    kept = torch.zeros_like(w)
+    kept[tuple(B.indices())] = 1
+    assert torch.equal(v.grad, (w * kept)[tuple(A.indices())])
