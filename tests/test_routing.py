@@ -396,10 +396,19 @@ def test_storage_level_exports_are_refused():
     m.register_buffer("adj", A)
     with pytest.raises(NotImplementedError, match="Tensor.share_memory_"):
         m.share_memory()
-    for export in (lambda: np.from_dlpack(A), lambda: torch.from_dlpack(A)):
+    from torch.utils import dlpack
+
+    for export in (lambda: np.from_dlpack(A), lambda: torch.from_dlpack(A),
+                   lambda: dlpack.to_dlpack(A), lambda: torch.to_dlpack(A)):
         with pytest.raises(NotImplementedError, match="DLPack export"):
             export()
+    for write in (lambda: A.apply_(lambda v: 2 * v), lambda: A.map_(A, lambda a, b: a)):
+        with pytest.raises(NotImplementedError, match="apply_"):
+            write()
     torch.testing.assert_close(A @ torch.ones(6), x @ torch.ones(6))   # still usable
+    # torch's own to_dlpack, behind the guard, still exports a plain tensor
+    back = torch.from_dlpack(dlpack.to_dlpack(x))
+    assert torch.equal(back, x) and back.data_ptr() == x.data_ptr()
 
 
 def test_refusal_names_both_formats():

@@ -1014,10 +1014,43 @@ def _share_memory_(a):
                                           "(scorch.from_components) from shared arrays")
 
 
-@_register(torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__)   # (from_dlpack; the
-def _dlpack(a, *args, **kwargs):   # lower-level torch.utils.dlpack.to_dlpack has no hook)
+@_register(torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__)   # (from_dlpack)
+def _dlpack(a, *args, **kwargs):
     refuse("DLPack export", a, why="DLPack describes strided arrays; export "
                                    "A.values() and A.indices(level), or A.to_dense()")
+
+
+def _guard_to_dlpack():
+    """torch.to_dlpack (torch.utils.dlpack.to_dlpack) is a C function with no subclass
+    hook: on a SparseTensor it exports the storage the wrapper does not have, and the
+    consumer segfaults.  Both names get a guard that refuses a SparseTensor and passes
+    every other tensor to torch's function as it is."""
+    import torch.utils.dlpack as dlpack
+
+    raw = dlpack.to_dlpack
+    if getattr(raw, "_scorch_guard", False):
+        return
+
+    @functools.wraps(raw)
+    def to_dlpack(tensor):
+        if isinstance(tensor, SparseTensor):
+            _dlpack(tensor)
+        return raw(tensor)
+
+    to_dlpack._scorch_guard = True
+    dlpack.to_dlpack = to_dlpack
+    if getattr(torch, "to_dlpack", None) is raw:
+        torch.to_dlpack = to_dlpack
+
+
+_guard_to_dlpack()
+
+
+@_register(torch.Tensor.apply_, torch.Tensor.map_, torch.Tensor.map2_)
+def _apply_(a, *args, **kwargs):
+    # (apply_ runs a Python callable over the storage the wrapper does not have: a segfault)
+    refuse("Tensor.apply_/map_", a, why="scorch never writes a tensor in place; map the "
+                                        "values instead: A.with_values(f(A.values()))")
 
 
 # ---- torch's sparse accessors --------------------------------------------------------------
