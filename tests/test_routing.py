@@ -529,6 +529,26 @@ def test_enable_sparse_result_and_refusals():
     assert not scorch.is_enabled()
 
 
+@pytest.mark.parametrize("a", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("b", ["csr", "csc", "coo"])
+def test_enable_sparse_product_layout_is_atens(a, b):
+    """A sparse @ sparse product comes back in the layout ATen gives it: CSR for any two
+    compressed operands (csc @ csr too), COO for COO @ COO; scorch also computes the mixed
+    COO / compressed pairs ATen refuses, in the first operand's layout."""
+    x = make_dense((5, 4), torch.float32, seed_of("dispatch_layout", 1))
+    y = make_dense((4, 6), torch.float32, seed_of("dispatch_layout", 2))
+    conv = {"csr": torch.Tensor.to_sparse_csr, "csc": torch.Tensor.to_sparse_csc,
+            "coo": torch.Tensor.to_sparse}
+    A, B = conv[a](x), conv[b](y)
+    with scorch.enabled():
+        C = torch.mm(A, B)
+    torch.testing.assert_close(C.to_dense(), x @ y)
+    if "coo" not in (a, b):
+        assert C.layout is torch.mm(A, B).layout is torch.sparse_csr
+    else:
+        assert C.layout is A.layout
+
+
 def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
     from scorch import _dispatch
 

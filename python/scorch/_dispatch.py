@@ -118,23 +118,29 @@ def _remember(x, view):
     _VIEWS[key] = (weakref.ref(x, forget), x._version, view)
 
 
-def _from_scorch(r, like: torch.Tensor):
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+
+
+def _from_scorch(r, *operands: torch.Tensor):
+    """A sparse result in the layout ATen gives: CSR for a product of two compressed
+    (CSR / CSC) operands, else the sparse operand's (CSR for BSR / BSC)."""
     if not isinstance(r, SparseTensor):
         return r
-    layout = like.layout if like.layout in (torch.sparse_csr, torch.sparse_csc,
-                                            torch.sparse_coo) else torch.sparse_csr
+    layouts = [x.layout for x in operands if x.layout is not torch.strided]
+    if all(lay in _COMPRESSED for lay in layouts) and len(layouts) > 1:
+        layout = torch.sparse_csr
+    elif layouts[0] in _COMPRESSED + (torch.sparse_coo,):
+        layout = layouts[0]
+    else:
+        layout = torch.sparse_csr
     return r.to_torch(layout)
-
-
-def _sparse_of(*xs):
-    return next(x for x in xs if x.layout is not torch.strided)
 
 
 def _mm(a, b):
     global calls
     calls += 1
-    r = _einsum_run("ij,jk->ik", (_to_scorch(a, "mm"), _to_scorch(b, "mm")))
-    return r if not isinstance(r, SparseTensor) else _from_scorch(r, _sparse_of(a, b))
+    return _from_scorch(_einsum_run("ij,jk->ik", (_to_scorch(a, "mm"), _to_scorch(b, "mm"))),
+                        a, b)
 
 
 def _mv(a, x):
