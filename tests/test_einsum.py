@@ -318,6 +318,19 @@ def test_illegal_schedule_is_refused(text, match):
         scorch.einsum("ij,jk->ik", A, dn((5, 3), torch.float64, 2), schedule=text)
 
 
+@pytest.mark.parametrize("bad", [3, ["order(i,j,k)"]])
+def test_schedule_of_another_type_is_a_type_error(bad):
+    A = sp((6, 5), "csr", torch.float64, torch.int32, 1)
+    with pytest.raises(TypeError, match="a schedule is text, not"):
+        scorch.einsum("ij,jk->ik", A, dn((5, 3), torch.float64, 2), schedule=bad)
+    with pytest.raises(TypeError, match="a schedule is text, not"):   # at construction
+        scorch.kernel("C(i,k) = A(i,j) * B(j,k)", A="csr", B="dense", schedule=bad)
+    k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", A="csr", B="dense",
+                      schedule=scorch.Schedule("order(i,j,k)"))
+    torch.testing.assert_close(k(A, dn((5, 3), torch.float64, 2)),
+                               A.to_dense() @ dn((5, 3), torch.float64, 2))
+
+
 def test_second_process_reuses_the_disk_cache(tmp_path):
     import subprocess
     import sys

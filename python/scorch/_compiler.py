@@ -60,6 +60,14 @@ class Schedule:
         return hash(self.text)
 
 
+def _schedule_text(schedule):
+    """A schedule argument (None, text or a Schedule) as text; anything else is a
+    TypeError here rather than a parse error about its str()."""
+    if schedule is None or isinstance(schedule, Schedule):
+        return None if schedule is None else schedule.text
+    return Schedule(schedule).text
+
+
 def _dense_operand(x: torch.Tensor, dtype):
     """(desc, signature) for a dense tensor; desc is the tensor itself when it is
     contiguous (the extension reads its data pointer and shape), else (shape, fmt, pos,
@@ -256,7 +264,7 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     descs, sigs = _operands(operands)
-    sched = None if schedule is None else str(schedule)
+    sched = _schedule_text(schedule)
     key, entry = _entry(lang, expr, (lang, expr, sigs, _out_key(out_format), sched), operands,
                         descs, out_format, sched)
     if not pretranspose or not _sparse_moves(entry, operands):
@@ -501,7 +509,7 @@ class Kernel:
         self.notation = notation
         self.formats = dict(formats)
         self.out_format = out_format
-        self.schedule = schedule
+        self.schedule = _schedule_text(schedule)
         self._parsed = {}  # (declared format, ndim) -> Format: parsed once, not per call
 
     def _check(self, operands):
@@ -523,8 +531,7 @@ class Kernel:
 
     def __call__(self, *operands):
         self._check(operands)
-        key = (_LANG_INDEX, self.notation, _out_key(self.out_format),
-               None if self.schedule is None else str(self.schedule))
+        key = (_LANG_INDEX, self.notation, _out_key(self.out_format), self.schedule)
         return _remembered_run(key, _LANG_INDEX, self.notation, operands, self.out_format,
                                self.schedule)
 
