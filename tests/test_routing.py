@@ -709,3 +709,64 @@ def test_sparse_sum_and_type(fmt):
         assert torch.equal(B.to_dense(), x.double())
     with pytest.raises(TypeError, match="float32 or float64"):
         A.type(torch.int32)
+
+
+# ---- torch.sparse.sampled_addmm / torch.sparse.addmm ---------------------------------------
+
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+@pytest.mark.parametrize("alpha,beta", [(1, 1), (2.0, 0.5), (1, 0)])
+def test_sampled_addmm_is_an_sddmm_with_gradients(fmt, dtype, alpha, beta):
+    """alpha * (U @ V) at A's stored entries + beta * A, in A's format, against the dense
+    formula; gradients of U, V and A's values against dense autograd."""
+    x = make_dense((7, 9), dtype, seed_of("sampled", fmt, dtype))
+    U0, V0 = dn((7, 4), dtype, 1), dn((4, 9), dtype, 2)
+    w = dn((7, 9), dtype, 3)
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    U, V = U0.clone().requires_grad_(), V0.clone().requires_grad_()
+    S = torch.sparse.sampled_addmm(A, U, V, beta=beta, alpha=alpha)
+    assert isinstance(S, scorch.SparseTensor) and S.format == A.format
+    (S.to_dense() * w).sum().backward()
+
+    xd, Ud, Vd = x.clone().requires_grad_(), U0.clone().requires_grad_(), \
+        V0.clone().requires_grad_()
+    mask = (x != 0).to(dtype)
+    ref = alpha * (Ud @ Vd) * mask + beta * xd
+    (ref * w).sum().backward()
+    torch.testing.assert_close(S.to_dense(), ref.detach(), **tol(dtype))
+    torch.testing.assert_close(U.grad, Ud.grad, **tol(dtype))
+    torch.testing.assert_close(V.grad, Vd.grad, **tol(dtype))
+    if beta == 0:
+        assert A.grad is None          # (the result does not depend on A's values)
+    else:
+        torch.testing.assert_close(A.grad.to_dense(), xd.grad * mask, **tol(dtype))
+    # the same as torch's own on a CSR copy
+    t = torch.sparse.sampled_addmm(x.to_sparse_csr(), U0, V0, beta=beta, alpha=alpha)
+    torch.testing.assert_close(S.to_dense(), t.to_dense(), **tol(dtype))
+
+
+def test_sampled_addmm_coalesces_duplicates_and_checks_shapes():
+    D = scorch.from_components(
+        (2, 3), "coo", pos=[torch.tensor([0, 3]), None],
+        crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 2])],
+        values=torch.tensor([1.0, 2.0, 3.0]))
+    U, V = dn((2, 4), torch.float32, 1), dn((4, 3), torch.float32, 2)
+    S = torch.sparse.sampled_addmm(D, U, V)
+    mask = torch.tensor([[0, 1, 0], [0, 0, 1.0]])
+    torch.testing.assert_close(S.to_dense(), (U @ V) * mask + D.to_dense())
+    with pytest.raises(RuntimeError, match="mat1 \\(m, k\\)"):
+        torch.sparse.sampled_addmm(D, U, V.t())
+    with pytest.raises(NotImplementedError, match="out="):
+        torch.sparse.sampled_addmm(D, U, V, out=torch.empty(0))
+    A = scorch.to_sparse(U @ V, "csr")
+    with pytest.raises(NotImplementedError, match="mat1 and mat2 dense"):
+        torch.sparse.sampled_addmm(D, A, V.t())
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_torch_sparse_addmm(fmt):
+    x = make_dense((6, 5), torch.float64, seed_of("sparse_addmm", fmt))
+    M, X = dn((6, 3), torch.float64, 1), dn((5, 3), torch.float64, 2)
+    A = scorch.to_sparse(x, fmt)
+    torch.testing.assert_close(torch.sparse.addmm(M, A, X, beta=0.5, alpha=2.0),
+                               torch.addmm(M, x, X, beta=0.5, alpha=2.0))

@@ -141,7 +141,7 @@ def align_values(r: SparseTensor, pattern: SparseTensor) -> torch.Tensor:
         return r._values
     idx, hit = entry_positions(pattern, dim_coords(r))
     out = torch.zeros(pattern.nnz, dtype=r.dtype)
-    return out.index_add_(0, idx[hit], r._values.detach()[hit])
+    return out.index_add(0, idx[hit], r._values[hit])   # (differentiable w.r.t. r's values)
 
 
 def entry_positions(pattern: SparseTensor, cols):
@@ -748,6 +748,37 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
     if not _is_sparse(i) and not _is_sparse(p):
         return i + p              # dense input broadcast onto a dense product, as torch
     return _add("torch.addmm", i, p, 1)
+
+
+@_register(torch.sparse.addmm)
+def _sparse_addmm(mat, mat1, mat2, *, beta=1, alpha=1):
+    return _addmm(mat, mat1, mat2, beta=beta, alpha=alpha)
+
+
+@_register(torch.sparse.sampled_addmm)
+def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """alpha * (mat1 @ mat2) at inp's stored entries + beta * inp: one SDDMM over inp's
+    pattern (its values replaced by ones, as torch's spy(input)), inp's format kept."""
+    name = "torch.sparse.sampled_addmm"
+    if out is not None:
+        refuse(f"{name}(out=)", inp, mat1, mat2, why="scorch never writes to its inputs")
+    if not _is_sparse(inp) or _is_sparse(mat1) or _is_sparse(mat2):
+        refuse(name, inp, mat1, mat2, why="input must be the SparseTensor, mat1 and mat2 "
+                                          "dense")
+    if (inp.dim(), mat1.dim(), mat2.dim()) != (2, 2, 2) or \
+            (mat1.shape[0], mat2.shape[1], mat1.shape[1]) != (*inp.shape, mat2.shape[0]):
+        raise RuntimeError(f"{name}: expected input (m, n), mat1 (m, k) and mat2 (k, n), "
+                           f"got {tuple(inp.shape)}, {tuple(mat1.shape)} and "
+                           f"{tuple(mat2.shape)}")
+    if has_duplicates(inp):
+        inp = _coalesce(inp)     # (spy has one 1 per coordinate)
+    spy = inp._rewrap(torch.ones(inp.nnz, dtype=inp.dtype))
+    vals = align_values(einsum("ij,ik,kj->ij", spy, mat1, mat2), inp)
+    if alpha != 1:
+        vals = vals * alpha
+    if beta != 0:
+        vals = vals + (inp._values if beta == 1 else inp._values * beta)
+    return inp._rewrap(vals, requires_grad=vals.requires_grad)
 
 
 @_register(F.linear)
