@@ -972,6 +972,118 @@ def _mT(a):
     return _transpose(a, -2, -1)
 
 
+# ---- selecting along a dimension: index_select, narrow, A[rows], A[a:b] -----------------
+
+def index_select(a: SparseTensor, dim: int, index, name="index_select") -> SparseTensor:
+    """The entries of ``a`` whose coordinate along ``dim`` is in ``index`` (1-D, repeats
+    allowed; negative positions count from the end, except in index_select, which refuses
+    them as torch's does), renumbered by their place in ``index``;
+    the same format, differentiable w.r.t. the values.  O(nnz log nnz), through the
+    coordinates of the stored entries (any format)."""
+    n = a.dim()
+    if not -n <= dim < n:
+        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
+    dim %= n
+    index = torch.as_tensor(index) if not isinstance(index, list) or index else \
+        torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
+    if index.dtype == torch.bool:
+        if index.shape != (a.shape[dim],):
+            raise IndexError(f"{name}: a boolean mask along dim {dim} needs {a.shape[dim]} "
+                             f"entries, got shape {tuple(index.shape)}")
+        index = index.nonzero().reshape(-1)
+    if index.dim() > 1 or index.dtype not in (torch.int32, torch.int64, torch.int16,
+                                              torch.int8, torch.uint8):
+        raise IndexError(f"{name}: the index must be a 1-D integer tensor, got "
+                         f"{index.dtype} of shape {tuple(index.shape)}")
+    size = a.shape[dim]
+    index = index.reshape(-1).to(torch.int64)
+    low = 0 if name == "index_select" else -size
+    if index.numel() and (int(index.min()) < low or int(index.max()) >= size):
+        raise IndexError(f"{name}: index out of range for dimension {dim} of size {size}")
+    index = torch.where(index < 0, index + size, index)
+    shape = list(a.shape)
+    shape[dim] = index.numel()
+    fmt = a._format
+    if fmt.kinds == (0, 1) and fmt.order[0] == dim:
+        return _select_segments(a, index, shape)
+    coords = dim_coords(a)
+    order = torch.argsort(index, stable=True)
+    sidx = index[order]
+    # each stored entry goes out once per place its coordinate has in index
+    lo = torch.searchsorted(sidx, coords[dim])
+    cnt = torch.searchsorted(sidx, coords[dim], right=True) - lo
+    ent = torch.repeat_interleave(torch.arange(a.nnz), cnt)
+    first = torch.repeat_interleave(torch.cumsum(cnt, 0) - cnt, cnt)
+    cols = [c[ent] for c in coords]
+    cols[dim] = order[lo[ent] + torch.arange(ent.numel()) - first]
+    from ._convert import _from_coords
+
+    return _from_coords(shape, torch.stack(cols), a._values[ent], a._format,
+                        a.index_dtype if a.index_dtype == torch.int64 else None)
+
+
+def _select_segments(a: SparseTensor, index, shape) -> SparseTensor:
+    """index_select along the dense first level of a dense-compressed tensor (csr's rows,
+    csc's columns): each selected position's segment of the compressed level, copied in
+    O(entries selected) without a sort."""
+    pos, crd = a._pos[1].to(torch.int64), a._crd[1]
+    starts = pos[index]
+    cnt = pos[index + 1] - starts
+    new_pos = torch.zeros(index.numel() + 1, dtype=torch.int64)
+    torch.cumsum(cnt, 0, out=new_pos[1:])
+    total = int(new_pos[-1])
+    it = a.index_dtype if total <= _tensor._I32_MAX else torch.int64
+    ent = torch.repeat_interleave(starts - new_pos[:-1], cnt) + torch.arange(total)
+    return SparseTensor(shape, a._format, [None, new_pos.to(it)], [None, crd[ent].to(it)],
+                        a._values[ent], requires_grad=a._values.requires_grad,
+                        index_dtype=it)
+
+
+@_register(torch.index_select, torch.Tensor.index_select)
+def _index_select(a, dim, index):
+    if not _is_sparse(a):
+        refuse("torch.index_select", a, index, why="the input must be the SparseTensor")
+    return index_select(a, dim, index)
+
+
+@_register(torch.narrow, torch.Tensor.narrow)
+def _narrow(a, dim, start, length):
+    size = a.shape[dim % a.dim()] if a.dim() else 0
+    start = int(start) + (size if int(start) < 0 else 0)
+    if not (0 <= start and 0 <= length and start + length <= size):
+        raise IndexError(f"narrow: start {start} and length {length} exceed dimension "
+                         f"{dim} of size {size}")
+    return index_select(a, dim, torch.arange(start, start + length), "narrow")
+
+
+@_register(torch.Tensor.__getitem__)
+def _getitem(a, key):
+    """A[rows], A[a:b:s], A[:, cols], A[mask]: one index tensor (or list) or slices, one
+    dimension each; integer indexing (which drops a dimension), None and ... are refused."""
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(keys) > a.dim():
+        raise IndexError(f"too many indices for a {a.dim()}-D tensor: {len(keys)}")
+    tensors = [k for k in keys if isinstance(k, (torch.Tensor, list))]
+    if len(tensors) > 1:
+        refuse("indexing with several index tensors", a, why="their positions pair up "
+               "pointwise; index one dimension at a time")
+    out = a
+    for d, k in enumerate(keys):
+        if isinstance(k, slice):
+            if k == slice(None):
+                continue
+            start, stop, step = k.indices(a.shape[d])
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            out = index_select(out, d, torch.arange(start, stop, step), "indexing")
+        elif isinstance(k, list) or isinstance(k, torch.Tensor) and k.dim() == 1:
+            out = index_select(out, d, k, "indexing")
+        else:
+            refuse(f"A[{key!r}]", a, why="integer, None and ... indexing are not built; "
+                   "select with A[i:i+1], A[index_tensor] or index_select")
+    return out
+
+
 @_register(torch.Tensor.to)
 def _to(a, *args, copy=False, **kwargs):
     device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)

@@ -1,0 +1,126 @@
+"""Selecting along a dimension: index_select, narrow, A[rows], A[a:b:s], A[:, cols], A[mask].
+
+Every case against the same indexing of the dense tensor (bit-exact), in every format,
+with repeated and negative positions, empty selections and empty inputs; the result keeps
+the format and (int64) index width, the input is never modified, and the values' gradient
+flows through the selection.
+"""
+import pytest
+import torch
+
+import scorch
+
+from conftest import SHAPES_2D, SHAPES_ND, make_dense, seed_of
+
+FORMATS_2D = ["csr", "csc", "coo", "dcsr", "dcsc", "dense", "cd"]
+FORMATS_3D = ["csf", "coo", "dcc", "cdc", "dense"]
+
+
+def _index(size, seed):
+    """Positions along a dimension of ``size``: repeats and a negative one included."""
+    if size == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, size, (size + 2,), generator=g)
+    idx[0] = idx[-1]                        # a repeat
+    idx[1] = idx[1] - size                  # the same place, counted from the end
+    return idx
+
+
+def _snapshot(A):
+    return [t.clone() for t in A._pos + A._crd if t is not None], A.values().clone()
+
+
+def _unchanged(A, snap):
+    arrays, vals = snap
+    return all(torch.equal(a, b) for a, b in
+               zip(arrays, [t for t in A._pos + A._crd if t is not None])) and \
+        torch.equal(vals, A.values())
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+def test_select_2d(fmt, sid, shape, kind):
+    x = make_dense(shape, torch.float64, seed_of("index", sid), kind)
+    A = scorch.to_sparse(x, fmt)
+    snap = _snapshot(A)
+    r, c = _index(shape[0], 1), _index(shape[1], 2)
+    cases = [
+        (lambda: A[r], x[r]),
+        (lambda: A[:, c], x[:, c]),
+        (lambda: A.index_select(1, c % shape[1]), x.index_select(1, c % shape[1])),
+        (lambda: torch.index_select(A, 0, r % shape[0]), x.index_select(0, r % shape[0])),
+        (lambda: A[r.tolist()], x[r.tolist()]),
+        (lambda: A[1::2], x[1::2]),
+        (lambda: A[:, -3:], x[:, -3:]),
+        (lambda: A[r[:0]], x[r[:0]]),
+        (lambda: A[x.sum(1) > 0], x[x.sum(1) > 0]),
+        (lambda: A.narrow(1, min(1, shape[1]), max(shape[1] - 2, 0)),
+         x.narrow(1, min(1, shape[1]), max(shape[1] - 2, 0))),
+    ]
+    for k, (sel, ref) in enumerate(cases):
+        S = sel()
+        assert isinstance(S, scorch.SparseTensor) and S.format == A.format, k
+        assert torch.equal(S.to_dense(), ref), k
+    assert _unchanged(A, snap)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_3D)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_ND[:4], ids=[s[0] for s in SHAPES_ND[:4]])
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_index_select_3d(fmt, sid, shape, kind, dim):
+    x = make_dense(shape, torch.float32, seed_of("index3", sid), kind)
+    A = scorch.to_sparse(x, fmt)
+    idx = _index(shape[dim], 3) % max(shape[dim], 1)   # (index_select: no negatives)
+    S = A.index_select(dim, idx)
+    assert S.format == A.format
+    assert torch.equal(S.to_dense(), x.index_select(dim, idx))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
+def test_selection_keeps_int64_and_carries_the_gradient(fmt):
+    x = make_dense((7, 6), torch.float64, seed_of("index_grad", fmt), "empty_rows")
+    A = scorch.to_sparse(x, fmt, index_dtype=torch.int64).requires_grad_()
+    r, c = _index(7, 4), _index(6, 5)
+    S, T = A[r], A[:, c]
+    assert S.index_dtype == T.index_dtype == torch.int64
+    w1, w2 = torch.rand(S.shape, dtype=x.dtype), torch.rand(T.shape, dtype=x.dtype)
+    ((S.to_dense() * w1).sum() + (T.to_dense() * w2).sum()).backward()
+    xd = x.clone().requires_grad_()
+    ((xd[r] * w1).sum() + (xd[:, c] * w2).sum()).backward()
+    stored = torch.zeros_like(x)
+    stored[tuple(A.indices())] = 1
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * stored)
+
+
+def test_duplicates_are_summed_in_a_selection():
+    D = scorch.from_components(
+        (2, 3), "coo", pos=[torch.tensor([0, 3]), None],
+        crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 2])],
+        values=torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.equal(D[[0, 0]].to_dense(), D.to_dense()[[0, 0]])
+
+
+@pytest.mark.parametrize("key,err,match", [
+    (torch.tensor([5]), IndexError, "out of range for dimension 0 of size 4"),
+    (torch.tensor([-5]), IndexError, "out of range"),
+    (torch.tensor([[0]]), NotImplementedError, "integer, None"),
+    (torch.tensor([0.5]), IndexError, "1-D integer tensor"),
+    (torch.tensor([True, False]), IndexError, "boolean mask along dim 0 needs 4"),
+    (0, NotImplementedError, "integer, None"),
+    (None, NotImplementedError, "integer, None"),
+    (Ellipsis, NotImplementedError, "integer, None"),
+    ((torch.tensor([0]), torch.tensor([1])), NotImplementedError, "several index tensors"),
+    ((slice(None), slice(None), slice(None)), IndexError, "too many indices"),
+    (slice(None, None, -1), ValueError, "step"),
+])
+def test_bad_selections_are_refused(key, err, match):
+    A = scorch.to_sparse(torch.eye(4), "csr")
+    with pytest.raises(err, match=match):
+        A[key]
+    with pytest.raises(IndexError, match="narrow"):
+        A.narrow(0, 2, 3)
+    with pytest.raises(IndexError, match="dim 2 is out of range"):
+        A.index_select(2, torch.tensor([0]))
+    with pytest.raises(IndexError, match="out of range"):   # (as torch's index_select)
+        A.index_select(0, torch.tensor([-1]))
