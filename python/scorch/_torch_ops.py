@@ -874,6 +874,124 @@ def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
     return _sum(a, dim, keepdim, dtype=dtype) / count
 
 
+# ---- reductions where the implicit zeros count: amax/amin, max/min, norms, count_nonzero ---
+
+def _coalesced(a: SparseTensor) -> SparseTensor:
+    return _coalesce(a) if has_duplicates(a) else a
+
+
+def _extreme(name, a: SparseTensor, dim, keepdim, largest):
+    """amax / amin over dims (all by default): a dense result whose places with fewer
+    stored entries than their group size also see the zeros not stored."""
+    a = _coalesced(a)
+    n = a.dim()
+    dims = _norm_dims(dim, n)
+    group = math.prod(a.shape[d] for d in dims)
+    if group == 0:
+        raise IndexError(f"{name}(): reducing over an empty dimension, which has no "
+                         f"identity")
+    others = [d for d in range(n) if d not in dims]
+    coords = dim_coords(a)
+    key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others]) \
+        if others else torch.zeros(a.nnz, dtype=torch.int64)
+    m = math.prod(a.shape[d] for d in others)
+    v = a._values
+    start = torch.full((m,), -math.inf if largest else math.inf, dtype=v.dtype)
+    r = start.scatter_reduce(0, key, v, "amax" if largest else "amin", include_self=True)
+    count = torch.zeros(m, dtype=torch.int64).index_add_(0, key, torch.ones_like(key))
+    with_zero = r.clamp_min(0) if largest else r.clamp_max(0)
+    r = torch.where(count < group, with_zero, r)
+    shape = [1 if d in dims else a.shape[d] for d in range(n)] if keepdim else \
+        [a.shape[d] for d in others]
+    return r.reshape(shape)
+
+
+@_register(torch.amax, torch.Tensor.amax)
+def _amax(a, dim=(), keepdim=False, *, out=None):
+    if out is not None:
+        refuse("torch.amax(out=)", a, why="scorch never writes to its inputs")
+    return _extreme("amax", a, dim, keepdim, True)
+
+
+@_register(torch.amin, torch.Tensor.amin)
+def _amin(a, dim=(), keepdim=False, *, out=None):
+    if out is not None:
+        refuse("torch.amin(out=)", a, why="scorch never writes to its inputs")
+    return _extreme("amin", a, dim, keepdim, False)
+
+
+def _max_min(name, largest):
+    def handler(a, *args, **kwargs):
+        if args or kwargs:
+            refuse(f"torch.{name} with arguments", a, *args,
+                   why=f"the reduction over a dimension returns indices too; use "
+                       f"torch.a{name}(A, dim)")
+        return _extreme(name, a, None, False, largest)
+    return handler
+
+
+_register(torch.max, torch.Tensor.max)(_max_min("max", True))
+_register(torch.min, torch.Tensor.min)(_max_min("min", False))
+
+
+def _vector_norm(name, a, ord, dim, keepdim, dtype):
+    if not _is_sparse(a):
+        refuse(name, a, why="the input must be the SparseTensor")
+    a = _coalesced(a)
+    if dtype is not None:
+        a = _map_values(a, lambda v: v.to(dtype))
+    ord = float(ord)
+    if ord == math.inf:
+        return _extreme(name, _map_values(a, torch.abs), dim, keepdim, True)
+    if ord == -math.inf:
+        return _extreme(name, _map_values(a, torch.abs), dim, keepdim, False)
+    if ord == 0:
+        return _sum(_map_values(a, lambda v: (v != 0).to(v.dtype)), dim, keepdim)
+    if ord < 0:
+        refuse(f"{name}(ord={ord:g})", a, why="a negative order is not built")
+    if dim is None or not _norm_dims(dim, a.dim()) or \
+            len(_norm_dims(dim, a.dim())) == a.dim():   # every dimension: the values' norm
+        r = torch.linalg.vector_norm(a._values, ord)
+        return r.reshape([1] * a.dim()) if keepdim else r
+    s = _sum(_map_values(a, lambda v: v.abs() ** ord), dim, keepdim)
+    nonzero = s > 0      # (a zero sum's root has no gradient: 0 there, as torch's norm)
+    return torch.where(nonzero, torch.where(nonzero, s, 1) ** (1 / ord), 0)
+
+
+@_register(torch.linalg.vector_norm)
+def _vector_norm_handler(a, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    if out is not None:
+        refuse("torch.linalg.vector_norm(out=)", a, why="scorch never writes to its inputs")
+    return _vector_norm("torch.linalg.vector_norm", a, ord, dim, keepdim, dtype)
+
+
+@_register(torch.norm, torch.Tensor.norm)
+def _norm_handler(a, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    if out is not None:
+        refuse("torch.norm(out=)", a, why="scorch never writes to its inputs")
+    if isinstance(p, str):
+        if p != "fro":
+            refuse(f"torch.norm(p={p!r})", a, why="matrix norms other than 'fro' are not "
+                                                 "built")
+        p = 2
+    return _vector_norm("torch.norm", a, p, dim, keepdim, dtype)
+
+
+@_register(torch.linalg.norm, torch.linalg.matrix_norm)
+def _linalg_norm(a, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
+    if out is not None:
+        refuse("torch.linalg.norm(out=)", a, why="scorch never writes to its inputs")
+    if ord not in (None, "fro"):
+        refuse(f"torch.linalg.norm(ord={ord!r})", a, why="only the Frobenius (2-) norm "
+                                                         "over the entries is built")
+    return _vector_norm("torch.linalg.norm", a, 2, dim, keepdim, dtype)
+
+
+@_register(torch.count_nonzero, torch.Tensor.count_nonzero)
+def _count_nonzero(a, dim=None):
+    return _vector_norm("torch.count_nonzero", a, 0, dim, False, None).to(torch.int64)
+
+
 # ---- softmax over stored entries ---------------------------------------------------------
 
 def _softmax(name, a, dim, dtype, log):

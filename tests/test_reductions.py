@@ -1,0 +1,129 @@
+"""Reductions where the zeros a sparse tensor does not store count: amax / amin, max / min,
+vector and Frobenius norms, count_nonzero.
+
+Against the same reduction of the dense tensor in every format and shape (rows with no
+entry, all-negative rows whose maximum is an implicit zero, empty tensors), duplicates
+summed first, and gradients against dense autograd on inputs without ties.
+"""
+import math
+
+import pytest
+import torch
+
+import scorch
+
+from conftest import SHAPES_2D, SHAPES_ND, make_dense, seed_of
+
+FORMATS_2D = ["csr", "csc", "coo", "dcsr", "dense", "cd"]
+INF = math.inf
+
+REDUCTIONS = [
+    ("max", lambda t: t.max()),
+    ("min", lambda t: torch.min(t)),
+    ("amax1", lambda t: torch.amax(t, 1)),
+    ("amin0k", lambda t: t.amin(0, keepdim=True)),
+    ("amax01", lambda t: torch.amax(t, (0, 1))),
+    ("norm", lambda t: t.norm()),
+    ("norm_dim", lambda t: torch.norm(t, dim=1)),
+    ("norm_fro", lambda t: torch.norm(t, "fro", dim=0, keepdim=True)),
+    ("l1_0", lambda t: torch.linalg.vector_norm(t, 1, dim=0)),
+    ("l3_1", lambda t: torch.linalg.vector_norm(t, 3, dim=1, keepdim=True)),
+    ("linf", lambda t: torch.linalg.vector_norm(t, INF)),
+    ("linf_1", lambda t: torch.linalg.vector_norm(t, INF, dim=1)),
+    ("lminf_1", lambda t: torch.linalg.vector_norm(t, -INF, dim=1)),
+    ("l0_1", lambda t: torch.linalg.vector_norm(t, 0, dim=1)),
+    ("linalg_norm", lambda t: torch.linalg.norm(t)),
+    ("matrix_fro", lambda t: torch.linalg.matrix_norm(t)),
+    ("count", lambda t: torch.count_nonzero(t)),
+    ("count0", lambda t: t.count_nonzero(0)),
+    ("norm_f64", lambda t: torch.linalg.vector_norm(t, dtype=torch.float64)),
+]
+# reductions that need every reduced group non-empty (torch raises on an empty one)
+NEEDS_ENTRIES = {"max", "min", "amax1", "amin0k", "amax01", "linf", "linf_1", "lminf_1"}
+
+
+def _signed(shape, dtype, seed, kind):
+    """Small integers with rows that are all negative, so a maximum can be an implicit 0."""
+    x = make_dense(shape, dtype, seed, kind)
+    if x.dim() == 2 and x.shape[0] > 1:
+        x[1] = -x[1].abs()
+    return x
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+@pytest.mark.parametrize("rid,op", REDUCTIONS, ids=[r[0] for r in REDUCTIONS])
+def test_reduction_matches_dense(fmt, sid, shape, kind, rid, op):
+    x = _signed(shape, torch.float32, seed_of("reduce", sid), kind)
+    A = scorch.to_sparse(x, fmt)
+    try:
+        ref = op(x)
+    except (IndexError, RuntimeError):
+        assert rid in NEEDS_ENTRIES
+        with pytest.raises(IndexError, match="empty dimension"):
+            op(A)
+        return
+    r = op(A)
+    assert type(r) is torch.Tensor and r.shape == ref.shape and r.dtype == ref.dtype
+    torch.testing.assert_close(r, ref)
+
+
+@pytest.mark.parametrize("fmt", ["csf", "coo", "dense"])
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_ND[:2], ids=[s[0] for s in SHAPES_ND[:2]])
+def test_reductions_3d(fmt, sid, shape, kind):
+    x = _signed(shape, torch.float64, seed_of("reduce3", sid), kind)
+    A = scorch.to_sparse(x, fmt)
+    for op in (lambda t: torch.amax(t, (0, 2)), lambda t: torch.norm(t, dim=(1, 2)),
+               lambda t: t.count_nonzero((0, 1))):
+        try:
+            ref = op(x)
+        except (IndexError, RuntimeError):
+            continue
+        torch.testing.assert_close(op(A), ref)
+
+
+def test_duplicates_are_summed_first():
+    # (0,1) stored as 2 and -2: a zero once summed; (1,2) holds 3
+    D = scorch.from_components(
+        (2, 3), "coo", pos=[torch.tensor([0, 3]), None],
+        crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 2])],
+        values=torch.tensor([2.0, -2.0, 3.0]))
+    x = D.to_dense()
+    assert int(torch.count_nonzero(D)) == 1
+    torch.testing.assert_close(D.norm(), x.norm())
+    torch.testing.assert_close(torch.amin(D, 1), torch.amin(x, 1))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dense"])
+def test_gradients_match_dense(fmt):
+    g = torch.Generator().manual_seed(seed_of("reduce_grad", fmt))
+    x = torch.randn(6, 5, dtype=torch.float64, generator=g)
+    x[x.abs() < 0.6] = 0                         # distinct values: no ties
+    x[1] = -x[1].abs() - 0.1                     # an all-negative row, fully stored
+    x[3, :4] = -x[3, :4].abs() - 0.1             # all negative and one implicit zero
+    x[3, 4] = 0
+    ops = [lambda t: t.norm(), lambda t: torch.norm(t, dim=1).sum(),
+           lambda t: torch.linalg.vector_norm(t, 3, dim=0).sum(),
+           lambda t: torch.amax(t, 1).sum(), lambda t: torch.amin(t, 0).sum()]
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    xd = x.clone().requires_grad_()
+    sum(op(A) for op in ops).backward()
+    sum(op(xd) for op in ops).backward()
+    stored = torch.zeros_like(x)
+    stored[tuple(A.indices())] = 1
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * stored)
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda A: A.max(1), NotImplementedError, "amax"),
+    (lambda A: torch.max(A, A), NotImplementedError, "amax"),
+    (lambda A: torch.norm(A, "nuc"), NotImplementedError, "'nuc'"),
+    (lambda A: torch.linalg.norm(A, 2), NotImplementedError, "ord=2"),
+    (lambda A: torch.linalg.vector_norm(A, -1), NotImplementedError, "negative order"),
+    (lambda A: torch.amax(A, out=torch.empty(0)), NotImplementedError, "out="),
+    (lambda A: torch.amax(A, 2), IndexError, "Dimension out of range"),
+])
+def test_refusals(call, err, match):
+    A = scorch.to_sparse(torch.eye(3), "csr")
+    with pytest.raises(err, match=match):
+        call(A)
