@@ -253,12 +253,16 @@ def test_value_maps(fmt, dtype):
     A, a = sp((6, 7), fmt, dtype, seed_of("maps", fmt, dtype))
     P = A.abs()
     p = a.abs()
+    deg = torch.arange(1.0, 7.0, dtype=dtype)                   # a divisor without zeros
+    col, full = deg.repeat(2)[:7] + 0.5, torch.rand(6, 7, dtype=dtype) + 0.25
     cases = [(A * 2, a * 2), (2.5 * A, 2.5 * a), (A / 4, a / 4), (-A, -a), (abs(A), a.abs()),
              (A.relu(), a.relu()), (torch.relu(A), a.relu()), (F.relu(A), a.relu()),
              (P.sqrt(), p.sqrt()), (torch.sqrt(P), p.sqrt()), (P ** 1.5, p ** 1.5),
              (A ** 2, a ** 2), (torch.pow(A, 3), a ** 3), (A.tanh(), a.tanh()),
              (torch.sin(A), a.sin()), (F.leaky_relu(A, 0.1), F.leaky_relu(a, 0.1)),
-             (A * torch.tensor(3.0, dtype=dtype), a * 3), (A + 0, a), (A.square(), a * a)]
+             (A * torch.tensor(3.0, dtype=dtype), a * 3), (A + 0, a), (A.square(), a * a),
+             (A / deg[:, None], a / deg[:, None]), (A / col, a / col),
+             (torch.div(A, full), a / full)]
     for got, ref in cases:
         close(got, ref, sparse=True)
         assert got.format == A.format and got.nnz == A.nnz
@@ -342,7 +346,8 @@ def refusal(fmt):
     (lambda A: A - 2.5, "torch.sub"),
     (lambda A: A ** -1, "torch.pow"),
     (lambda A: A ** 0, "torch.pow"),
-    (lambda A: A / torch.ones(5, 6), "torch.div"),
+    (lambda A: A / torch.arange(6.0), "the divisor has zeros"),
+    (lambda A: A / torch.ones(4), "torch.div"),
     (lambda A: 1 / A, "torch.div"),
     (lambda A: A / 0, "torch.div"),
     (lambda A: torch.div(A, 2, rounding_mode="floor"), "torch.div"),
@@ -770,3 +775,18 @@ def test_torch_sparse_addmm(fmt):
     A = scorch.to_sparse(x, fmt)
     torch.testing.assert_close(torch.sparse.addmm(M, A, X, beta=0.5, alpha=2.0),
                                torch.addmm(M, x, X, beta=0.5, alpha=2.0))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_division_by_a_dense_tensor_has_gradients(fmt):
+    """A / deg[:, None] (row normalisation): values and the divisor both get gradients."""
+    x = make_dense((6, 5), torch.float64, seed_of("div_grad", fmt))
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    d = (torch.arange(6.0, dtype=torch.float64) + 1).requires_grad_()
+    w = dn((6, 5), torch.float64, 3)
+    ((A / d[:, None]).to_dense() * w).sum().backward()
+    xd, dd = x.clone().requires_grad_(), d.detach().clone().requires_grad_()
+    ((xd / dd[:, None]) * w).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * (x != 0))
+    # (the dense gradient of d also sums over the implicit zeros, whose share is 0)
+    torch.testing.assert_close(d.grad, dd.grad)

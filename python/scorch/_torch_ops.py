@@ -636,8 +636,21 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
         if float(b) == 0:
             refuse("torch.div", a, why="dividing by zero turns the implicit zeros into nan")
         return _map_values(a, lambda v: v / b)
-    refuse("torch.div", a, b, why="only a sparse tensor divided by a scalar keeps its "
-                                  "zeros")
+    if _is_sparse(a) and isinstance(b, torch.Tensor) and not _is_sparse(b) and \
+            b.layout is torch.strided and rounding_mode is None and out is None:
+        # A / D (D broadcast, e.g. a degree vector): each stored value divided by D at its
+        # coordinates; the implicit zeros stay zeros unless D has a zero (0/0 is nan)
+        la, dd, ld = _dense_for(a, b, "torch.div")
+        if bool((dd == 0).any()):
+            refuse("torch.div", a, b, why="the divisor has zeros, which turn the implicit "
+                                          "zeros into nan")
+        if not ld:
+            return _map_values(a, lambda v: v / dd.reshape(()))
+        coords = dim_coords(a)
+        at = tuple(coords[la.index(c)] for c in ld)
+        return _map_values(a, lambda v: v / dd[at])
+    refuse("torch.div", a, b, why="only a sparse tensor divided by a scalar or a dense "
+                                  "tensor keeps its zeros")
 
 
 @_register(torch.Tensor.__rtruediv__)
