@@ -221,3 +221,56 @@ def test_grad_of_a_dense_format_sparse_tensor():
     assert isinstance(A.grad, scorch.SparseTensor) and A.grad.format == A.format
     torch.testing.assert_close(A.grad.to_dense(), torch.ones(4, 3, dtype=torch.float64) @ X.t())
     gradcheck(lambda v, Y: A.with_values(v) @ Y, vals(A, 1), rnd((5, 2), 2))
+
+
+# ---- duplicates: each stored entry's gradient is its coordinate's --------------------------
+
+def _with_duplicates(fmt):
+    """A 3 x 4 matrix storing (0,1) twice and (2,3) three times, in a format that can."""
+    rows = torch.tensor([0, 0, 0, 1, 2, 2, 2], dtype=torch.int32)
+    cols = torch.tensor([1, 1, 2, 0, 3, 3, 3], dtype=torch.int32)
+    vals = torch.tensor([1.0, 2.0, -1.5, 3.0, 0.5, -2.0, 4.0], dtype=torch.float64)
+    if fmt == "coo":
+        return scorch.from_components((3, 4), fmt, pos=[torch.tensor([0, 7],
+                                      dtype=torch.int32), None], crd=[rows, cols], values=vals)
+    pos1 = torch.tensor([0, 3, 4, 7], dtype=torch.int32)
+    if fmt == "dc(nonunique)":
+        return scorch.from_components((3, 4), scorch.Format(fmt), pos=[None, pos1],
+                                      crd=[None, cols], values=vals)
+    return scorch.from_components(     # cc(nonunique): every row is nonempty
+        (3, 4), scorch.Format(fmt), pos=[torch.tensor([0, 3], dtype=torch.int32), pos1],
+        crd=[torch.tensor([0, 1, 2], dtype=torch.int32), cols], values=vals)
+
+
+@pytest.mark.parametrize("fmt", ["coo", "dc(nonunique)", "cc(nonunique)"])
+def test_duplicates_each_get_their_coordinates_gradient(fmt):
+    """d loss / d v_e is the dense gradient at e's coordinate (the dense tensor sums the
+    duplicates), for products, elementwise ops and SDDMMs whose backward samples at the
+    operand's pattern (they gave a coordinate's whole gradient to its first duplicate, and
+    twice over where the output kept the duplicates)."""
+    A = _with_duplicates(fmt)
+    X, D, U = (rnd(s, k).detach() for k, s in enumerate([(4, 2), (3, 4), (3, 2)]))
+    B = scorch.to_sparse((rnd((3, 4), 4) * (rnd((3, 4), 5) > 0)).detach(), "coo")
+    cases = [
+        ("A @ X", lambda S: S @ X),
+        ("X^T @ A^T", lambda S: X.t() @ S.t()),
+        ("A * D", lambda S: S * D),
+        ("A + B", lambda S: S + B),
+        ("2A - A/4", lambda S: 2 * S - S / 4),
+        ("A * A", lambda S: S * S),
+        ("sddmm", lambda S: torch.einsum("ij,ik,jk->ij", S, U, X)),
+        ("sum", lambda S: S.sum(1)),
+    ]
+    coords = tuple(A.indices())
+    for name, f in cases:
+        v = A.values().detach().clone().requires_grad_()
+        out = f(A.with_values(v))
+        out = out.to_dense() if isinstance(out, scorch.SparseTensor) else out
+        w = rnd(out.shape, 6).detach()
+        (out * w).sum().backward()
+        vd = A.values().detach().clone().requires_grad_()
+        xd = torch.zeros(3, 4, dtype=torch.float64).index_put(coords, vd, accumulate=True)
+        ref = f(xd) if name != "A + B" else xd + B.to_dense()
+        torch.testing.assert_close(out, ref.detach(), msg=name)
+        (ref * w).sum().backward()
+        torch.testing.assert_close(v.grad, vd.grad, msg=name)

@@ -144,6 +144,20 @@ def align_values(r: SparseTensor, pattern: SparseTensor) -> torch.Tensor:
     return out.index_add(0, idx[hit], r._values[hit])   # (differentiable w.r.t. r's values)
 
 
+def sampled_at(p: SparseTensor, dtype, product_of_ones) -> torch.Tensor:
+    """One value per stored entry of ``p``: a product sampled at p's pattern, which
+    ``product_of_ones(ones)`` computes from ones in that pattern (a gradient w.r.t. p's
+    values).  A pattern that stores a coordinate more than once is sampled once per
+    coordinate, and each of those entries takes its coordinate's value: the derivative
+    of a sum of duplicates w.r.t. each of them."""
+    uniq = _coalesce(_pattern(p)) if has_duplicates(p) else p
+    vals = align_values(product_of_ones(uniq._rewrap(torch.ones(uniq.nnz, dtype=dtype))),
+                        uniq)
+    if uniq is not p:
+        vals = vals[entry_positions(uniq, dim_coords(p))[0]]
+    return vals
+
+
 def entry_positions(pattern: SparseTensor, cols):
     """For coordinates given per dimension (int64 tensors), the position of each among
     ``pattern``'s stored entries and whether it is stored there at all."""
@@ -286,11 +300,17 @@ def _einsum_grad(spec, i, ops, G, v):
             operands.append(o)
     if _is_sparse(ops[i]):
         pat = ops[i]
-        ones = pat._rewrap(torch.ones(pat.nnz, dtype=G.dtype if spec.out else v.dtype))
-        # (the output's format is inferred from ones: the pattern's own, or where the
+        if spec.out and _is_sparse(G) and has_duplicates(pat) and _same_arrays(G, pat):
+            # The output has this operand's pattern, duplicates and all: output entry e
+            # is entry e times the rest of the product at its coordinate, so entry e's
+            # gradient is G's own entry e (not the sum over its coordinate) times that.
+            rest = ",".join([mine] + terms[1:]) + "->" + mine
+            return (G._values * sampled_at(pat, G.dtype, lambda ones: _raw_einsum(
+                rest, ones, *operands[1:]))).to(v.dtype)
+        # (the output's format is inferred from the ones: the pattern's own, or where the
         # output cannot be assembled in that one (cd), the nearest it can, cc)
-        r = _raw_einsum(",".join([mine] + terms) + "->" + mine, ones, *operands)
-        grad = align_values(r, pat)
+        grad = sampled_at(pat, G.dtype if spec.out else v.dtype, lambda ones: _raw_einsum(
+            ",".join([mine] + terms) + "->" + mine, ones, *operands))
         if not spec.out:
             grad = grad * G
         return grad.to(v.dtype)
@@ -400,11 +420,9 @@ class _AddFn(torch.autograd.Function):
             if p is None:
                 grads.append(G * sign)
                 continue
-            n = p.dim()
-            ix = "ijklmnpq"[:n]
-            ones = p._rewrap(torch.ones(p.nnz, dtype=G.dtype))
-            r = _raw_einsum(f"{ix},{ix}->{ix}", ones, G)   # (in p's format, as _einsum_grad)
-            grads.append((align_values(r, p) * sign).to(p.dtype))
+            ix = "ijklmnpq"[:p.dim()]
+            r = sampled_at(p, G.dtype, lambda ones: _raw_einsum(f"{ix},{ix}->{ix}", ones, G))
+            grads.append((r * sign).to(p.dtype))
         return None, None, grads[0], grads[1]
 
 
