@@ -1365,32 +1365,19 @@ def _dense_dim(a):
     return 0
 
 
-def _compressed_array(a, accessor, fmt_name, which):
-    if a._format.name != fmt_name:
-        raise RuntimeError(f"{accessor}() needs a {fmt_name} SparseTensor, and this one is "
-                           f"{a._format}; convert it with .to_format({fmt_name!r}) or read "
-                           f"its level arrays with .indices(level)")
-    return a._pos[1] if which == "pos" else a._crd[1]
+def _compressed_accessor(accessor, fmt_name, which):
+    def get(a):
+        if a._format.name != fmt_name:
+            raise RuntimeError(f"{accessor}() needs a {fmt_name} SparseTensor, and this one "
+                               f"is {a._format}; convert it with .to_format({fmt_name!r}) "
+                               f"or read its level arrays with .indices(level)")
+        return a._pos[1] if which == "pos" else a._crd[1]
+    return get
 
 
-@_register(torch.Tensor.crow_indices)
-def _crow_indices(a):
-    return _compressed_array(a, "crow_indices", "csr", "pos")
-
-
-@_register(torch.Tensor.col_indices)
-def _col_indices(a):
-    return _compressed_array(a, "col_indices", "csr", "crd")
-
-
-@_register(torch.Tensor.ccol_indices)
-def _ccol_indices(a):
-    return _compressed_array(a, "ccol_indices", "csc", "pos")
-
-
-@_register(torch.Tensor.row_indices)
-def _row_indices(a):
-    return _compressed_array(a, "row_indices", "csc", "crd")
+for _name, _fmt, _which in (("crow_indices", "csr", "pos"), ("col_indices", "csr", "crd"),
+                            ("ccol_indices", "csc", "pos"), ("row_indices", "csc", "crd")):
+    _register(getattr(torch.Tensor, _name))(_compressed_accessor(_name, _fmt, _which))
 
 
 def has_duplicates(a: SparseTensor) -> bool:
