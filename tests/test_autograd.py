@@ -262,15 +262,23 @@ def test_duplicates_each_get_their_coordinates_gradient(fmt):
         ("sum", lambda S: S.sum(1)),
     ]
     coords = tuple(A.indices())
+    dense_ops = (X, D, U)
     for name, f in cases:
         v = A.values().detach().clone().requires_grad_()
+        for t in dense_ops:
+            t.requires_grad_().grad = None
         out = f(A.with_values(v))
         out = out.to_dense() if isinstance(out, scorch.SparseTensor) else out
         w = rnd(out.shape, 6).detach()
         (out * w).sum().backward()
+        got = [t.grad for t in dense_ops]
+        for t in dense_ops:
+            t.grad = None
         vd = A.values().detach().clone().requires_grad_()
         xd = torch.zeros(3, 4, dtype=torch.float64).index_put(coords, vd, accumulate=True)
         ref = f(xd) if name != "A + B" else xd + B.to_dense()
         torch.testing.assert_close(out, ref.detach(), msg=name)
         (ref * w).sum().backward()
         torch.testing.assert_close(v.grad, vd.grad, msg=name)
+        for a, b in zip(got, [t.grad for t in dense_ops]):   # (the dense operands' too)
+            torch.testing.assert_close(a, b, msg=name)

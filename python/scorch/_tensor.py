@@ -88,6 +88,7 @@ class SparseTensor(torch.Tensor):
         self._desc = None  # (prepared operand, signature) once computed (_compiler)
         self._transposed = None  # {Format: (values version, copy)}: _compiler._transposed
         self._kernels = None  # {einsum text or kernel key: (operand count, entry)}: _compiler
+        self._has_dups = None  # whether two entries share coordinates: _torch_ops
         return self
 
     @classmethod

@@ -290,17 +290,27 @@ def _einsum_grad(spec, i, ops, G, v):
     if len(set(mine)) != len(mine):
         raise NotImplementedError(f"scorch: no gradient for an operand with a repeated index "
                                   f"({mine!r})")
+    # An output that kept another sparse operand's pattern, duplicates and all, pairs
+    # entry by entry with that operand: G joins its values (G_e * v_e), since as two
+    # operands each duplicate of one would meet every duplicate of the other.
+    def kept(o):   # (the output kept o's pattern, duplicates and all)
+        return spec.out and _is_sparse(G) and _is_sparse(o) and has_duplicates(o) and \
+            _same_arrays(G, o)
+
+    own = kept(ops[i])
+    joined = None if own else next((j for j, (t, o) in enumerate(zip(spec.ins, ops))
+                                    if j != i and t == spec.out and kept(o)), None)
     terms, operands = [], []
-    if spec.out:
+    if spec.out and joined is None:
         terms.append(spec.out)
         operands.append(G)
     for j, (t, o) in enumerate(zip(spec.ins, ops)):
         if j != i:
             terms.append(t)
-            operands.append(o)
+            operands.append(o if j != joined else o._rewrap(G._values * o._values.detach()))
     if _is_sparse(ops[i]):
         pat = ops[i]
-        if spec.out and _is_sparse(G) and has_duplicates(pat) and _same_arrays(G, pat):
+        if own:
             # The output has this operand's pattern, duplicates and all: output entry e
             # is entry e times the rest of the product at its coordinate, so entry e's
             # gradient is G's own entry e (not the sum over its coordinate) times that.
@@ -1292,7 +1302,7 @@ def _copy_(dst, src, non_blocking=False):
     vals = src._values.detach().to(dst.dtype, copy=True)
     vals.requires_grad_(dst._values.requires_grad)
     dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals
-    dst._desc = dst._transposed = dst._kernels = None
+    dst._desc = dst._transposed = dst._kernels = dst._has_dups = None
     return dst
 
 
@@ -1385,8 +1395,10 @@ def has_duplicates(a: SparseTensor) -> bool:
     level is non-unique can hold such; entries are sorted, so duplicates are adjacent)."""
     if a._format.unique[-1] or a.nnz < 2:
         return False
-    key = _linear_key(level_coords(a), [a.shape[d] for d in a._format.order])
-    return bool((key[1:] == key[:-1]).any())
+    if a._has_dups is None:   # (kept on the tensor: its index arrays never change)
+        key = _linear_key(level_coords(a), [a.shape[d] for d in a._format.order])
+        a._has_dups = bool((key[1:] == key[:-1]).any())
+    return a._has_dups
 
 
 @_register(torch.Tensor.is_coalesced)
