@@ -180,8 +180,10 @@ class SparseTensor(torch.Tensor):
         return self._pos[level], self._crd[level]
 
     def _rewrap(self, values, requires_grad=False):
-        return SparseTensor(self.shape, self._format, self._pos, self._crd, values,
-                            requires_grad=requires_grad, index_dtype=self.index_dtype)
+        t = SparseTensor(self.shape, self._format, self._pos, self._crd, values,
+                         requires_grad=requires_grad, index_dtype=self.index_dtype)
+        t._has_dups = self._has_dups   # (the same index arrays)
+        return t
 
     def with_values(self, values: torch.Tensor) -> "SparseTensor":
         """The same pattern around new values (a 1-D tensor of length nnz)."""
