@@ -120,6 +120,8 @@ def test_bad_selections_are_refused(key, err, match):
         A[key]
     with pytest.raises(IndexError, match="narrow"):
         A.narrow(0, 2, 3)
+    with pytest.raises(IndexError, match="narrow: dim 5 is out of range"):
+        A.narrow(5, 0, 1)
     with pytest.raises(IndexError, match="dim 2 is out of range"):
         A.index_select(2, torch.tensor([0]))
     with pytest.raises(IndexError, match="out of range"):   # (as torch's index_select)

@@ -1136,9 +1136,10 @@ def _mT(a):
 def index_select(a: SparseTensor, dim: int, index, name="index_select") -> SparseTensor:
     """The entries of ``a`` whose coordinate along ``dim`` is in ``index`` (1-D, repeats
     allowed; negative positions count from the end, except in index_select, which refuses
-    them as torch's does), renumbered by their place in ``index``;
-    the same format, differentiable w.r.t. the values.  O(nnz log nnz), through the
-    coordinates of the stored entries (any format)."""
+    them as torch's does), renumbered by their place in ``index``; the same format,
+    differentiable w.r.t. the values.  csr's rows and csc's columns copy their segments
+    (O(entries selected)); any other selection goes through the coordinates of the
+    stored entries and one conversion (O(nnz log nnz))."""
     n = a.dim()
     if not -n <= dim < n:
         raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
@@ -1193,9 +1194,9 @@ def _select_segments(a: SparseTensor, index, shape) -> SparseTensor:
     total = int(new_pos[-1])
     it = a.index_dtype if total <= _tensor._I32_MAX else torch.int64
     ent = torch.repeat_interleave(starts - new_pos[:-1], cnt) + torch.arange(total)
+    vals = a._values[ent]
     return SparseTensor(shape, a._format, [None, new_pos.to(it)], [None, crd[ent].to(it)],
-                        a._values[ent], requires_grad=a._values.requires_grad,
-                        index_dtype=it)
+                        vals, requires_grad=vals.requires_grad, index_dtype=it)
 
 
 @_register(torch.index_select, torch.Tensor.index_select)
@@ -1207,7 +1208,9 @@ def _index_select(a, dim, index):
 
 @_register(torch.narrow, torch.Tensor.narrow)
 def _narrow(a, dim, start, length):
-    size = a.shape[dim % a.dim()] if a.dim() else 0
+    if not -a.dim() <= dim < a.dim():
+        raise IndexError(f"narrow: dim {dim} is out of range for a {a.dim()}-D tensor")
+    size = a.shape[dim]
     start = int(start) + (size if int(start) < 0 else 0)
     if not (0 <= start and 0 <= length and start + length <= size):
         raise IndexError(f"narrow: start {start} and length {length} exceed dimension "
