@@ -126,3 +126,42 @@ def test_bad_selections_are_refused(key, err, match):
         A.index_select(2, torch.tensor([0]))
     with pytest.raises(IndexError, match="out of range"):   # (as torch's index_select)
         A.index_select(0, torch.tensor([-1]))
+
+
+# ---- torch.cat: joining along a dimension --------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat_matches_dense(fmt, dim):
+    shapes = [(3, 4), (0, 4), (2, 4), (1, 4)] if dim == 0 else [(3, 4), (3, 0), (3, 2)]
+    xs = [make_dense(s, torch.float64, seed_of("cat", k), "empty_rows" if k and s[0] else
+                     "random") for k, s in enumerate(shapes)]
+    others = ["coo", "csr", "dense", "csc"]
+    As = [scorch.to_sparse(x, fmt if k == 0 else others[k % 4]) for k, x in enumerate(xs)]
+    snaps = [_snapshot(A) for A in As]
+    C = torch.cat(As, dim)
+    assert C.format == As[0].format
+    assert torch.equal(C.to_dense(), torch.cat(xs, dim))
+    assert all(_unchanged(A, s) for A, s in zip(As, snaps))
+
+
+def test_cat_promotes_widens_and_carries_gradients():
+    x, y = make_dense((3, 4), torch.float32, 1), make_dense((2, 4), torch.float64, 2)
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    B = scorch.to_sparse(y, "coo", index_dtype=torch.int64).requires_grad_()
+    C = torch.cat([A, B])
+    assert C.dtype == torch.float64 and C.index_dtype == torch.int64
+    w = torch.rand(5, 4, dtype=torch.float64)
+    (C.to_dense() * w).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), (w[:3] * (x != 0)).float())
+    torch.testing.assert_close(B.grad.to_dense(), w[3:] * (y != 0))
+
+
+def test_cat_refusals():
+    A = scorch.to_sparse(torch.eye(3), "csr")
+    with pytest.raises(NotImplementedError, match="every tensor must be a SparseTensor"):
+        torch.cat([A, torch.eye(3)])
+    with pytest.raises(RuntimeError, match="differ outside dim 1"):
+        torch.cat([A, scorch.to_sparse(torch.eye(2), "csr")], 1)
+    with pytest.raises(IndexError, match="dim 2 is out of range"):
+        torch.cat([A, A], 2)

@@ -1218,6 +1218,44 @@ def _narrow(a, dim, start, length):
     return index_select(a, dim, torch.arange(start, start + length), "narrow")
 
 
+@_register(torch.cat, torch.concat, torch.concatenate)
+def _cat(tensors, dim=0, *, out=None):
+    """Sparse tensors joined along dim (PyG's block batching joins adjacencies so): the
+    entries of each, offset along dim, in the first one's format; differentiable w.r.t.
+    every values tensor."""
+    tensors = list(tensors)
+    name = "torch.cat"
+    if out is not None:
+        refuse(f"{name}(out=)", *tensors, why="scorch never writes to its inputs")
+    if not tensors or not all(_is_sparse(t) for t in tensors):
+        refuse(name, *tensors, why="every tensor must be a SparseTensor (convert the dense "
+                                   "ones with scorch.to_sparse)")
+    first = tensors[0]
+    n = first.dim()
+    if not -n <= dim < n:
+        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
+    dim %= n
+    for t in tensors[1:]:
+        if t.dim() != n or any(t.shape[d] != first.shape[d] for d in range(n) if d != dim):
+            raise RuntimeError(f"{name}: shapes {tuple(first.shape)} and {tuple(t.shape)} "
+                               f"differ outside dim {dim}")
+    cols, offset = [], 0
+    for t in tensors:
+        c = dim_coords(t)
+        c[dim] = c[dim] + offset
+        offset += t.shape[dim]
+        cols.append(torch.stack(c) if c else torch.zeros(0, t.nnz, dtype=torch.int64))
+    shape = list(first.shape)
+    shape[dim] = offset
+    wide = any(t.index_dtype == torch.int64 for t in tensors)
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    from ._convert import _from_coords
+
+    return _from_coords(shape, torch.cat(cols, 1), torch.cat([t._values.to(dtype)
+                                                              for t in tensors]),
+                        first._format, torch.int64 if wide else None)
+
+
 @_register(torch.Tensor.__getitem__)
 def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask]: one index tensor (or list) or slices, one
