@@ -127,3 +127,23 @@ def test_refusals(call, err, match):
     A = scorch.to_sparse(torch.eye(3), "csr")
     with pytest.raises(err, match=match):
         call(A)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("p,dim", [(1, 1), (2, 1), (2, 0), (INF, 1), (3, -1)])
+def test_normalize_divides_by_the_slice_norms(fmt, p, dim):
+    """F.normalize(A, p, dim): stays sparse in A's format; empty rows stay empty (eps);
+    gradients against dense autograd."""
+    x = _signed((6, 5), torch.float64, seed_of("normalize", fmt), "empty_rows")
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    R = torch.nn.functional.normalize(A, p=p, dim=dim)
+    assert isinstance(R, scorch.SparseTensor) and R.format == A.format
+    xd = x.clone().requires_grad_()
+    ref = torch.nn.functional.normalize(xd, p=p, dim=dim)
+    torch.testing.assert_close(R.to_dense(), ref.detach())
+    w = torch.rand(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    (R.to_dense() * w).sum().backward()
+    (ref * w).sum().backward()
+    stored = torch.zeros_like(x)
+    stored[tuple(A.indices())] = 1
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * stored)

@@ -1028,6 +1028,16 @@ def _linalg_norm(a, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
     return _vector_norm("torch.linalg.norm", a, 2, dim, keepdim, dtype)
 
 
+@_register(F.normalize)
+def _normalize(a, p=2.0, dim=1, eps=1e-12, out=None):
+    """A / max(||A||_p over dim, eps): each stored value divided by its slice's norm."""
+    if out is not None:
+        refuse("F.normalize(out=)", a, why="scorch never writes to its inputs")
+    if not _is_sparse(a):
+        refuse("F.normalize", a, why="the input must be the SparseTensor")
+    return _div_handler(a, _vector_norm("F.normalize", a, p, dim, True, None).clamp_min(eps))
+
+
 @_register(torch.count_nonzero, torch.Tensor.count_nonzero)
 def _count_nonzero(a, dim=None):
     return _vector_norm("torch.count_nonzero", a, 0, dim, False, None).to(torch.int64)
