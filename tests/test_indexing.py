@@ -165,3 +165,14 @@ def test_cat_refusals():
         torch.cat([A, scorch.to_sparse(torch.eye(2), "csr")], 1)
     with pytest.raises(IndexError, match="dim 2 is out of range"):
         torch.cat([A, A], 2)
+
+
+def test_empty_slices_and_uint8_masks_as_torch():
+    x = make_dense((3, 4), torch.float32, seed_of("index_fuzz"))
+    A = scorch.to_sparse(x, "csr")
+    for key in [(slice(2, 1),), (slice(None), slice(3, 1)), (slice(-1, 1),)]:
+        assert torch.equal(A[key].to_dense(), x[key])
+    m = torch.tensor([1, 0, 1], dtype=torch.uint8)   # (torch reads uint8 as a mask)
+    assert torch.equal(A[m].to_dense(), x[m.bool()])
+    with pytest.raises(IndexError, match="1-D integer tensor"):   # (as torch's)
+        A.index_select(0, m)

@@ -147,3 +147,24 @@ def test_normalize_divides_by_the_slice_norms(fmt, p, dim):
     stored = torch.zeros_like(x)
     stored[tuple(A.indices())] = 1
     torch.testing.assert_close(A.grad.to_dense(), xd.grad * stored)
+
+
+def test_fuzz_found_reduction_cases():
+    """A repeated dim is an error as torch's; the 0-"norm" takes part in autograd (zero
+    gradient); matrix_norm of a 3-D tensor is a batch of norms over the last two dims."""
+    x = _signed((3, 4), torch.float64, seed_of("reduce_fuzz"), "random")
+    A = scorch.to_sparse(x, "csr")
+    for op in (lambda t: t.sum((0, 0)), lambda t: torch.amax(t, (1, -1)),
+               lambda t: torch.count_nonzero(t, (0, 0)),
+               lambda t: torch.linalg.vector_norm(t, 2, (0, -2))):
+        with pytest.raises(RuntimeError, match="appears multiple times"):
+            op(A)
+    A.requires_grad_()
+    r = torch.linalg.vector_norm(A, 0, dim=1)
+    assert r.requires_grad
+    r.sum().backward()
+    assert torch.equal(A.grad.values(), torch.zeros(A.nnz, dtype=torch.float64))
+    y = _signed((2, 3, 4), torch.float64, seed_of("reduce_fuzz", 3), "random")
+    B = scorch.to_sparse(y, "csf")
+    torch.testing.assert_close(torch.linalg.matrix_norm(B), torch.linalg.matrix_norm(y))
+    torch.testing.assert_close(torch.linalg.norm(B), torch.linalg.norm(y))

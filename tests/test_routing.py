@@ -693,8 +693,8 @@ def test_adjoint_copy_flag_and_negated_views(fmt):
     X = torch._neg_view(torch.rand(6, 3, dtype=torch.float64))
     assert X.is_neg() and X.is_contiguous()
     torch.testing.assert_close(A @ X, x @ X.resolve_neg())
-    with pytest.raises(NotImplementedError, match=rf"aten.cat.*\(formats: {fmt}\)"):
-        torch.cat([A, A])
+    with pytest.raises(NotImplementedError, match=rf"aten.stack.*\(formats: {fmt}\)"):
+        torch.stack([A, A])
 
 
 @pytest.mark.parametrize("fmt", ["csr", "coo"])
@@ -790,3 +790,17 @@ def test_division_by_a_dense_tensor_has_gradients(fmt):
     torch.testing.assert_close(A.grad.to_dense(), xd.grad * (x != 0))
     # (the dense gradient of d also sums over the implicit zeros, whose share is 0)
     torch.testing.assert_close(d.grad, dd.grad)
+
+
+def test_fuzz_found_elementwise_cases():
+    """A one-element dense operand of more dims promotes the dtype as torch's does; a
+    divisor with a nan is refused as one with a zero is (0/nan is nan)."""
+    x = make_dense((3, 4), torch.float32, seed_of("elementwise_fuzz"))
+    A = scorch.to_sparse(x, "csr")
+    d = torch.tensor([[2.0]], dtype=torch.float64)
+    for got, ref in ((A * d, x * d), (A / d, x / d)):
+        assert got.dtype == ref.dtype == torch.float64
+        assert torch.equal(got.to_dense(), ref)
+    for bad in (float("nan"), torch.tensor([1.0, float("nan"), 1.0, 1.0])):
+        with pytest.raises(NotImplementedError, match="nan"):
+            A / bad

@@ -644,8 +644,9 @@ def _mul(a, b, name="torch.mul"):
         refuse(name, a, b, why=f"a torch {d.layout} operand; convert it with "
                                "scorch.to_sparse")
     la, dd, ld = _dense_for(s, d, name)
-    if not ld:
-        return _map_values(s, lambda v: v * dd.reshape(()))
+    if not ld:   # (one element: in d's dtype too, as a tensor of dims promotes)
+        dt = torch.promote_types(s.dtype, d.dtype)
+        return _map_values(s, lambda v: v.to(dt) * dd.reshape(()))
     return einsum(f"{la},{ld}->{la}", s, dd)
 
 
@@ -661,19 +662,21 @@ def _mul_handler(a, b, *, out=None):
            torch.Tensor.__truediv__, torch.Tensor.true_divide)
 def _div_handler(a, b, *, rounding_mode=None, out=None):
     if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
-        if float(b) == 0:
-            refuse("torch.div", a, why="dividing by zero turns the implicit zeros into nan")
+        if float(b) == 0 or math.isnan(float(b)):
+            refuse("torch.div", a, why=f"dividing by {float(b)} turns the implicit zeros "
+                                       f"into nan")
         return _map_values(a, lambda v: v / b)
     if _is_sparse(a) and isinstance(b, torch.Tensor) and not _is_sparse(b) and \
             b.layout is torch.strided and rounding_mode is None and out is None:
         # A / D (D broadcast, e.g. a degree vector): each stored value divided by D at its
         # coordinates; the implicit zeros stay zeros unless D has a zero (0/0 is nan)
         la, dd, ld = _dense_for(a, b, "torch.div")
-        if bool((dd == 0).any()):
-            refuse("torch.div", a, b, why="the divisor has zeros, which turn the implicit "
-                                          "zeros into nan")
+        if bool(((dd == 0) | dd.isnan()).any()):
+            refuse("torch.div", a, b, why="the divisor has zeros or nans, which turn the "
+                                          "implicit zeros into nan")
         if not ld:
-            return _map_values(a, lambda v: v / dd.reshape(()))
+            dt = torch.promote_types(a.dtype, b.dtype)
+            return _map_values(a, lambda v: v.to(dt) / dd.reshape(()))
         coords = dim_coords(a)
         at = tuple(coords[la.index(c)] for c in ld)
         return _map_values(a, lambda v: v / dd[at])
@@ -873,8 +876,10 @@ def _norm_dims(dim, n):
         if not -n <= d < n:
             raise IndexError(f"Dimension out of range (expected to be in range of "
                              f"[{-n}, {n - 1}], but got {d})")
+        if d % n in out:
+            raise RuntimeError(f"dim {d % n} appears multiple times in the list of dims")
         out.append(d % n)
-    return sorted(set(out))
+    return sorted(out)
 
 
 def _sum(a, dim=None, keepdim=False, *, dtype=None):
@@ -986,8 +991,9 @@ def _vector_norm(name, a, ord, dim, keepdim, dtype):
         return _extreme(name, _map_values(a, torch.abs), dim, keepdim, True)
     if ord == -math.inf:
         return _extreme(name, _map_values(a, torch.abs), dim, keepdim, False)
-    if ord == 0:
-        return _sum(_map_values(a, lambda v: (v != 0).to(v.dtype)), dim, keepdim)
+    if ord == 0:   # (+ 0 * v, finite: the count takes part in autograd, as torch's does)
+        return _sum(_map_values(a, lambda v: (v != 0).to(v.dtype) + (v * 0).nan_to_num(
+            0.0, 0.0, 0.0)), dim, keepdim)
     if ord < 0:
         refuse(f"{name}(ord={ord:g})", a, why="a negative order is not built")
     if dim is None or not _norm_dims(dim, a.dim()) or \
@@ -1018,14 +1024,23 @@ def _norm_handler(a, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     return _vector_norm("torch.norm", a, p, dim, keepdim, dtype)
 
 
-@_register(torch.linalg.norm, torch.linalg.matrix_norm)
-def _linalg_norm(a, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
+def _frobenius(name, a, ord, dim, keepdim, out, dtype):
     if out is not None:
-        refuse("torch.linalg.norm(out=)", a, why="scorch never writes to its inputs")
+        refuse(f"{name}(out=)", a, why="scorch never writes to its inputs")
     if ord not in (None, "fro"):
-        refuse(f"torch.linalg.norm(ord={ord!r})", a, why="only the Frobenius (2-) norm "
-                                                         "over the entries is built")
-    return _vector_norm("torch.linalg.norm", a, 2, dim, keepdim, dtype)
+        refuse(f"{name}(ord={ord!r})", a, why="only the Frobenius (2-) norm over the "
+                                              "entries is built")
+    return _vector_norm(name, a, 2, dim, keepdim, dtype)
+
+
+@_register(torch.linalg.norm)
+def _linalg_norm(a, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
+    return _frobenius("torch.linalg.norm", a, ord, dim, keepdim, out, dtype)
+
+
+@_register(torch.linalg.matrix_norm)
+def _matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, out=None, dtype=None):
+    return _frobenius("torch.linalg.matrix_norm", a, ord, dim, keepdim, out, dtype)
 
 
 @_register(F.normalize)
@@ -1156,13 +1171,16 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     dim %= n
     index = torch.as_tensor(index) if not isinstance(index, list) or index else \
         torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
+    if index.dtype == torch.uint8 and name == "indexing":
+        index = index.bool()     # (torch's indexing reads a uint8 index as a mask)
     if index.dtype == torch.bool:
         if index.shape != (a.shape[dim],):
             raise IndexError(f"{name}: a boolean mask along dim {dim} needs {a.shape[dim]} "
                              f"entries, got shape {tuple(index.shape)}")
         index = index.nonzero().reshape(-1)
-    if index.dim() > 1 or index.dtype not in (torch.int32, torch.int64, torch.int16,
-                                              torch.int8, torch.uint8):
+    ints = (torch.int32, torch.int64) + ((torch.int16, torch.int8)
+                                         if name != "index_select" else ())
+    if index.dim() > 1 or index.dtype not in ints:
         raise IndexError(f"{name}: the index must be a 1-D integer tensor, got "
                          f"{index.dtype} of shape {tuple(index.shape)}")
     size = a.shape[dim]
@@ -1285,7 +1303,8 @@ def _getitem(a, key):
             start, stop, step = k.indices(a.shape[d])
             if step <= 0:
                 raise ValueError("step must be greater than zero")
-            out = index_select(out, d, torch.arange(start, stop, step), "indexing")
+            out = index_select(out, d, torch.arange(start, max(start, stop), step),
+                               "indexing")
         elif isinstance(k, list) or isinstance(k, torch.Tensor) and k.dim() == 1:
             out = index_select(out, d, k, "indexing")
         else:
