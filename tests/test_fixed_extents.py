@@ -99,3 +99,18 @@ def test_autograd_through_alternating_widths():
         v = A.values().clone().requires_grad_(True)
         ((A.with_values(v) @ X) * W).sum().backward()
         torch.testing.assert_close(v.grad, (W @ X.T)[rows, cols])
+
+
+def test_a_sized_kernel_written_for_more_extents_than_its_key_names():
+    """An all-dense operand's own extents are fixed when K = 0 and not for K = 2, so the
+    kernel filed under "K = 0" was written for one matrix shape too: a matrix of another
+    shape in the same size class, with K = 0, gets the generic kernel (it was refused:
+    "index i has size 5; the kernel was written for size 4")."""
+    def run(m, n, k):
+        x = torch.arange(1.0, m * n + 1).reshape(m, n)
+        A = scorch.to_sparse(x, "dense")
+        r = scorch.einsum(SDDMM, A, torch.ones(m, k), torch.ones(n, k))
+        assert torch.equal(r.to_dense() if isinstance(r, scorch.SparseTensor) else r,
+                           x * k)
+    for m, n, k in [(4, 5, 2), (4, 5, 0), (5, 4, 0), (5, 4, 2), (4, 5, 0)]:
+        run(m, n, k)

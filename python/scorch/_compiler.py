@@ -312,6 +312,14 @@ def _entry(lang, expr, key, operands, descs, out_format, sched):
     if entry[5] and not _fits(entry[5], operands):
         sized = key + (tuple(_size(operands[t], d) for t, d, _ in entry[5]),)
         hit = _KERNELS.get(sized)
+        if hit is not None and not _fits(hit[5], operands):
+            # written for more sizes than the key names (an extent fixed for some sizes
+            # and not for others: an all-dense operand's, with K = 0): the generic one
+            sized = key + ("any",)
+            hit = _KERNELS.get(sized)
+            if hit is None:
+                hit = _KERNELS[sized] = _new_entry(lang, expr, descs, out_format, sched,
+                                                   False)
         if hit is None:
             n = _SIZES.get(key, 1)
             if n >= _SIZED:
