@@ -804,3 +804,20 @@ def test_fuzz_found_elementwise_cases():
     for bad in (float("nan"), torch.tensor([1.0, float("nan"), 1.0, 1.0])):
         with pytest.raises(NotImplementedError, match="nan"):
             A / bad
+
+
+@pytest.mark.parametrize("fmt", ["dense", "dd", "csr"])
+def test_elementwise_products_keep_an_all_dense_format(fmt):
+    """A * D and A * B on a SparseTensor in an all-dense format stay SparseTensors in it
+    (the compiler's all-dense output is a plain tensor), with gradients."""
+    x = make_dense((3, 4), torch.float64, seed_of("dense_fmt_mul", fmt))
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    D = dn((3, 4), torch.float64, 1).requires_grad_()
+    for r, ref in ((A * D, x * D), (A * A, x * x), (D[0] * A, x * D[0])):
+        assert isinstance(r, scorch.SparseTensor) and r.format == A.format
+        torch.testing.assert_close(r.to_dense(), ref)
+    (A * D).to_dense().sum().backward()
+    stored = torch.zeros_like(x)
+    stored[tuple(A.indices())] = 1
+    torch.testing.assert_close(A.grad.to_dense(), D.detach() * stored)
+    torch.testing.assert_close(D.grad, x)

@@ -638,7 +638,7 @@ def _mul(a, b, name="torch.mul"):
         if a.shape != b.shape:
             refuse(name, a, b, why=f"shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
         ix = "ijklmnpq"[:a.dim()]
-        return einsum(f"{ix},{ix}->{ix}", a, b)
+        return _kept_sparse(einsum(f"{ix},{ix}->{ix}", a, b), a)
     s, d = (a, b) if _is_sparse(a) else (b, a)
     if d.layout is not torch.strided:
         refuse(name, a, b, why=f"a torch {d.layout} operand; convert it with "
@@ -647,7 +647,16 @@ def _mul(a, b, name="torch.mul"):
     if not ld:   # (one element: in d's dtype too, as a tensor of dims promotes)
         dt = torch.promote_types(s.dtype, d.dtype)
         return _map_values(s, lambda v: v.to(dt) * dd.reshape(()))
-    return einsum(f"{la},{ld}->{la}", s, dd)
+    return _kept_sparse(einsum(f"{la},{ld}->{la}", s, dd), s)
+
+
+def _kept_sparse(r, a: SparseTensor):
+    """An elementwise product in a's format: the compiler gives a plain tensor where that
+    format is all dense (its output is), and this wraps it back (differentiably)."""
+    if _is_sparse(r):
+        return r
+    from ._convert import to_sparse
+    return to_sparse(r, a.format, a.index_dtype)
 
 
 @_register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__,
