@@ -168,3 +168,15 @@ def test_fuzz_found_reduction_cases():
     B = scorch.to_sparse(y, "csf")
     torch.testing.assert_close(torch.linalg.matrix_norm(B), torch.linalg.matrix_norm(y))
     torch.testing.assert_close(torch.linalg.norm(B), torch.linalg.norm(y))
+
+
+def test_linalg_norm_with_an_int_dim_is_a_vector_norm():
+    x = _signed((4, 5), torch.float64, seed_of("linalg_norm_dim"), "random")
+    A = scorch.to_sparse(x, "csr")
+    for ord, dim in [(1, 1), (INF, 0), (3, -1)]:
+        torch.testing.assert_close(torch.linalg.norm(A, ord, dim=dim),
+                                   torch.linalg.norm(x, ord, dim=dim))
+    v = scorch.to_sparse(x[0], "coo")
+    torch.testing.assert_close(torch.linalg.norm(v, 1), torch.linalg.norm(x[0], 1))
+    with pytest.raises(NotImplementedError, match="ord=1"):   # (a matrix norm)
+        torch.linalg.norm(A, 1)

@@ -671,9 +671,9 @@ def _mul_handler(a, b, *, out=None):
            torch.Tensor.__truediv__, torch.Tensor.true_divide)
 def _div_handler(a, b, *, rounding_mode=None, out=None):
     if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
-        if float(b) == 0 or math.isnan(float(b)):
-            refuse("torch.div", a, why=f"dividing by {float(b)} turns the implicit zeros "
-                                       f"into nan")
+        s = float(b.detach()) if isinstance(b, torch.Tensor) else float(b)
+        if s == 0 or math.isnan(s):
+            refuse("torch.div", a, why=f"dividing by {s} turns the implicit zeros into nan")
         return _map_values(a, lambda v: v / b)
     if _is_sparse(a) and isinstance(b, torch.Tensor) and not _is_sparse(b) and \
             b.layout is torch.strided and rounding_mode is None and out is None:
@@ -1044,6 +1044,12 @@ def _frobenius(name, a, ord, dim, keepdim, out, dtype):
 
 @_register(torch.linalg.norm)
 def _linalg_norm(a, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
+    # (an int dim, or a 1-D input, makes it a vector norm of that order, as torch's)
+    if ord is not None and not isinstance(ord, str) and (
+            isinstance(dim, int) or dim is None and a.dim() == 1):
+        if out is not None:
+            refuse("torch.linalg.norm(out=)", a, why="scorch never writes to its inputs")
+        return _vector_norm("torch.linalg.norm", a, ord, dim, keepdim, dtype)
     return _frobenius("torch.linalg.norm", a, ord, dim, keepdim, out, dtype)
 
 
