@@ -325,6 +325,14 @@ class Tally:
         else:
             self.refused.append(outcome)
 
+    @classmethod
+    def batch(cls, family, seeds, fn):
+        """Run fn on every seed, then check the batch."""
+        tally = cls(family, seeds)
+        for seed in seeds:
+            tally.run(seed, fn)
+        tally.check()
+
     def check(self):
         assert not self.failures, (
             f"{len(self.failures)} of {len(self.seeds)} {self.family} cases failed:\n\n"
@@ -576,11 +584,7 @@ EXPRESSION_SEEDS = list(range(200))
 
 @pytest.mark.parametrize("batch", range(8))
 def test_random_expressions(batch):
-    seeds = EXPRESSION_SEEDS[batch::8]
-    tally = Tally("expression", seeds)
-    for seed in seeds:
-        tally.run(seed, run_expression_case)
-    tally.check()
+    Tally.batch("expression", EXPRESSION_SEEDS[batch::8], run_expression_case)
 
 
 # ---- random torch ops on sparse matrices -----------------------------------------------
@@ -718,11 +722,7 @@ OP_SEEDS = list(range(1000, 1120))
 
 @pytest.mark.parametrize("batch", range(4))
 def test_random_torch_ops(batch):
-    seeds = OP_SEEDS[batch::4]
-    tally = Tally("torch-op", seeds)
-    for seed in seeds:
-        tally.run(seed, run_op_case)
-    tally.check()
+    Tally.batch("torch-op", OP_SEEDS[batch::4], run_op_case)
 
 
 # ---- random autograd ------------------------------------------------------------------
@@ -818,8 +818,4 @@ GRAD_SEEDS = list(range(2000, 2070))
 
 @pytest.mark.parametrize("batch", range(2))
 def test_random_autograd(batch):
-    seeds = GRAD_SEEDS[batch::2]
-    tally = Tally("autograd", seeds)
-    for seed in seeds:
-        tally.run(seed, run_grad_case)
-    tally.check()
+    Tally.batch("autograd", GRAD_SEEDS[batch::2], run_grad_case)
