@@ -104,12 +104,13 @@ def test_duplicates_are_summed_in_a_selection():
 @pytest.mark.parametrize("key,err,match", [
     (torch.tensor([5]), IndexError, "out of range for dimension 0 of size 4"),
     (torch.tensor([-5]), IndexError, "out of range"),
-    (torch.tensor([[0]]), NotImplementedError, "integer, None"),
+    (torch.tensor([[0]]), NotImplementedError, "None, \\.\\.\\. and multi-dimensional"),
     (torch.tensor([0.5]), IndexError, "1-D integer tensor"),
     (torch.tensor([True, False]), IndexError, "boolean mask along dim 0 needs 4"),
-    (0, NotImplementedError, "integer, None"),
-    (None, NotImplementedError, "integer, None"),
-    (Ellipsis, NotImplementedError, "integer, None"),
+    (4, IndexError, "index 4 is out of bounds for dimension 0 with size 4"),
+    ((0, -5), IndexError, "index -5 is out of bounds for dimension 1"),
+    (None, NotImplementedError, "None, \\.\\.\\."),
+    (Ellipsis, NotImplementedError, "None, \\.\\.\\."),
     ((torch.tensor([0]), torch.tensor([1])), NotImplementedError, "several index tensors"),
     ((slice(None), slice(None), slice(None)), IndexError, "too many indices"),
     (slice(None, None, -1), ValueError, "step"),
@@ -176,3 +177,42 @@ def test_empty_slices_and_uint8_masks_as_torch():
     assert torch.equal(A[m].to_dense(), x[m.bool()])
     with pytest.raises(IndexError, match="1-D integer tensor"):   # (as torch's)
         A.index_select(0, m)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+def test_integer_indexing_drops_the_dimension(fmt):
+    """A[i], A[:, j], A[i, j], mixed with slices and an index tensor: against dense; a
+    row of a csr (a column of a csc) copies its segment; the rest keep their dense levels
+    dense and make the others compressed."""
+    x = make_dense((5, 6), torch.float64, seed_of("select", fmt), "empty_rows")
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    snap = _snapshot(A)
+    keys = [0, -1, 3, (slice(None), 2), (2, 3), (1, torch.tensor([0, 5, 5])),
+            (torch.tensor(4),), (slice(1, 4), 0), (torch.tensor([3, 0]), -1), (0, 0)]
+    for key in keys:
+        r = A[key]
+        ref = x[key]
+        got = r.to_dense() if isinstance(r, scorch.SparseTensor) else r
+        assert got.shape == ref.shape and torch.equal(got.detach(), ref), key
+    assert torch.equal(torch.select(A, 1, 4).to_dense(), x.select(1, 4))
+    assert torch.equal(A.select(0, -2).to_dense(), x.select(0, -2))
+    w = torch.rand(6, dtype=torch.float64)
+    ((A[2].to_dense() * w).sum() + A[1, 3] + A[:, 0].to_dense().sum()).backward()
+    want = torch.zeros_like(x)
+    want[2] += w
+    want[1, 3] += 1
+    want[:, 0] += 1
+    stored = torch.zeros_like(x)
+    stored[tuple(A.indices())] = 1
+    torch.testing.assert_close(A.grad.to_dense(), want * stored)
+    assert _unchanged(A, snap)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_3D)
+def test_integer_indexing_3d(fmt):
+    y = make_dense((3, 4, 5), torch.float32, seed_of("select3", fmt))
+    B = scorch.to_sparse(y, fmt)
+    for key in [0, (slice(None), 1), (slice(None), slice(None), -1), (1, 2), (2, 3, 4)]:
+        r = B[key]
+        got = r.to_dense() if isinstance(r, scorch.SparseTensor) else r
+        assert torch.equal(got, y[key]), key

@@ -1299,20 +1299,73 @@ def _cat(tensors, dim=0, *, out=None):
                         first._format, torch.int64 if wide else None)
 
 
+def select(a: SparseTensor, dim: int, i: int):
+    """``a`` at position i of dim, that dimension dropped: a SparseTensor whose levels are
+    a's others (a dense one stays dense, any other becomes compressed, which every level
+    order can assemble), or for a 1-D ``a`` the 0-D value; differentiable."""
+    n = a.dim()
+    if not -n <= dim < n:
+        raise IndexError(f"select: dim {dim} is out of range for a {n}-D tensor")
+    dim %= n
+    size = a.shape[dim]
+    if not -size <= i < size:
+        raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+    i %= size
+    fmt = a._format
+    if fmt.kinds == (0, 1) and fmt.order[0] == dim:     # a csr row, a csc column
+        r = _select_segments(a, torch.tensor([i]), [1, 1])
+        return SparseTensor((a.shape[1 - dim],), Format("c"), [r._pos[1]], [r._crd[1]],
+                            r._values, requires_grad=r._values.requires_grad,
+                            index_dtype=r.index_dtype)
+    coords = dim_coords(a)
+    keep = coords[dim] == i
+    vals = a._values[keep]
+    if n == 1:
+        return vals.sum()
+    levels = [k for k in range(n) if fmt.order[k] != dim]
+    kept = Format("".join("d" if fmt.kinds[k] == 0 else "c" for k in levels),
+                  order=[fmt.order[k] - (fmt.order[k] > dim) for k in levels])
+    from ._convert import _from_coords
+
+    cols = torch.stack([c[keep] for d, c in enumerate(coords) if d != dim])
+    return _from_coords([s for d, s in enumerate(a.shape) if d != dim], cols, vals, kept,
+                        a.index_dtype if a.index_dtype == torch.int64 else None)
+
+
+@_register(torch.select, torch.Tensor.select)
+def _select(a, dim, index):
+    return select(a, dim, int(index))
+
+
+def _integer(k):
+    """k as a Python int where it is an integer index (an int or a 0-D integer tensor)."""
+    if isinstance(k, bool):
+        return None
+    if isinstance(k, int):
+        return k
+    if isinstance(k, torch.Tensor) and k.dim() == 0 and not k.is_floating_point() and \
+            k.dtype != torch.bool:
+        return int(k)
+    return None
+
+
 @_register(torch.Tensor.__getitem__)
 def _getitem(a, key):
-    """A[rows], A[a:b:s], A[:, cols], A[mask]: one index tensor (or list) or slices, one
-    dimension each; integer indexing (which drops a dimension), None and ... are refused."""
+    """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j]: one index tensor (or list),
+    slices and integers, one dimension each (an integer drops its dimension); None, ...
+    and several index tensors are refused."""
     keys = key if isinstance(key, tuple) else (key,)
     if len(keys) > a.dim():
         raise IndexError(f"too many indices for a {a.dim()}-D tensor: {len(keys)}")
-    tensors = [k for k in keys if isinstance(k, (torch.Tensor, list))]
+    tensors = [k for k in keys if isinstance(k, (torch.Tensor, list)) and _integer(k) is None]
     if len(tensors) > 1:
         refuse("indexing with several index tensors", a, why="their positions pair up "
                "pointwise; index one dimension at a time")
-    out = a
+    out, ints = a, []
     for d, k in enumerate(keys):
-        if isinstance(k, slice):
+        if _integer(k) is not None:
+            ints.append((d, _integer(k)))     # (dropped last, from the highest dim down)
+        elif isinstance(k, slice):
             if k == slice(None):
                 continue
             start, stop, step = k.indices(a.shape[d])
@@ -1323,8 +1376,10 @@ def _getitem(a, key):
         elif isinstance(k, list) or isinstance(k, torch.Tensor) and k.dim() == 1:
             out = index_select(out, d, k, "indexing")
         else:
-            refuse(f"A[{key!r}]", a, why="integer, None and ... indexing are not built; "
-                   "select with A[i:i+1], A[index_tensor] or index_select")
+            refuse(f"A[{key!r}]", a, why="None, ... and multi-dimensional index tensors "
+                   "are not built; index with integers, slices or one 1-D index tensor")
+    for d, i in reversed(ints):
+        out = select(out, d, i)
     return out
 
 
