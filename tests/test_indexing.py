@@ -216,3 +216,38 @@ def test_integer_indexing_3d(fmt):
         r = B[key]
         got = r.to_dense() if isinstance(r, scorch.SparseTensor) else r
         assert torch.equal(got, y[key]), key
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+def test_unsqueeze_squeeze_stack(fmt):
+    """unsqueeze shares the arrays under a dense level of one position; squeeze drops
+    size-1 dimensions; torch.stack joins unsqueezed tensors; the batched products take
+    the result; gradients reach the values."""
+    x = make_dense((4, 5), torch.float64, seed_of("unsqueeze", fmt), "empty_rows")
+    y = make_dense((4, 5), torch.float64, seed_of("unsqueeze", fmt, 2))
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    B = scorch.to_sparse(y, "coo")
+    for d in (0, 1, 2, -1, -3):
+        U = A.unsqueeze(d)
+        assert U.values() is A.values() and torch.equal(U.to_dense(), x.unsqueeze(d))
+    assert torch.equal(A.unsqueeze(1).squeeze().to_dense(), x)
+    assert torch.equal(torch.squeeze(A.unsqueeze(0), 0).to_dense(), x)
+    assert torch.equal(A.unsqueeze(2).squeeze(0).to_dense(), x.unsqueeze(2))   # (size 4)
+    for d in (0, 1, -1):
+        assert torch.equal(torch.stack([A, B], d).to_dense(), torch.stack([x, y], d))
+    X = torch.rand(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(torch.bmm(A.unsqueeze(0), X.unsqueeze(0)), (x @ X)[None])
+    w = torch.rand(2, 4, 5, dtype=torch.float64)
+    (torch.stack([A, B]).to_dense() * w).sum().backward()
+    stored = torch.zeros_like(x)
+    stored[tuple(A.indices())] = 1
+    torch.testing.assert_close(A.grad.to_dense(), w[0] * stored)
+    assert torch.equal(torch.hstack([A, B]).to_dense(), torch.hstack([x, y]))
+    assert torch.equal(torch.vstack([A, B]).to_dense(), torch.vstack([x, y]))
+    a1, b1 = scorch.to_sparse(x[1], "coo"), scorch.to_sparse(y[2], "coo")
+    assert torch.equal(torch.vstack([a1, b1]).to_dense(), torch.vstack([x[1], y[2]]))
+    assert torch.equal(torch.hstack([a1, b1]).to_dense(), torch.hstack([x[1], y[2]]))
+    with pytest.raises(RuntimeError, match="equal size"):
+        torch.stack([A, scorch.to_sparse(x[:3], "csr")])
+    with pytest.raises(IndexError, match="unsqueeze: dim 3"):
+        A.unsqueeze(3)

@@ -1332,6 +1332,61 @@ def select(a: SparseTensor, dim: int, i: int):
                         a.index_dtype if a.index_dtype == torch.int64 else None)
 
 
+@_register(torch.unsqueeze, torch.Tensor.unsqueeze)
+def _unsqueeze(a, dim):
+    """A new dimension of size 1: a dense level of one position on top of a's levels,
+    which leaves every position below as it was, so the arrays are shared (no copy)."""
+    n = a.dim()
+    if not -n - 1 <= dim <= n:
+        raise IndexError(f"unsqueeze: dim {dim} is out of range for a {n}-D tensor")
+    dim %= n + 1
+    f = a._format
+    fmt = _format_from_tuple((0,) + f.kinds, (True,) + f.unique,
+                             (dim,) + tuple(o + (o >= dim) for o in f.order))
+    shape = list(a.shape)
+    shape.insert(dim, 1)
+    return SparseTensor(shape, fmt, [None] + a._pos, [None] + a._crd, a._values,
+                        requires_grad=a._values.requires_grad, index_dtype=a.index_dtype)
+
+
+@_register(torch.squeeze, torch.Tensor.squeeze)
+def _squeeze(a, dim=None):
+    """Dimensions of size 1 dropped (all of them, or those named that have size 1)."""
+    n = a.dim()
+    dims = range(n) if dim is None else _norm_dims(dim, n)
+    out = a
+    for d in sorted((d for d in dims if a.shape[d] == 1), reverse=True):
+        out = select(out, d, 0)
+    return out
+
+
+@_register(torch.stack)
+def _stack(tensors, dim=0, *, out=None):
+    tensors = list(tensors)
+    if not tensors or not all(_is_sparse(t) for t in tensors):
+        refuse("torch.stack", *tensors, why="every tensor must be a SparseTensor (convert the "
+                                            "dense ones with scorch.to_sparse)")
+    n = tensors[0].dim()
+    if not -n - 1 <= dim <= n:
+        raise IndexError(f"torch.stack: dim {dim} is out of range for {n}-D tensors")
+    if any(t.shape != tensors[0].shape for t in tensors):
+        raise RuntimeError("torch.stack expects each tensor to be equal size, got "
+                           + ", ".join(str(tuple(t.shape)) for t in tensors))
+    return _cat([_unsqueeze(t, dim) for t in tensors], dim % (n + 1), out=out)
+
+
+@_register(torch.hstack)
+def _hstack(tensors, *, out=None):
+    tensors = list(tensors)
+    return _cat(tensors, 0 if tensors and tensors[0].dim() == 1 else 1, out=out)
+
+
+@_register(torch.vstack, torch.row_stack)
+def _vstack(tensors, *, out=None):
+    tensors = [_unsqueeze(t, 0) if _is_sparse(t) and t.dim() == 1 else t for t in tensors]
+    return _cat(tensors, 0, out=out)
+
+
 @_register(torch.select, torch.Tensor.select)
 def _select(a, dim, index):
     return select(a, dim, int(index))
