@@ -180,3 +180,28 @@ def test_linalg_norm_with_an_int_dim_is_a_vector_norm():
     torch.testing.assert_close(torch.linalg.norm(v, 1), torch.linalg.norm(x[0], 1))
     with pytest.raises(NotImplementedError, match="ord=1"):   # (a matrix norm)
         torch.linalg.norm(A, 1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+def test_diagonal_matches_dense(fmt, sid, shape, kind):
+    x = _signed(shape, torch.float64, seed_of("diagonal", sid), kind)
+    A = scorch.to_sparse(x, fmt)
+    for off in range(-shape[0] - 1, shape[1] + 2):
+        assert torch.equal(A.diagonal(off), x.diagonal(off)), off
+        assert torch.equal(torch.diagonal(A, off, 1, 0), torch.diagonal(x, off, 1, 0)), off
+    assert torch.equal(torch.diag(A), torch.diag(x))
+    assert torch.equal(torch.diag(A, diagonal=1), torch.diag(x, diagonal=1))
+
+
+def test_diagonal_sums_duplicates_and_has_gradients():
+    D = scorch.from_components(
+        (2, 3), "coo", pos=[torch.tensor([0, 3]), None],
+        crd=[torch.tensor([0, 0, 1]), torch.tensor([0, 0, 1])],
+        values=torch.tensor([1.0, 2.0, 3.0], requires_grad=True))
+    d = D.diagonal()
+    assert torch.equal(d, torch.tensor([3.0, 3.0]))
+    (d * torch.tensor([10.0, 100.0])).sum().backward()
+    assert torch.equal(D.values().grad, torch.tensor([10.0, 10.0, 100.0]))
+    with pytest.raises(NotImplementedError, match="torch.diagonal"):
+        torch.diag(scorch.to_sparse(torch.ones(3), "coo"))

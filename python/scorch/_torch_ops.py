@@ -1375,6 +1375,25 @@ def _stack(tensors, dim=0, *, out=None):
     return _cat([_unsqueeze(t, dim) for t in tensors], dim % (n + 1), out=out)
 
 
+@_register(torch.diagonal, torch.Tensor.diagonal, torch.diag, torch.Tensor.diag)
+def _diagonal(a, offset=0, dim1=0, dim2=1, *, diagonal=None, out=None):
+    """The entries (i, i + offset) of a matrix, as a dense vector (duplicates summed),
+    differentiable w.r.t. the values; torch.diag of a matrix is the same."""
+    if diagonal is not None:        # (torch.diag names the offset "diagonal")
+        offset = diagonal
+    if out is not None:
+        refuse("torch.diagonal(out=)", a, why="scorch never writes to its inputs")
+    if a.dim() != 2 or sorted((dim1 % 2, dim2 % 2)) != [0, 1]:
+        refuse("torch.diagonal", a, why="the diagonal of a matrix's two dimensions is built "
+                                        "(torch.diag of a vector would build a matrix)")
+    rows, cols = dim_coords(a) if dim1 % 2 == 0 else dim_coords(a)[::-1]
+    m, n = (a.shape[0], a.shape[1]) if dim1 % 2 == 0 else (a.shape[1], a.shape[0])
+    length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
+    on = cols - rows == offset
+    at = rows[on] if offset >= 0 else cols[on]
+    return torch.zeros(length, dtype=a.dtype).index_add(0, at, a._values[on])
+
+
 @_register(torch.hstack)
 def _hstack(tensors, *, out=None):
     tensors = list(tensors)
