@@ -59,6 +59,20 @@ def refuse(name, *objs, why=""):
         f"{', '.join(_formats(*objs))}){why}; use .to_dense() to compute it densely")
 
 
+def refuse_out(name, out, *objs):
+    """The refusal of an ``out=`` tensor (scorch never writes to its inputs), where given."""
+    if out is not None:
+        refuse(f"{name}(out=)", *objs, why="scorch never writes to its inputs")
+
+
+def _dim_index(name, dim, n, extra=0):
+    """dim of an n-D tensor (of n + extra dimensions to choose from, as unsqueeze has one
+    more) as 0 .. n + extra - 1, or an IndexError naming the op."""
+    if dim is None or not -n - extra <= dim < n + extra:
+        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
+    return dim % (n + extra)
+
+
 def _is_sparse(x):
     return isinstance(x, SparseTensor)
 
@@ -139,9 +153,7 @@ def align_values(r: SparseTensor, pattern: SparseTensor) -> torch.Tensor:
         return r[tuple(dim_coords(pattern))]
     if _same_arrays(r, pattern):
         return r._values
-    idx, hit = entry_positions(pattern, dim_coords(r))
-    out = torch.zeros(pattern.nnz, dtype=r.dtype)
-    return out.index_add(0, idx[hit], r._values[hit])   # (differentiable w.r.t. r's values)
+    return _summed_at(pattern, dim_coords(r), r._values)
 
 
 def sampled_at(p: SparseTensor, dtype, product_of_ones) -> torch.Tensor:
@@ -171,13 +183,17 @@ def entry_positions(pattern: SparseTensor, cols):
     return idx, kp[idx] == kr
 
 
+def _summed_at(pattern: SparseTensor, cols, values) -> torch.Tensor:
+    """One value per stored entry of ``pattern``: the sum of ``values`` given at
+    coordinates ``cols`` (per dimension) that fall on it (duplicates summed, ones it does
+    not store dropped), differentiable w.r.t. ``values``."""
+    idx, hit = entry_positions(pattern, cols)
+    return torch.zeros(pattern.nnz, dtype=values.dtype).index_add(0, idx[hit], values[hit])
+
+
 def summed_onto(out: SparseTensor, cols, values) -> SparseTensor:
-    """``out``'s pattern around values given at coordinates ``cols`` (per dimension):
-    each stored entry the sum of those at its coordinates (duplicates summed, ones it
-    does not store dropped), differentiable w.r.t. ``values``."""
-    idx, hit = entry_positions(out, cols)
-    vals = torch.zeros(out.nnz, dtype=values.dtype).index_add(0, idx[hit], values[hit])
-    return out._rewrap(vals, requires_grad=True)
+    """``out``'s pattern around ``_summed_at(out, cols, values)``."""
+    return out._rewrap(_summed_at(out, cols, values), requires_grad=True)
 
 
 class _ToDenseFn(torch.autograd.Function):
@@ -582,8 +598,7 @@ def _pow(a, p):
 
 @_register(torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
 def _add_handler(a, b, *, alpha=1, out=None):
-    if out is not None:
-        refuse("torch.add(out=)", a, b, why="scorch never writes to its inputs")
+    refuse_out("torch.add", out, a, b)
     if alpha != 1:
         b = _mul(b, alpha)
     return _add("torch.add", a, b, 1)
@@ -591,8 +606,7 @@ def _add_handler(a, b, *, alpha=1, out=None):
 
 @_register(torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__)
 def _sub_handler(a, b, *, alpha=1, out=None):
-    if out is not None:
-        refuse("torch.sub(out=)", a, b, why="scorch never writes to its inputs")
+    refuse_out("torch.sub", out, a, b)
     if alpha != 1:
         b = _mul(b, alpha)
     return _add("torch.sub", a, b, -1)
@@ -662,8 +676,7 @@ def _kept_sparse(r, a: SparseTensor):
 @_register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__,
            torch.Tensor.__rmul__)
 def _mul_handler(a, b, *, out=None):
-    if out is not None:
-        refuse("torch.mul(out=)", a, b, why="scorch never writes to its inputs")
+    refuse_out("torch.mul", out, a, b)
     return _mul(a, b)
 
 
@@ -764,8 +777,7 @@ def _mm(a, b, *args, out=None):
 
 @_register(torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
 def _matmul(a, b, *, out=None):
-    if out is not None:
-        refuse("torch.matmul(out=)", a, b, why="scorch never writes to its inputs")
+    refuse_out("torch.matmul", out, a, b)
     return _product("torch.matmul", _MATMUL, a, b)
 
 
@@ -776,22 +788,19 @@ def _rmatmul(a, b):
 
 @_register(torch.mv, torch.Tensor.mv)
 def _mv(a, x, *, out=None):
-    if out is not None:
-        refuse("torch.mv(out=)", a, x, why="scorch never writes to its inputs")
+    refuse_out("torch.mv", out, a, x)
     return _product("torch.mv", _MV, a, x)
 
 
 @_register(torch.bmm, torch.Tensor.bmm)
 def _bmm(a, b, *, out=None):
-    if out is not None:
-        refuse("torch.bmm(out=)", a, b, why="scorch never writes to its inputs")
+    refuse_out("torch.bmm", out, a, b)
     return _product("torch.bmm", _BMM, a, b)
 
 
 @_register(torch.addmm, torch.Tensor.addmm)
 def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
-    if out is not None:
-        refuse("torch.addmm(out=)", inp, mat1, mat2, why="scorch never writes to its inputs")
+    refuse_out("torch.addmm", out, inp, mat1, mat2)
     p = _mm(mat1, mat2)
     if alpha != 1:
         p = _mul(p, alpha)
@@ -813,8 +822,7 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
     """alpha * (mat1 @ mat2) at inp's stored entries + beta * inp: one SDDMM over inp's
     pattern (its values replaced by ones, as torch's spy(input)), inp's format kept."""
     name = "torch.sparse.sampled_addmm"
-    if out is not None:
-        refuse(f"{name}(out=)", inp, mat1, mat2, why="scorch never writes to its inputs")
+    refuse_out(name, out, inp, mat1, mat2)
     if not _is_sparse(inp) or _is_sparse(mat1) or _is_sparse(mat2):
         refuse(name, inp, mat1, mat2, why="input must be the SparseTensor, mat1 and mat2 "
                                           "dense")
@@ -823,10 +831,8 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
         raise RuntimeError(f"{name}: expected input (m, n), mat1 (m, k) and mat2 (k, n), "
                            f"got {tuple(inp.shape)}, {tuple(mat1.shape)} and "
                            f"{tuple(mat2.shape)}")
-    if has_duplicates(inp):
-        inp = _coalesce(inp)     # (spy has one 1 per coordinate)
-    spy = inp._rewrap(torch.ones(inp.nnz, dtype=inp.dtype))
-    vals = align_values(einsum("ij,ik,kj->ij", spy, mat1, mat2), inp)
+    inp = _coalesced(inp)     # (spy has one 1 per coordinate)
+    vals = sampled_at(inp, inp.dtype, lambda spy: einsum("ij,ik,kj->ij", spy, mat1, mat2))
     if alpha != 1:
         vals = vals * alpha
     if beta != 0:
@@ -910,8 +916,7 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
 
 @_register(torch.sum, torch.Tensor.sum)
 def _sum_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
-    if out is not None:
-        refuse("torch.sum(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.sum", out, a)
     return _sum(a, dim, keepdim, dtype=dtype)
 
 
@@ -922,8 +927,7 @@ def _sparse_sum_handler(a, dim=None, *, dtype=None):
 
 @_register(torch.mean, torch.Tensor.mean)
 def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
-    if out is not None:
-        refuse("torch.mean(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.mean", out, a)
     dims = _norm_dims(dim, a.dim())
     count = math.prod(a.shape[d] for d in dims)
     return _sum(a, dim, keepdim, dtype=dtype) / count
@@ -963,15 +967,13 @@ def _extreme(name, a: SparseTensor, dim, keepdim, largest):
 
 @_register(torch.amax, torch.Tensor.amax)
 def _amax(a, dim=(), keepdim=False, *, out=None):
-    if out is not None:
-        refuse("torch.amax(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.amax", out, a)
     return _extreme("amax", a, dim, keepdim, True)
 
 
 @_register(torch.amin, torch.Tensor.amin)
 def _amin(a, dim=(), keepdim=False, *, out=None):
-    if out is not None:
-        refuse("torch.amin(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.amin", out, a)
     return _extreme("amin", a, dim, keepdim, False)
 
 
@@ -1005,8 +1007,7 @@ def _vector_norm(name, a, ord, dim, keepdim, dtype):
             0.0, 0.0, 0.0)), dim, keepdim)
     if ord < 0:
         refuse(f"{name}(ord={ord:g})", a, why="a negative order is not built")
-    if dim is None or not _norm_dims(dim, a.dim()) or \
-            len(_norm_dims(dim, a.dim())) == a.dim():   # every dimension: the values' norm
+    if len(_norm_dims(dim, a.dim())) == a.dim():   # every dimension: the values' norm
         r = torch.linalg.vector_norm(a._values, ord)
         return r.reshape([1] * a.dim()) if keepdim else r
     s = _sum(_map_values(a, lambda v: v.abs() ** ord), dim, keepdim)
@@ -1016,15 +1017,13 @@ def _vector_norm(name, a, ord, dim, keepdim, dtype):
 
 @_register(torch.linalg.vector_norm)
 def _vector_norm_handler(a, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
-    if out is not None:
-        refuse("torch.linalg.vector_norm(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.linalg.vector_norm", out, a)
     return _vector_norm("torch.linalg.vector_norm", a, ord, dim, keepdim, dtype)
 
 
 @_register(torch.norm, torch.Tensor.norm)
 def _norm_handler(a, p="fro", dim=None, keepdim=False, out=None, dtype=None):
-    if out is not None:
-        refuse("torch.norm(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.norm", out, a)
     if isinstance(p, str):
         if p != "fro":
             refuse(f"torch.norm(p={p!r})", a, why="matrix norms other than 'fro' are not "
@@ -1034,8 +1033,7 @@ def _norm_handler(a, p="fro", dim=None, keepdim=False, out=None, dtype=None):
 
 
 def _frobenius(name, a, ord, dim, keepdim, out, dtype):
-    if out is not None:
-        refuse(f"{name}(out=)", a, why="scorch never writes to its inputs")
+    refuse_out(name, out, a)
     if ord not in (None, "fro"):
         refuse(f"{name}(ord={ord!r})", a, why="only the Frobenius (2-) norm over the "
                                               "entries is built")
@@ -1047,8 +1045,7 @@ def _linalg_norm(a, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
     # (an int dim, or a 1-D input, makes it a vector norm of that order, as torch's)
     if ord is not None and not isinstance(ord, str) and (
             isinstance(dim, int) or dim is None and a.dim() == 1):
-        if out is not None:
-            refuse("torch.linalg.norm(out=)", a, why="scorch never writes to its inputs")
+        refuse_out("torch.linalg.norm", out, a)
         return _vector_norm("torch.linalg.norm", a, ord, dim, keepdim, dtype)
     return _frobenius("torch.linalg.norm", a, ord, dim, keepdim, out, dtype)
 
@@ -1061,8 +1058,7 @@ def _matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, out=None, dtype=N
 @_register(F.normalize)
 def _normalize(a, p=2.0, dim=1, eps=1e-12, out=None):
     """A / max(||A||_p over dim, eps): each stored value divided by its slice's norm."""
-    if out is not None:
-        refuse("F.normalize(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("F.normalize", out, a)
     if not _is_sparse(a):
         refuse("F.normalize", a, why="the input must be the SparseTensor")
     return _div_handler(a, _vector_norm("F.normalize", a, p, dim, True, None).clamp_min(eps))
@@ -1079,9 +1075,7 @@ def _softmax(name, a, dim, dtype, log):
     if not _is_sparse(a):
         refuse(name, a, why="the input must be the SparseTensor")
     n = a.dim()
-    if dim is None or not -n <= dim < n:
-        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
-    dim %= n
+    dim = _dim_index(name, dim, n)
     v = a._values if dtype is None else a._values.to(dtype)
     coords = dim_coords(a)
     others = [d for d in range(n) if d != dim]
@@ -1180,10 +1174,7 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     differentiable w.r.t. the values.  csr's rows and csc's columns copy their segments
     (O(entries selected)); any other selection goes through the coordinates of the
     stored entries and one conversion (O(nnz log nnz))."""
-    n = a.dim()
-    if not -n <= dim < n:
-        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
-    dim %= n
+    dim = _dim_index(name, dim, a.dim())
     index = torch.as_tensor(index) if not isinstance(index, list) or index else \
         torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
     if index.dtype == torch.uint8 and name == "indexing":
@@ -1251,9 +1242,7 @@ def _index_select(a, dim, index):
 
 @_register(torch.narrow, torch.Tensor.narrow)
 def _narrow(a, dim, start, length):
-    if not -a.dim() <= dim < a.dim():
-        raise IndexError(f"narrow: dim {dim} is out of range for a {a.dim()}-D tensor")
-    size = a.shape[dim]
+    size = a.shape[_dim_index("narrow", dim, a.dim())]
     start = int(start) + (size if int(start) < 0 else 0)
     if not (0 <= start and 0 <= length and start + length <= size):
         raise IndexError(f"narrow: start {start} and length {length} exceed dimension "
@@ -1268,26 +1257,23 @@ def _cat(tensors, dim=0, *, out=None):
     every values tensor."""
     tensors = list(tensors)
     name = "torch.cat"
-    if out is not None:
-        refuse(f"{name}(out=)", *tensors, why="scorch never writes to its inputs")
+    refuse_out(name, out, *tensors)
     if not tensors or not all(_is_sparse(t) for t in tensors):
         refuse(name, *tensors, why="every tensor must be a SparseTensor (convert the dense "
                                    "ones with scorch.to_sparse)")
     first = tensors[0]
     n = first.dim()
-    if not -n <= dim < n:
-        raise IndexError(f"{name}: dim {dim} is out of range for a {n}-D tensor")
-    dim %= n
+    dim = _dim_index(name, dim, n)
     for t in tensors[1:]:
         if t.dim() != n or any(t.shape[d] != first.shape[d] for d in range(n) if d != dim):
             raise RuntimeError(f"{name}: shapes {tuple(first.shape)} and {tuple(t.shape)} "
                                f"differ outside dim {dim}")
     cols, offset = [], 0
     for t in tensors:
-        c = dim_coords(t)
-        c[dim] = c[dim] + offset
+        c = t.indices()          # (a new tensor)
+        c[dim] += offset
         offset += t.shape[dim]
-        cols.append(torch.stack(c) if c else torch.zeros(0, t.nnz, dtype=torch.int64))
+        cols.append(c)
     shape = list(first.shape)
     shape[dim] = offset
     wide = any(t.index_dtype == torch.int64 for t in tensors)
@@ -1304,9 +1290,7 @@ def select(a: SparseTensor, dim: int, i: int):
     a's others (a dense one stays dense, any other becomes compressed, which every level
     order can assemble), or for a 1-D ``a`` the 0-D value; differentiable."""
     n = a.dim()
-    if not -n <= dim < n:
-        raise IndexError(f"select: dim {dim} is out of range for a {n}-D tensor")
-    dim %= n
+    dim = _dim_index("select", dim, n)
     size = a.shape[dim]
     if not -size <= i < size:
         raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
@@ -1336,10 +1320,7 @@ def select(a: SparseTensor, dim: int, i: int):
 def _unsqueeze(a, dim):
     """A new dimension of size 1: a dense level of one position on top of a's levels,
     which leaves every position below as it was, so the arrays are shared (no copy)."""
-    n = a.dim()
-    if not -n - 1 <= dim <= n:
-        raise IndexError(f"unsqueeze: dim {dim} is out of range for a {n}-D tensor")
-    dim %= n + 1
+    dim = _dim_index("unsqueeze", dim, a.dim(), 1)
     f = a._format
     fmt = _format_from_tuple((0,) + f.kinds, (True,) + f.unique,
                              (dim,) + tuple(o + (o >= dim) for o in f.order))
@@ -1366,13 +1347,11 @@ def _stack(tensors, dim=0, *, out=None):
     if not tensors or not all(_is_sparse(t) for t in tensors):
         refuse("torch.stack", *tensors, why="every tensor must be a SparseTensor (convert the "
                                             "dense ones with scorch.to_sparse)")
-    n = tensors[0].dim()
-    if not -n - 1 <= dim <= n:
-        raise IndexError(f"torch.stack: dim {dim} is out of range for {n}-D tensors")
+    dim = _dim_index("torch.stack", dim, tensors[0].dim(), 1)
     if any(t.shape != tensors[0].shape for t in tensors):
         raise RuntimeError("torch.stack expects each tensor to be equal size, got "
                            + ", ".join(str(tuple(t.shape)) for t in tensors))
-    return _cat([_unsqueeze(t, dim) for t in tensors], dim % (n + 1), out=out)
+    return _cat([_unsqueeze(t, dim) for t in tensors], dim, out=out)
 
 
 @_register(torch.diagonal, torch.Tensor.diagonal, torch.diag, torch.Tensor.diag)
@@ -1381,8 +1360,7 @@ def _diagonal(a, offset=0, dim1=0, dim2=1, *, diagonal=None, out=None):
     differentiable w.r.t. the values; torch.diag of a matrix is the same."""
     if diagonal is not None:        # (torch.diag names the offset "diagonal")
         offset = diagonal
-    if out is not None:
-        refuse("torch.diagonal(out=)", a, why="scorch never writes to its inputs")
+    refuse_out("torch.diagonal", out, a)
     if a.dim() != 2 or sorted((dim1 % 2, dim2 % 2)) != [0, 1]:
         refuse("torch.diagonal", a, why="the diagonal of a matrix's two dimensions is built "
                                         "(torch.diag of a vector would build a matrix)")
