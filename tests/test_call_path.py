@@ -65,7 +65,7 @@ def test_mixed_dtypes_promote():
 
 
 def _kernel_and_descs(A, X):
-    entry, descs = _compiler._compile(_compiler._LANG_EINSUM, "ij,jk->ik", (A, X), None,
+    entry, descs, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,jk->ik", (A, X), None,
                                          None)
     return entry[0], descs
 

@@ -100,7 +100,7 @@ def test_driver_converts_on_each_run_when_not_pre_converted():
     """The kernel as compiled (no Python copy): the C driver converts before the run."""
     A, d = coo_with_duplicates((50, 40), torch.float32, torch.int32, seed=13)
     x = torch.rand(40, generator=torch.Generator().manual_seed(13))
-    entry, descs = _compiler._compile(_compiler._LANG_EINSUM, "ij,j->i", (A, x), None, None,
+    entry, descs, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,j->i", (A, x), None, None,
                                       False)
     assert lines(_compiler._C.kernel_info(entry[0])[5], CONVERTED)
     # (f32 sums of a few terms up to 8 in size, added in another order than torch's)

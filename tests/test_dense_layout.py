@@ -73,11 +73,11 @@ def test_the_kernel_as_asked_converts_the_dense_operand(dtype):
     d = make_dense((40, 30), dtype=dtype, seed=8, density=0.5)
     A = scorch.to_sparse(d, "csr")
     B = torch.rand(24, 30, dtype=dtype)
-    entry, descs = _compiler._compile(_compiler._LANG_EINSUM, "ij,kj->ik", (A, B), None,
+    entry, descs, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,kj->ik", (A, B), None,
                                       None, pretranspose=False)
     assert [(t, f.order) for t, f in entry[4]] == [(1, (1, 0))]
     torch.testing.assert_close(_compiler._run(entry, descs), d @ B.t(), **tol(dtype))
-    ran, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,kj->ik", (A, B), None, None)
+    ran = _compiler._compile(_compiler._LANG_EINSUM, "ij,kj->ik", (A, B), None, None)[0]
     assert ran is entry
 
 

@@ -142,8 +142,8 @@ def test_explain_shows_the_kernel_the_call_runs(how):
     else:
         lang, expr = _compiler._LANG_INDEX, "C(i,k) = A(i,j) * B(k,j)"
         text = scorch.kernel(expr, A="csr", B="csr").explain(A, B)
-    asked, _ = _compiler._compile(lang, expr, (A, B), None, None, False)
-    ran, _ = _compiler._compile(lang, expr, (A, B), None, None)
+    asked = _compiler._compile(lang, expr, (A, B), None, None, False)[0]
+    ran = _compiler._compile(lang, expr, (A, B), None, None)[0]
     assert ran is not asked                                  # the case this is about
     info = lambda e: _compiler._C.kernel_info(e[0])[5]      # noqa: E731
     assert _generated(text) == _generated(info(ran)) != _generated(info(asked))

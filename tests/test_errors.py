@@ -210,7 +210,7 @@ def test_from_components_values_not_1d():
 
 
 def test_from_components_int_values():
-    with pytest.raises(TypeError, match="float32 and float64 values, got torch.int32"):
+    with pytest.raises(TypeError, match="bfloat16 or float16 values, got torch.int32"):
         csr(values=torch.ones(2, dtype=torch.int32))
 
 
@@ -281,26 +281,26 @@ def test_from_components_never_writes_the_callers_arrays():
 
 # ---- to_sparse ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float16, torch.bfloat16,
-                                   torch.bool], ids=str)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.bool,
+                                   torch.complex64], ids=str)
 def test_to_sparse_unsupported_value_dtype(dtype):
-    with pytest.raises(TypeError, match=f"float32 and float64 values, got {dtype}"):
+    with pytest.raises(TypeError, match=f"bfloat16 or float16 values, got {dtype}"):
         scorch.to_sparse(torch.ones(2, 2, dtype=dtype), "csr")
 
 
 def test_to_sparse_unsupported_value_dtype_torch_sparse():
-    with pytest.raises(TypeError, match="float32 and float64 values, got torch.float16"):
-        scorch.to_sparse(torch.ones(2, 2, dtype=torch.float16).to_sparse(), "csr")
+    with pytest.raises(TypeError, match="bfloat16 or float16 values, got torch.int64"):
+        scorch.to_sparse(torch.ones(2, 2, dtype=torch.int64).to_sparse(), "csr")
 
 
 def test_to_sparse_unsupported_value_dtype_scipy():
-    with pytest.raises(TypeError, match="float32 and float64 values, got int64"):
+    with pytest.raises(TypeError, match="float32 and float64 scipy values, got int64"):
         scorch.to_sparse(sp.csr_array(np.ones((2, 2), dtype=np.int64)), "csr")
 
 
 def test_to_sparse_unsupported_value_dtype_numpy():
-    with pytest.raises(TypeError, match="float32 and float64 values, got torch.float16"):
-        scorch.to_sparse(np.ones((2, 2), dtype=np.float16), "csr")
+    with pytest.raises(TypeError, match="bfloat16 or float16 values, got torch.int16"):
+        scorch.to_sparse(np.ones((2, 2), dtype=np.int16), "csr")
 
 
 @pytest.mark.parametrize("obj", [[[1.0, 2.0]], 3.0, "csr", None], ids=repr)
@@ -399,7 +399,7 @@ def test_from_edge_index_values_wrong_length():
 
 
 def test_from_edge_index_int_values():
-    with pytest.raises(TypeError, match="float32 and float64 values, got torch.int64"):
+    with pytest.raises(TypeError, match="bfloat16 or float16 values, got torch.int64"):
         scorch.from_edge_index(torch.tensor([[0], [1]]), values=torch.tensor([1]))
 
 
@@ -422,7 +422,7 @@ def test_with_values_wrong_shape(x):
 
 def test_with_values_wrong_dtype(x):
     A = scorch.to_sparse(x, "csr")
-    with pytest.raises(TypeError, match="values must be float32 or float64"):
+    with pytest.raises(TypeError, match="values must be float32, float64, bfloat16 or float16"):
         A.with_values(torch.ones(A.nnz, dtype=torch.int64))
 
 

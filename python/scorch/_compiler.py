@@ -16,7 +16,8 @@ import torch
 
 from . import _C
 from ._format import Format, _format_from_tuple
-from ._tensor import _INDEX_NAMES, _INDEX_OF_NAME, VALUE_DTYPES, SparseTensor, _wrap
+from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, HALF_DTYPES, SparseTensor,
+                      _wrap)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,8 +152,9 @@ def _size_class(shape, nnz):
 
 
 def _operands(operands):
-    """(descriptions, signature tuple: the common dtype then one entry per operand).  The
-    descriptions keep the operands' data alive."""
+    """(descriptions, signature tuple: the dtype computed in then one entry per operand,
+    the half dtype the result is rounded to or None).  The descriptions keep the
+    operands' data alive."""
     if not operands:
         raise ValueError("einsum needs at least one operand")
     dtype = None
@@ -165,9 +167,12 @@ def _operands(operands):
             _bad_operand(operands)
         if d is not dtype:
             dtype = d if dtype is None else torch.promote_types(dtype, d)
-    if dtype not in VALUE_DTYPES:
-        raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
-                        f"{dtype}")
+    narrow = None
+    if dtype in HALF_DTYPES:
+        narrow, dtype = dtype, torch.float32
+    elif dtype not in COMPUTE_DTYPES:
+        raise TypeError(f"scorch computes in float32 or float64 (bfloat16 and float16 in "
+                        f"float32), the operands promote to {dtype}")
     descs, sigs = [], [dtype]
     for x in operands:
         if isinstance(x, SparseTensor):
@@ -176,7 +181,7 @@ def _operands(operands):
             d, sig = _dense_operand(x, dtype)
         descs.append(d)
         sigs.append(sig)
-    return descs, tuple(sigs)
+    return descs, tuple(sigs), narrow
 
 
 _STRIDED = torch.strided
@@ -196,10 +201,16 @@ def _bad_operand(operands):
 _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 
 
-def _run(entry, descs):
-    """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor."""
+def _run(entry, descs, narrow=None):
+    """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor, its
+    values rounded to ``narrow`` (the half dtype the operands promote to) if given."""
     r = _C.run(entry[0], descs, torch.get_num_threads(), True)
-    return r if type(r) is not tuple else _finish(entry, r)
+    r = r if type(r) is not tuple else _finish(entry, r)
+    if narrow is None:
+        return r
+    if isinstance(r, SparseTensor):
+        return r._rewrap(r._values.to(narrow))
+    return r.to(narrow)
 
 
 def _finish(entry, raw):
@@ -250,7 +261,8 @@ _SIZES: dict = {}   # key -> how many kernels written for sizes it has (_entry)
 
 
 def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
-    """(kernel entry, operand descriptions).
+    """(kernel entry, operand descriptions, the half dtype the result is rounded to or
+    None): ``_run``'s arguments.
 
     Where the kernel would transpose a sparse operand before every run, the operand is
     transposed here instead, once (``_transposed`` keeps the copy on the operand), and
@@ -263,12 +275,12 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
     asked (explain)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
-    descs, sigs = _operands(operands)
+    descs, sigs, narrow = _operands(operands)
     sched = _schedule_text(schedule)
     key, entry = _entry(lang, expr, (lang, expr, sigs, _out_key(out_format), sched), operands,
                         descs, out_format, sched)
     if not pretranspose or not _sparse_moves(entry, operands):
-        return entry, descs
+        return entry, descs, narrow
     ops, pre_descs, pre_sigs = list(operands), list(descs), list(sigs)
     out = entry[2] if out_format is None else out_format
     ran = descs
@@ -284,11 +296,11 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
         except Exception:   # then the kernel transposes on every run, as it was compiled
             if ran is descs:
                 _KERNELS[key] = entry[:4] + ((),) + entry[5:]
-            return entry, ran
+            return entry, ran, narrow
         entry, ran = pre, list(pre_descs)
         if not _sparse_moves(entry, ops):
             break
-    return entry, ran
+    return entry, ran, narrow
 
 
 def _sparse_moves(entry, operands):
@@ -474,7 +486,9 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
     r = remembered(key, operands)
     if r is not None:
         return r
-    entry, descs = _compile(lang, expr, operands, out_format, schedule)
+    entry, descs, narrow = _compile(lang, expr, operands, out_format, schedule)
+    if narrow is not None:   # (the hot route runs no half dtype: nothing to remember)
+        return _run(entry, descs, narrow)
     a = operands[0] if operands else None
     if (type(a) is SparseTensor and
             all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
@@ -588,8 +602,8 @@ def _explain(lang, expr, operands, out_format, schedule) -> str:
     the text is that kernel's, with each operand it reads as a copy shown as given,
     followed by the line saying where it went.  (Like the call, this makes the copy, kept
     on the operand.)"""
-    asked, _ = _compile(lang, expr, operands, out_format, schedule, False)
-    ran, _ = _compile(lang, expr, operands, out_format, schedule)
+    asked = _compile(lang, expr, operands, out_format, schedule, False)[0]
+    ran = _compile(lang, expr, operands, out_format, schedule)[0]
     text = _C.kernel_info(ran[0])[5]
     if ran is asked:
         return text

@@ -10,7 +10,7 @@ import torch
 
 from . import _C
 from ._format import Format
-from ._tensor import (_INDEX_NAMES, VALUE_DTYPES, SparseTensor, _resolve_index_dtype,
+from ._tensor import (_INDEX_NAMES, VALUE_DTYPE_NAMES, VALUE_DTYPES, c_values, SparseTensor, _resolve_index_dtype,
                       _threads, _wrap)
 
 
@@ -22,7 +22,7 @@ def _check_cpu(t: torch.Tensor, what: str):
 
 def _check_values_dtype(dtype, what="values"):
     if dtype not in VALUE_DTYPES:
-        raise TypeError(f"scorch supports float32 and float64 {what}, got {dtype} "
+        raise TypeError(f"scorch supports {VALUE_DTYPE_NAMES} {what}, got {dtype} "
                         f"(convert with .float() or .double())")
 
 
@@ -34,10 +34,10 @@ def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_d
     fmt = Format.parse(fmt, len(shape))
     it = _resolve_index_dtype(index_dtype, shape, coords.shape[1])
     coords = coords.detach().to(torch.int64).contiguous()
-    p, c, v = _C.from_coords(shape, coords.numpy(), values.detach().contiguous().numpy(),
+    p, c, v = _C.from_coords(shape, coords.numpy(), c_values(values),
                              fmt.as_tuple(), _INDEX_NAMES[it],
                              int(bool(drop_zeros)) | 2 * int(is_sorted), _threads())
-    out = _wrap(shape, fmt, p, c, v, it)
+    out = _wrap(shape, fmt, p, c, v, it, values.dtype)
     if values.requires_grad and torch.is_grad_enabled():
         from ._torch_ops import summed_onto   # (differentiable w.r.t. values)
 
@@ -74,9 +74,8 @@ def _from_dense(x: torch.Tensor, format, index_dtype) -> SparseTensor:
     fmt = Format.parse(format, x.dim())
     bound = x.numel() if x.numel() <= 2**31 - 1 else int(torch.count_nonzero(x))
     it = _resolve_index_dtype(index_dtype, x.shape, bound)
-    data = x.detach().contiguous().numpy()
-    p, c, v = _C.from_dense(data, fmt.as_tuple(), _INDEX_NAMES[it], _threads())
-    out = _wrap(x.shape, fmt, p, c, v, it)
+    p, c, v = _C.from_dense(c_values(x), fmt.as_tuple(), _INDEX_NAMES[it], _threads())
+    out = _wrap(x.shape, fmt, p, c, v, it, x.dtype)
     if x.requires_grad and torch.is_grad_enabled():
         # Differentiable w.r.t. x: the values gathered from x at the stored coordinates.
         from ._torch_ops import dim_coords
@@ -133,7 +132,7 @@ def _is_scipy_sparse(x) -> bool:
 
 def _from_scipy(x, format, index_dtype) -> SparseTensor:
     if x.dtype not in (np.float32, np.float64):
-        raise TypeError(f"scorch supports float32 and float64 values, got {x.dtype} "
+        raise TypeError(f"scorch reads float32 and float64 scipy values, got {x.dtype} "
                         "(convert with .astype(numpy.float32))")
     coo = x.tocoo()
     coords = np.stack([np.asarray(c, dtype=np.int64) for c in coo.coords]) \
@@ -233,7 +232,7 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
     crd = [None if c is None else c.detach().contiguous() for c in crd]
     vals = values.contiguous()
     _C.validate(shape, fmt.as_tuple(), [None if p is None else p.numpy() for p in pos],
-                [None if c is None else c.numpy() for c in crd], vals.detach().numpy(),
+                [None if c is None else c.numpy() for c in crd], c_values(vals),
                 _INDEX_NAMES[idx_dtype])
     return SparseTensor(shape, fmt, pos, crd, vals, requires_grad=values.requires_grad,
                         index_dtype=idx_dtype)

@@ -18,7 +18,7 @@ import torch
 
 from ._compiler import _einsum_run
 from ._format import Format
-from ._tensor import VALUE_DTYPES, SparseTensor
+from ._tensor import VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor
 
 _LOCK = threading.Lock()
 _LIB = None
@@ -82,7 +82,7 @@ def _to_scorch(x: torch.Tensor, op):
     if hit is not None and hit[0]() is x and hit[1] == x._version:
         return hit[2]
     if x.dtype not in VALUE_DTYPES:
-        _refuse(op, x, f"values of {x.dtype} (scorch computes in float32 / float64)")
+        _refuse(op, x, f"values of {x.dtype} (scorch stores {VALUE_DTYPE_NAMES})")
     if x.dim() != 2 or x.dense_dim() != 0:
         _refuse(op, x, "batched or hybrid sparse tensors are not supported")
     if x.layout in (torch.sparse_csr, torch.sparse_csc):

@@ -18,7 +18,28 @@ from ._format import Format
 
 _INDEX_NAMES = {torch.int32: "int32", torch.int64: "int64"}
 _INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
-VALUE_DTYPES = (torch.float32, torch.float64)
+# The dtypes generated kernels compute in, and those a SparseTensor may store: bfloat16
+# and float16 values are computed in float32 (each kernel call reads a float32 copy of
+# them and rounds its result back once), as ATen's CPU kernels accumulate half types in
+# float32.
+COMPUTE_DTYPES = (torch.float32, torch.float64)
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+VALUE_DTYPES = COMPUTE_DTYPES + HALF_DTYPES
+VALUE_DTYPE_NAMES = "float32, float64, bfloat16 or float16"
+
+
+def compute_dtype(dtype):
+    """The dtype a kernel computes ``dtype`` values in."""
+    return torch.float32 if dtype in HALF_DTYPES else dtype
+
+
+def c_values(v: torch.Tensor):
+    """A NumPy array of values v in the dtype the C core computes them in (a copy for
+    bfloat16 / float16, else v's own memory)."""
+    v = v.detach()
+    if v.dtype in HALF_DTYPES:
+        v = v.float()
+    return v.contiguous().numpy()
 
 
 def _np(t):
@@ -193,17 +214,16 @@ class SparseTensor(torch.Tensor):
             raise ValueError(f"values must have shape {tuple(self._values.shape)}, "
                              f"got {tuple(values.shape)}")
         if values.dtype not in VALUE_DTYPES:
-            raise TypeError(f"values must be float32 or float64, not {values.dtype}")
+            raise TypeError(f"values must be {VALUE_DTYPE_NAMES}, not {values.dtype}")
         if values.device.type != "cpu":
             raise ValueError(f"scorch tensors live on the CPU; got values on {values.device}")
         return self._rewrap(values, requires_grad=values.requires_grad)
 
     # ---- conversions -------------------------------------------------------------------
     def _arrays(self):
-        vals = self._values.detach()
-        if not vals.is_contiguous():
-            vals = vals.contiguous()
-        return ([_np(p) for p in self._pos], [_np(c) for c in self._crd], vals.numpy())
+        """The level arrays and values as the C core reads them (``c_values``)."""
+        return ([_np(p) for p in self._pos], [_np(c) for c in self._crd],
+                c_values(self._values))
 
     def to_dense(self, dtype=None, *, masked_grad=None) -> torch.Tensor:
         """A dense torch.Tensor with the same values (duplicates summed); differentiable
@@ -211,11 +231,11 @@ class SparseTensor(torch.Tensor):
         if self._values.requires_grad and torch.is_grad_enabled():
             out = _ops().to_dense(self)
             return out if dtype is None else out.to(dtype)
-        out = torch.empty(tuple(self.shape), dtype=self.dtype)
+        out = torch.empty(tuple(self.shape), dtype=compute_dtype(self.dtype))
         pos, crd, vals = self._arrays()
         _C.to_dense(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
                     _INDEX_NAMES[self.index_dtype], out.numpy())
-        return out if dtype is None else out.to(dtype)
+        return out.to(self.dtype if dtype is None else dtype)
 
     def to_format(self, format, index_dtype=None, *, drop_zeros=None) -> "SparseTensor":
         """This tensor in another format (a new tensor; this one is unchanged).
@@ -234,7 +254,7 @@ class SparseTensor(torch.Tensor):
         p, c, v = _C.convert(tuple(self.shape), self._format.as_tuple(), pos, crd, vals,
                              _INDEX_NAMES[self.index_dtype], fmt.as_tuple(),
                              _INDEX_NAMES[it], bool(drop_zeros), _threads())
-        out = _wrap(self.shape, fmt, p, c, v, it)
+        out = _wrap(self.shape, fmt, p, c, v, it, self.dtype)
         if self._values.requires_grad and torch.is_grad_enabled():
             out = _ops().summed_onto(out, _ops().dim_coords(self), self._values)
         return out
@@ -267,6 +287,9 @@ class SparseTensor(torch.Tensor):
         """A scipy.sparse array (csr_array / csc_array, else coo_array); arrays are copied."""
         import scipy.sparse as sp
 
+        if self.dtype in HALF_DTYPES:
+            raise TypeError(f"to_scipy: scipy.sparse has no {self.dtype} values; convert "
+                            "with .float() first")
         name = self._format.name
         shape = tuple(self.shape)
         vals = self._values.detach().numpy().copy()
@@ -335,11 +358,15 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
                         requires_grad=requires_grad, index_dtype=index_dtype)
 
 
-def _wrap(shape, fmt, pos, crd, vals, index_dtype) -> SparseTensor:
+def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:
     """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory,
-    or an operand's index tensors where the result shares its pattern)."""
-    return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd],
-                        torch.from_numpy(vals), index_dtype=index_dtype)
+    or an operand's index tensors where the result shares its pattern); ``dtype`` rounds
+    the values to a half dtype they were computed for."""
+    v = torch.from_numpy(vals)
+    if dtype is not None and dtype is not v.dtype:
+        v = v.to(dtype)
+    return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd], v,
+                        index_dtype=index_dtype)
 
 
 _I32_MAX = 2**31 - 1

@@ -27,7 +27,7 @@ from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remem
 from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _tensor
-from ._tensor import _HANDLERS, VALUE_DTYPES, SparseTensor
+from ._tensor import _HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, compute_dtype
 
 HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
 _LETTERS = "abcdefghlmnopqrstuvwxyz"   # batch / generic dims (no i, j, k clash below)
@@ -188,7 +188,14 @@ def _summed_at(pattern: SparseTensor, cols, values) -> torch.Tensor:
     coordinates ``cols`` (per dimension) that fall on it (duplicates summed, ones it does
     not store dropped), differentiable w.r.t. ``values``."""
     idx, hit = entry_positions(pattern, cols)
-    return torch.zeros(pattern.nnz, dtype=values.dtype).index_add(0, idx[hit], values[hit])
+    return _index_sum(pattern.nnz, idx[hit], values[hit])
+
+
+def _index_sum(length, at, values) -> torch.Tensor:
+    """A vector of ``length`` with ``values`` summed at positions ``at`` (differentiable);
+    half dtypes are summed in float32 and rounded once, as the kernels do."""
+    acc = compute_dtype(values.dtype)
+    return torch.zeros(length, dtype=acc).index_add(0, at, values.to(acc)).to(values.dtype)
 
 
 def summed_onto(out: SparseTensor, cols, values) -> SparseTensor:
@@ -485,8 +492,8 @@ def _add(name, a, b, sign=1):
                                    "scorch.to_sparse")
     dtype = torch.promote_types(a.dtype, b.dtype)
     if dtype not in VALUE_DTYPES:
-        raise TypeError(f"scorch computes in float32 or float64, the operands promote to "
-                        f"{dtype}")
+        raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, the operands promote "
+                        f"to {dtype}")
     pa = _pattern(a) if _is_sparse(a) else None
     pb = _pattern(b) if _is_sparse(b) else None
     va = a._values if pa is not None else a
@@ -505,7 +512,7 @@ def _add(name, a, b, sign=1):
 def _map_values(a: SparseTensor, fn):
     v = fn(a._values)
     if v.dtype not in VALUE_DTYPES:
-        raise TypeError(f"scorch stores float32 or float64 values; this op gives {v.dtype}")
+        raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values; this op gives {v.dtype}")
     return a._rewrap(v, requires_grad=v.requires_grad)
 
 
@@ -1077,11 +1084,14 @@ def _softmax(name, a, dim, dtype, log):
     n = a.dim()
     dim = _dim_index(name, dim, n)
     v = a._values if dtype is None else a._values.to(dtype)
+    out_dtype = v.dtype
+    v = v.to(compute_dtype(out_dtype))   # (half dtypes: in float32, rounded once)
     coords = dim_coords(a)
     others = [d for d in range(n) if d != dim]
     m = math.prod(a.shape[d] for d in others)
     key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others])
     if v.numel() == 0:
+        v = v.to(out_dtype)
         return a._rewrap(v, requires_grad=v.requires_grad)
     if has_duplicates(a):
         refuse(name, a, why="the tensor has duplicate entries; coalesce it with "
@@ -1091,7 +1101,7 @@ def _softmax(name, a, dim, dtype, log):
     shifted = v - vmax[key]
     e = shifted.exp()
     s = torch.zeros(m, dtype=v.dtype).index_add(0, key, e)
-    out = shifted - s.log()[key] if log else e / s[key]
+    out = (shifted - s.log()[key] if log else e / s[key]).to(out_dtype)
     return a._rewrap(out, requires_grad=out.requires_grad)
 
 
@@ -1369,7 +1379,7 @@ def _diagonal(a, offset=0, dim1=0, dim2=1, *, diagonal=None, out=None):
     length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
     on = cols - rows == offset
     at = rows[on] if offset >= 0 else cols[on]
-    return torch.zeros(length, dtype=a.dtype).index_add(0, at, a._values[on])
+    return _index_sum(length, at, a._values[on])
 
 
 @_register(torch.hstack)
@@ -1443,20 +1453,21 @@ def _to(a, *args, copy=False, **kwargs):
     if dtype is None or dtype == a.dtype:
         return a.clone() if copy else a
     if dtype not in VALUE_DTYPES:
-        raise TypeError(f"scorch stores float32 or float64 values, not {dtype}")
+        raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}")
     return _map_values(a, lambda v: v.to(dtype))
 
 
-_TYPE_NAMES = {"torch.FloatTensor": torch.float32, "torch.DoubleTensor": torch.float64}
+_TYPE_NAMES = {"torch.FloatTensor": torch.float32, "torch.DoubleTensor": torch.float64,
+               "torch.BFloat16Tensor": torch.bfloat16, "torch.HalfTensor": torch.float16}
 
 
 @_register(torch.Tensor.type)
 def _type(a, dtype=None, non_blocking=False, **kwargs):
     if dtype is None:
-        return "torch.FloatTensor" if a.dtype == torch.float32 else "torch.DoubleTensor"
+        return next(k for k, v in _TYPE_NAMES.items() if v == a.dtype)
     if isinstance(dtype, str):
         if dtype not in _TYPE_NAMES:
-            raise TypeError(f"scorch stores float32 or float64 values, not {dtype}")
+            raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}")
         dtype = _TYPE_NAMES[dtype]
     return _to(a, dtype)
 
@@ -1469,6 +1480,21 @@ def _double(a, memory_format=None):
 @_register(torch.Tensor.float)
 def _float(a, memory_format=None):
     return _to(a, torch.float32)
+
+
+@_register(torch.Tensor.bfloat16)
+def _bfloat16(a, memory_format=None):
+    return _to(a, torch.bfloat16)
+
+
+@_register(torch.Tensor.half)
+def _half(a, memory_format=None):
+    return _to(a, torch.float16)
+
+
+@_register(torch.Tensor.type_as)
+def _type_as(a, other):
+    return _to(a, other.dtype)
 
 
 @_register(torch.Tensor.copy_)

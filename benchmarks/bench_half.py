@@ -1,0 +1,151 @@
+"""bfloat16 / float16 products: scorch against what torch offers for them, in the same run.
+
+    python -m benchmarks.bench_half [--quick] [--json out.json]
+
+torch.sparse's CSR kernels (MKL) refuse both dtypes on the CPU; its COO ``sparse.mm`` /
+``mv`` take them, so COO is the torch baseline here, with dense ``torch.mm`` in the same
+dtype where the matrix fits.  scorch stores the half values and computes in float32 (each
+call reads float32 copies of the half operands); the ``/f32`` column is the same product
+on float32 tensors, the cost of those copies.  For each matrix and dtype: SpMV, SpMM with
+K = 64, SDDMM with K = 64 (torch has no half SDDMM: against dense only).  Prints medians
+and ratios (< 1: scorch is faster) and their geometric means; "check" is whether scorch's
+result equals the float32 product of the same half operands rounded once.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+import warnings
+
+import numpy as np
+import torch
+
+import scorch
+
+from .common import shared_matrices
+
+DENSE_LIMIT = 200e6   # bytes of the dense half matrix: larger ones have no dense baseline
+QUICK = ("bcsstk13", "cryg2500", "wiki-Vote", "email-Enron")
+
+
+def time_rounds(fns, repeat, budget):
+    """Median seconds of each candidate, timed in rounds (a fresh seeded order each
+    round, after one warm-up call each) so machine load hits every candidate alike."""
+    for fn in fns.values():
+        fn()
+    times = {k: [] for k in fns}
+    order = list(fns.items())
+    rng = random.Random(0)
+    spent = 0.0
+    for r in range(repeat):
+        rng.shuffle(order)
+        for k, fn in order:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            times[k].append(dt)
+            spent += dt
+        if spent > budget * len(fns) and r >= 2:
+            break
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def cases(m, dtype, K=64):
+    """(kernel, {candidate: fn}, check): check() compares scorch's result with torch's."""
+    n, k = m.shape
+    g = torch.Generator().manual_seed(0)
+    coo = m.tocoo()
+    idx = torch.from_numpy(np.stack([coo.row, coo.col]).astype(np.int64))
+    vals = torch.from_numpy(coo.data)
+    t_coo = torch.sparse_coo_tensor(idx, vals.to(dtype), (n, k)).coalesce()
+    A = scorch.to_sparse(torch.sparse_coo_tensor(idx, vals, (n, k)), "csr")
+    Ah = A.to(dtype)
+    dense = (t_coo.to_dense() if n * k * 2 <= DENSE_LIMIT else None)
+    x = torch.rand(k, generator=g)
+    X = torch.rand(k, K, generator=g)
+    U, V = torch.rand(n, K, generator=g), torch.rand(k, K, generator=g)
+    xh, Xh, Uh, Vh = (t.to(dtype) for t in (x, X, U, V))
+    out = []
+    spmv = {"scorch": lambda: Ah @ xh, "f32": lambda: A @ x,
+            "torch": lambda: torch.mv(t_coo, xh)}
+    spmm = {"scorch": lambda: Ah @ Xh, "f32": lambda: A @ X,
+            "torch": lambda: torch.sparse.mm(t_coo, Xh)}
+    sddmm = {"scorch": lambda: torch.einsum("ij,ik,jk->ij", Ah, Uh, Vh),
+             "f32": lambda: torch.einsum("ij,ik,jk->ij", A, U, V)}
+    if dense is not None:
+        spmv["dense"] = lambda: torch.mv(dense, xh)
+        spmm["dense"] = lambda: torch.mm(dense, Xh)
+        sddmm["dense"] = lambda: dense * (Uh @ Vh.T)
+    # The reference: the product of the half operands in float32, rounded once.
+    a32 = Ah.float()
+    out.append(("spmv", spmv, lambda: (Ah @ xh, (a32 @ xh.float()).to(dtype))))
+    out.append((f"spmm K={K}", spmm, lambda: (Ah @ Xh, (a32 @ Xh.float()).to(dtype))))
+    out.append((f"sddmm K={K}", sddmm,
+                lambda: (torch.einsum("ij,ik,jk->ij", Ah, Uh, Vh).to_dense(),
+                         torch.einsum("ij,ik,jk->ij", a32, Uh.float(), Vh.float())
+                         .to_dense().to(dtype))))
+    return out
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_half", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="four matrices, fewer repetitions")
+    ap.add_argument("--json", help="write the rows as JSON here")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", UserWarning)   # torch's sparse beta notices
+    repeat, budget = (5, 0.3) if args.quick else (9, 1.0)
+    print(f"threads {torch.get_num_threads()}  torch {torch.__version__}")
+    print(f"{'matrix':<20} {'kernel':<11} {'dtype':<9} {'scorch ms':>9} {'torch ms':>9} "
+          f"{'/torch':>7} {'/f32':>6} {'/dense':>7} check")
+    rows = []
+    for name, m in shared_matrices(QUICK if args.quick else None):
+        for dtype in (torch.bfloat16, torch.float16):
+            for kernel, fns, check in cases(m, dtype):
+                t = time_rounds(fns, repeat, budget)
+                got, ref = check()
+                ok = bool(torch.equal(got, ref))
+                r = {"matrix": name, "kernel": kernel, "dtype": str(dtype).split(".")[1],
+                     "ms": {k: v * 1e3 for k, v in t.items()}, "check": ok}
+                for base in ("torch", "f32", "dense"):
+                    r["/" + base] = t["scorch"] / t[base] if base in t else math.nan
+                rows.append(r)
+                print(f"{name:<20} {kernel:<11} {r['dtype']:<9} {t['scorch'] * 1e3:9.3f} "
+                      + (f"{t['torch'] * 1e3:9.3f} " if "torch" in t else f"{'-':>9} ")
+                      + " ".join(f"{r[c]:{w}.2f}" if math.isfinite(r[c]) else f"{'-':>{w}}"
+                                 for c, w in (("/torch", 7), ("/f32", 6), ("/dense", 7)))
+                      + (" ok" if ok else " MISMATCH"), flush=True)
+    print("\nsummary: geometric mean of scorch / baseline (< 1: scorch faster)")
+    print(f"{'kernel':<11} {'dtype':<9} {'n':>3} {'/torch':>7} {'/f32':>6} {'/dense':>7} "
+          "worst vs torch")
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        for dt in ("bfloat16", "float16"):
+            sel = [r for r in rows if r["kernel"] == kernel and r["dtype"] == dt]
+            if not sel:
+                continue
+            worst = max(sel, key=lambda r: r["/torch"] if math.isfinite(r["/torch"]) else -1)
+            w = (f"{worst['/torch']:.2f} ({worst['matrix']})"
+                 if math.isfinite(worst["/torch"]) else "-")
+            g = {c: geomean([r[c] for r in sel]) for c in ("/torch", "/f32", "/dense")}
+            print(f"{kernel:<11} {dt:<9} {len(sel):>3} " + " ".join(
+                f"{g[c]:{wd}.2f}" if math.isfinite(g[c]) else f"{'-':>{wd}}"
+                for c, wd in (("/torch", 7), ("/f32", 6), ("/dense", 7))) + f" {w}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"wrote {args.json}")
+    if not all(r["check"] for r in rows):
+        raise SystemExit("a scorch result differs from torch's")
+
+
+if __name__ == "__main__":
+    main()
