@@ -101,6 +101,30 @@ def test_duplicates_are_summed_in_a_selection():
     assert torch.equal(D[[0, 0]].to_dense(), D.to_dense()[[0, 0]])
 
 
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsr", "csc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_selection_keeps_stored_values_as_they_are(fmt, dtype):
+    """Selecting along the innermost level is a product with a 0/1 matrix: every kept
+    entry must come out as it was (an explicit zero stays stored, nan stays nan), with
+    duplicates summed, in the input's dtype."""
+    A = scorch.from_components(
+        (3, 4), "coo", pos=[torch.tensor([0, 6]), None],
+        crd=[torch.tensor([0, 0, 0, 1, 2, 2]), torch.tensor([0, 1, 1, 3, 2, 3])],
+        values=torch.tensor([0.0, 2.0, 5.0, float("nan"), -0.0, 7.0], dtype=dtype))
+    B = A.to_format(fmt)
+    assert B.nnz == 5
+    dim = 1 if fmt != "csc" else 0
+    idx = [3, 1, 3, 0] if dim == 1 else [2, 0, 2]
+    S = B.index_select(dim, torch.tensor(idx))
+    assert S.dtype == dtype and S.format == B.format
+    ref = A.to_dense().index_select(dim, torch.tensor(idx))
+    assert torch.equal(S.to_dense().isnan(), ref.isnan())
+    assert torch.equal(S.to_dense().nan_to_num(9.0), ref.nan_to_num(9.0))
+    # the explicit zero at (0, 0) is still stored wherever column (row) 0 was picked
+    stored = {tuple(c) for c in S.indices().T.tolist()}
+    assert ((0, 3) if dim == 1 else (1, 0)) in stored
+
+
 @pytest.mark.parametrize("key,err,match", [
     (torch.tensor([5]), IndexError, "out of range for dimension 0 of size 4"),
     (torch.tensor([-5]), IndexError, "out of range"),

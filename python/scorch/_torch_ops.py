@@ -1182,8 +1182,11 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     allowed; negative positions count from the end, except in index_select, which refuses
     them as torch's does), renumbered by their place in ``index``; the same format,
     differentiable w.r.t. the values.  csr's rows and csc's columns copy their segments
-    (O(entries selected)); any other selection goes through the coordinates of the
-    stored entries and one conversion (O(nnz log nnz))."""
+    (O(entries selected)); the dimension of the innermost level (csr's columns, csc's
+    rows, a coo's last) is a compiled product with a 0/1 selection matrix
+    (``_select_by_product``, O(nnz)); any other goes through the coordinates of the
+    stored entries and one conversion (O(nnz log nnz): a product along an outer
+    compressed level would search that level for every selected position)."""
     dim = _dim_index(name, dim, a.dim())
     index = torch.as_tensor(index) if not isinstance(index, list) or index else \
         torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
@@ -1210,6 +1213,8 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     fmt = a._format
     if fmt.kinds == (0, 1) and fmt.order[0] == dim:
         return _select_segments(a, index, shape)
+    if fmt.order[-1] == dim:
+        return _select_by_product(a, dim, index)
     coords = dim_coords(a)
     order = torch.argsort(index, stable=True)
     sidx = index[order]
@@ -1224,6 +1229,35 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
 
     return _from_coords(shape, torch.stack(cols), a._values[ent], a._format,
                         a.index_dtype if a.index_dtype == torch.int64 else None)
+
+
+_SELECTION_FORMAT = Format.parse("csr", 2)
+
+
+def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
+    """index_select as a product with a 0/1 selection matrix S (S[index[k], k] = 1): for
+    a matrix's columns ``A[:, index] = einsum("ij,jk->ik", A, S)``, one compiled sparse
+    product in O(nnz) whatever the index's order and repeats, differentiable like any
+    einsum.  Every kept entry is its value times one (explicit zeros and nan stay as
+    they are); duplicates are summed, as a conversion sums them.  The result is in A's
+    format."""
+    n, size = index.numel(), a.shape[dim]
+    order = torch.argsort(index, stable=True)
+    pos = torch.zeros(size + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(index, minlength=size), 0, out=pos[1:])
+    it = torch.int32 if max(size, n) <= _tensor._I32_MAX else torch.int64
+    S = SparseTensor((size, n), _SELECTION_FORMAT, [None, pos.to(it)], [None, order.to(it)],
+                     torch.ones(n, dtype=a.dtype), index_dtype=it)
+    letters = "ijklmnpq"[:a.dim() + 1]
+    src, new = letters[:a.dim()], letters[a.dim()]
+    out = src[:dim] + new + src[dim + 1:]
+    expr = f"{src},{src[dim]}{new}->{out}"
+    r = einsum(expr, a, S)
+    if not isinstance(r, SparseTensor):      # (an all-dense format's product is dense)
+        from ._convert import to_sparse
+
+        return to_sparse(r, a._format, a.index_dtype)
+    return r if r._format == a._format else r.to_format(a._format)
 
 
 def _select_segments(a: SparseTensor, index, shape) -> SparseTensor:
