@@ -128,13 +128,13 @@ def test_selection_keeps_stored_values_as_they_are(fmt, dtype):
 @pytest.mark.parametrize("key,err,match", [
     (torch.tensor([5]), IndexError, "out of range for dimension 0 of size 4"),
     (torch.tensor([-5]), IndexError, "out of range"),
-    (torch.tensor([[0]]), NotImplementedError, "None, \\.\\.\\. and multi-dimensional"),
+    (torch.tensor([[0]]), NotImplementedError, "multi-dimensional index tensors"),
     (torch.tensor([0.5]), IndexError, "1-D integer tensor"),
     (torch.tensor([True, False]), IndexError, "boolean mask along dim 0 needs 4"),
     (4, IndexError, "index 4 is out of bounds for dimension 0 with size 4"),
     ((0, -5), IndexError, "index -5 is out of bounds for dimension 1"),
-    (None, NotImplementedError, "None, \\.\\.\\."),
-    (Ellipsis, NotImplementedError, "None, \\.\\.\\."),
+    ((Ellipsis, 0, Ellipsis), IndexError, "a single ellipsis"),
+    ((None, 0, 0, 0), IndexError, "too many indices"),
     ((torch.tensor([0]), torch.tensor([1])), NotImplementedError, "several index tensors"),
     ((slice(None), slice(None), slice(None)), IndexError, "too many indices"),
     (slice(None, None, -1), ValueError, "step"),
@@ -151,6 +151,21 @@ def test_bad_selections_are_refused(key, err, match):
         A.index_select(2, torch.tensor([0]))
     with pytest.raises(IndexError, match="out of range"):   # (as torch's index_select)
         A.index_select(0, torch.tensor([-1]))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
+def test_none_and_ellipsis_as_torch(fmt):
+    """``...`` stands for the dimensions not indexed, ``None`` adds one of size 1."""
+    x = make_dense((4, 5), torch.float32, seed_of("none-ellipsis", fmt), "random")
+    A = scorch.to_sparse(x, fmt)
+    for key in (None, Ellipsis, (None, slice(None)), (slice(None), None), (Ellipsis, None),
+                (None, Ellipsis, None), (0, None), (None, 1), (Ellipsis, 1), (1, Ellipsis),
+                (None, torch.tensor([1, 0]), None, 2), (Ellipsis, torch.tensor([2, 2])),
+                (slice(None), None, slice(1, 3)), (0, 1, None), (None, 3, 4)):
+        got, ref = A[key], x[key]
+        if isinstance(got, scorch.SparseTensor):
+            got = got.to_dense()
+        assert got.shape == ref.shape and torch.equal(got, ref), key
 
 
 # ---- torch.cat: joining along a dimension --------------------------------------------------

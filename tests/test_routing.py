@@ -262,7 +262,9 @@ def test_value_maps(fmt, dtype):
              (torch.sin(A), a.sin()), (F.leaky_relu(A, 0.1), F.leaky_relu(a, 0.1)),
              (A * torch.tensor(3.0, dtype=dtype), a * 3), (A + 0, a), (A.square(), a * a),
              (A / deg[:, None], a / deg[:, None]), (A / col, a / col),
-             (torch.div(A, full), a / full)]
+             (torch.div(A, full), a / full), (A.clamp(-2, 3), a.clamp(-2, 3)),
+             (torch.clip(A, max=1), a.clip(max=1)), (A.clamp_min(-1), a.clamp_min(-1)),
+             (torch.clamp_max(A, 0), a.clamp_max(0)), (A.nan_to_num(), a.nan_to_num())]
     for got, ref in cases:
         close(got, ref, sparse=True)
         assert got.format == A.format and got.nnz == A.nnz
@@ -364,6 +366,9 @@ def refusal(fmt):
     (lambda A: A.to("meta"), "Tensor.to"),
     (lambda A: F.hardtanh(A, min_val=0.5, max_val=2.0), "F.hardtanh"),
     (lambda A: F.softplus(A), "F.softplus"),
+    (lambda A: A.clamp(min=1), "torch.clamp"),
+    (lambda A: torch.clamp(A, max=-0.5), "torch.clamp"),
+    (lambda A: A.clamp(min=torch.zeros(6)), "torch.clamp"),
 ])
 @pytest.mark.parametrize("fmt", ["csr", "coo"])
 def test_refusals(fmt, op, what):

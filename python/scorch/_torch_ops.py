@@ -555,22 +555,30 @@ def _dropout(a, p=0.5, training=True, inplace=False):
     return _map_values(a, lambda v: F.dropout(v, p, training))
 
 
+def _zero_checked(f, name):
+    """A value map for ``f`` that is zero-preserving for some arguments only
+    (hardtanh(min_val=1), clamp(min=1) are not): checked on the call's own arguments,
+    which must be numbers."""
+    def handler(a, *args, **kwargs):
+        if kwargs.get("inplace"):
+            refuse(f"{name}(inplace=True)", a, why="scorch never writes to its inputs")
+        if not _is_sparse(a) or any(isinstance(x, torch.Tensor)
+                                    for x in (*args, *kwargs.values())):
+            refuse(name, a, *args, *kwargs.values(),
+                   why="the input must be the SparseTensor and the other arguments numbers")
+        if bool(f(torch.zeros(1, dtype=a.dtype), *args, **kwargs)[0] != 0):
+            refuse(name, a, why="with these arguments f(0) != 0, so it is not "
+                                "zero-preserving")
+        return _map_values(a, lambda v: f(v, *args, **kwargs))
+    return handler
+
+
 for _fname in ("leaky_relu", "gelu", "silu", "hardtanh", "softsign", "tanhshrink",
                "hardshrink", "softshrink", "relu6", "elu", "selu", "celu", "mish"):
-    _f = getattr(F, _fname)
-
-    def _make(f, fname):
-        def handler(a, *args, **kwargs):
-            if kwargs.get("inplace"):
-                refuse(f"F.{fname}(inplace=True)", a,
-                       why="scorch never writes to its inputs")
-            # Zero-preserving for the default arguments, not for all (hardtanh(min_val=1)).
-            if bool(f(torch.zeros(1, dtype=a.dtype), *args, **kwargs)[0] != 0):
-                refuse(f"F.{fname}", a, why="with these arguments f(0) != 0, so it is not "
-                                            "zero-preserving")
-            return _map_values(a, lambda v: f(v, *args, **kwargs))
-        return handler
-    _register(_f)(_make(_f, _fname))
+    _register(getattr(F, _fname))(_zero_checked(getattr(F, _fname), f"F.{_fname}"))
+for _name in ("clamp", "clip", "clamp_min", "clamp_max", "nan_to_num"):
+    _register(*[f for f in (getattr(torch, _name), getattr(torch.Tensor, _name))])(
+        _zero_checked(getattr(torch, _name), f"torch.{_name}"))
 
 # Not zero-preserving: refused with the reason.
 for _name in ("exp", "exp2", "cos", "cosh", "sigmoid", "log", "log2", "log10",
@@ -1448,9 +1456,27 @@ def _integer(k):
 @_register(torch.Tensor.__getitem__)
 def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j]: one index tensor (or list),
-    slices and integers, one dimension each (an integer drops its dimension); None, ...
-    and several index tensors are refused."""
+    slices and integers, one dimension each (an integer drops its dimension); ``...``
+    stands for the dimensions not indexed and ``None`` adds one of size 1 (unsqueeze, a
+    view); several index tensors are refused."""
     keys = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in keys):
+        if sum(k is Ellipsis for k in keys) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        used = sum(k is not None and k is not Ellipsis for k in keys)
+        at = next(i for i, k in enumerate(keys) if k is Ellipsis)
+        keys = (keys[:at] + (slice(None),) * max(a.dim() - used, 0) + keys[at + 1:])
+    if any(k is None for k in keys):
+        new, od = [], 0        # (the output dimensions the Nones take, in order)
+        for k in keys:
+            if k is None:
+                new.append(od)
+            if k is None or _integer(k) is None:
+                od += 1
+        out = _getitem(a, tuple(k for k in keys if k is not None))
+        for d in new:
+            out = _unsqueeze(out, d) if _is_sparse(out) else out.unsqueeze(d)
+        return out
     if len(keys) > a.dim():
         raise IndexError(f"too many indices for a {a.dim()}-D tensor: {len(keys)}")
     tensors = [k for k in keys if isinstance(k, (torch.Tensor, list)) and _integer(k) is None]
@@ -1472,8 +1498,8 @@ def _getitem(a, key):
         elif isinstance(k, list) or isinstance(k, torch.Tensor) and k.dim() == 1:
             out = index_select(out, d, k, "indexing")
         else:
-            refuse(f"A[{key!r}]", a, why="None, ... and multi-dimensional index tensors "
-                   "are not built; index with integers, slices or one 1-D index tensor")
+            refuse(f"A[{key!r}]", a, why="multi-dimensional index tensors are not built; "
+                   "index with integers, slices, None, ... or one 1-D index tensor")
     for d, i in reversed(ints):
         out = select(out, d, i)
     return out
