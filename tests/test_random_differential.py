@@ -26,8 +26,10 @@ Three families of cases, each a list of seeds split into batches:
   (a duplicate entry gets the gradient of its coordinate), and the dense operands'
   gradients with theirs.
 
-Values are small integers (as floats), so products and sums are exact in either dtype and
-a wrong answer cannot hide in a tolerance (softmax, which is not exact, aside). A case
+Values are small integers (as floats), so products and sums are exact in float32 and
+float64 and a wrong answer cannot hide in a tolerance (softmax, which is not exact,
+aside); bfloat16 and float16 results are compared with the reference rounded once to
+their dtype, as scorch computes them in float32 and rounds once. A case
 that scorch refuses with NotImplementedError, ValueError or TypeError and a message
 counts as a refusal, which is allowed, but every batch must compute at least 60 % of its
 cases, so that the sample cannot decay into testing refusals. Any other exception, a
@@ -52,7 +54,8 @@ from scorch import Format
 
 REFUSALS = (NotImplementedError, ValueError, TypeError)
 MIN_COMPUTED = 0.6          # the share of each batch's cases that must compute
-VALUE_DTYPES = (torch.float32, torch.float64)
+# (float32 and float64 twice as often as the half types, which scorch computes in float32)
+VALUE_DTYPES = (torch.float32, torch.float64) * 2 + (torch.bfloat16, torch.float16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Extents drawn for an index: small, 0 and 1 included (more weight on the small ones).
 SIZES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 10, 11, 12]
@@ -66,6 +69,10 @@ def tol(dtype):
     inputs make most results exact; softmax and its gradients are not."""
     if dtype == torch.float32:
         return dict(rtol=1e-5, atol=1e-5)
+    if dtype == torch.bfloat16:   # (against the reference rounded to bfloat16 once: compare)
+        return dict(rtol=1.6e-2, atol=1e-5)
+    if dtype == torch.float16:
+        return dict(rtol=1e-3, atol=1e-5)
     return dict(rtol=1e-12, atol=1e-12)
 
 
@@ -267,7 +274,10 @@ def compare(got, ref, dtype, what):
     assert got.dtype == dtype, f"{what}: dtype {got.dtype}, expected {dtype}"
     assert tuple(got.shape) == tuple(ref.shape), (
         f"{what}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}")
-    torch.testing.assert_close(got.detach().to(torch.float64), ref.detach(), **tol(dtype),
+    ref = ref.detach()
+    if dtype in (torch.bfloat16, torch.float16):   # (computed in float32, rounded once)
+        ref = ref.to(dtype).to(torch.float64)
+    torch.testing.assert_close(got.detach().to(torch.float64), ref, **tol(dtype),
                                msg=lambda m: f"{what}: {m}")
 
 
