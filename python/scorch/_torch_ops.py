@@ -1192,9 +1192,11 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     differentiable w.r.t. the values.  csr's rows and csc's columns copy their segments
     (O(entries selected)); the dimension of the innermost level (csr's columns, csc's
     rows, a coo's last) is a compiled product with a 0/1 selection matrix
-    (``_select_by_product``, O(nnz)); any other goes through the coordinates of the
-    stored entries and one conversion (O(nnz log nnz): a product along an outer
-    compressed level would search that level for every selected position)."""
+    (``_select_by_product``, O(nnz)); a matrix's outer compressed level (a coo's or
+    dcsr's rows) goes through csr / csc and back (two conversions, O(nnz)); any other
+    (a middle level) goes through the coordinates of the stored entries and one
+    conversion (O(nnz log nnz)).  (A product along an outer compressed level would
+    search that level for every selected position.)"""
     dim = _dim_index(name, dim, a.dim())
     index = torch.as_tensor(index) if not isinstance(index, list) or index else \
         torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
@@ -1223,6 +1225,9 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
         return _select_segments(a, index, shape)
     if fmt.order[-1] == dim:
         return _select_by_product(a, dim, index)
+    if a.dim() == 2:   # (a matrix's outer compressed level: through csr / csc and back)
+        outer = a.to_format(_CSR_LIKE[fmt.order], drop_zeros=False)
+        return _select_segments(outer, index, shape).to_format(fmt, drop_zeros=False)
     coords = dim_coords(a)
     order = torch.argsort(index, stable=True)
     sidx = index[order]
@@ -1240,6 +1245,7 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
 
 
 _SELECTION_FORMAT = Format.parse("csr", 2)
+_CSR_LIKE = {(0, 1): Format.parse("csr", 2), (1, 0): Format.parse("csc", 2)}
 
 
 def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
