@@ -91,3 +91,23 @@ def test_kernel_has_the_small_row_path():
         src = scorch.explain("ij,jk->ik", A, A)
         assert "<= 8) && (bnd_" in src and call in src
         assert "SC_K_SORTSUM8(sc_k_sortsum8_32_f32, float," in src
+
+
+def test_one_column_product_stores_only_the_structural_pattern():
+    """A·B with one column in B: the order i,k,j (one dot product per (i, k)) stored an
+    entry in every row of A, zero where the row meets no entry of B's column; the
+    scheduler now weighs an index of extent 1 under other loops as it weighs any
+    densified sparse output.  Sparse operands in several formats, one and 3 columns."""
+    import scorch
+    g = torch.Generator().manual_seed(7)
+    x = torch.zeros(40, 30)
+    x[torch.randint(0, 40, (60,), generator=g), torch.randint(0, 30, (60,), generator=g)] = 1.5
+    for cols in (1, 3):
+        y = torch.zeros(30, cols)
+        y[torch.tensor([2, 17]), 0] = 2.0
+        for fa, fb in (("csr", "csr"), ("dcsr", "csr"), ("coo", "coo"), ("csr", "dcsr")):
+            C = scorch.to_sparse(x, fa) @ scorch.to_sparse(y, fb)
+            ref = x @ y
+            assert isinstance(C, scorch.SparseTensor)
+            torch.testing.assert_close(C.to_dense(), ref)
+            assert C.nnz == int(torch.count_nonzero(ref)), (fa, fb, cols, C.nnz)

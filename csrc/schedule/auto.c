@@ -118,26 +118,35 @@ static bool is_output(const sc_lower_problem *p, sc_expr_var v)
     return false;
 }
 
-/* A sparse output without a workspace whose compressed level's index is walked densely
- * (no sparse operand thins its loop) stores every coordinate of that loop, zeros
- * included (A·B in order i,k,j: every (i,k)): a result that much denser than the
- * product.  Such an order costs more than any other (a penalty, not +inf, so that the
- * least bad one still wins when all of them do it).  The estimate (fanout at least the
- * extent) also finds every coordinate present when a compressed level with an entry in
- * each row drives the loop (a dcsr or coo operand); such a loop stores only the
- * operand's coordinates, so it is exempt — unless a sparse reduction runs inside it,
- * whose intersection may be empty and leave a stored zero (the inner-product order).
- * Penalising the exempt case sent SDDMM over coo and dcsr to order (k,i,j) with a
- * workspace of every (i,j). */
-static double densified_output(const sc_lower_problem *p, const sc_expr_var *order)
+/* A sparse output without a workspace stores an entry at every iteration of the loop
+ * over a compressed output level's index, unless that loop runs over stored coordinates
+ * only and nothing inside it can come up empty.  Two ways it stores zeros: the loop is
+ * walked densely (no sparse operand thins it, in the formats the order reads them in:
+ * A·B in order i,k,j reads B as csc, whose k is dense, and stores every (i,k)), or a
+ * sparse reduction runs inside it, whose intersection may be empty (the inner-product
+ * order over a dcsc B stores an (i,k) for every stored column k of B, zero or not).
+ * Either way the result is denser than the product, so such an order costs more than
+ * any other (a penalty, not +inf, so that the least bad one still wins when all of them
+ * do it).  A loop of one iteration under loops of one iteration stores one entry and is
+ * left alone; one under the rows of A (A·B with one column in B) stored one per row.  A
+ * loop a compressed level drives, with only output indices or dense loops inside, stores
+ * only the operand's coordinates: exempt (penalising it sent SDDMM over coo and dcsr to
+ * order (k,i,j) with a workspace of every (i,j)). */
+static double densified_output(const sc_lower_problem *p, const sc_sched *s,
+                               const sc_expr_var *order)
 {
+    /* whether a loop is thinned, in the formats the order reads the sparse operands in
+     * (a transposed copy's levels: A·B in order i,k,j reads B as csc, whose k is dense) */
+    sc_lower_problem tp;
+    sc_lower_operand ops[SC_SCHED_MAX_OPS];
+    sc_sched_transposed(p, s, &tp, ops);
     bool th[SC_LOWER_MAX_VARS];
     uint32_t bound = 0;
     for (int32_t d = 0; d < p->nvars; d++) {
-        th[d] = thinned(p, p->rhs, order[d], bound);
+        th[d] = thinned(&tp, tp.rhs, order[d], bound);
         bound |= 1u << order[d];
     }
-    bound = 0;
+    bool single = true;   /* every loop so far has one iteration */
     for (int32_t d = 0; d < p->nvars; d++) {
         sc_expr_var v = order[d];
         bool exempt = th[d];
@@ -146,10 +155,9 @@ static double densified_output(const sc_lower_problem *p, const sc_expr_var *ord
                 exempt = false;
         for (int32_t k = 0; k < p->out_order; k++)
             if (p->out_lvar[k] == v && p->out_fmt.kind[k] != SC_LEVEL_DENSE &&
-                p->extent[v] > 1 && !exempt &&
-                fanout(p, p->rhs, v, bound) >= (double)p->extent[v])
+                (p->extent[v] > 1 || !single) && !exempt)
                 return 1e18;
-        bound |= 1u << v;
+        single = single && p->extent[v] <= 1;
     }
     return 0;
 }
@@ -307,7 +315,7 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
             cost -= (1.0 - VECTOR_SHARE) * last;
     }
     if (p->out_sparse && s.ws_depth < 0)
-        cost += densified_output(p, order);
+        cost += densified_output(p, &s, order);
     if (s.ws_depth >= 0) {
         double out = cnt < cnt_at_ws * 1e9 ? cnt : cnt_at_ws;
         cost += cnt + 0.5 * out * (1.0 + log2(out + 1.0) / 4.0);
