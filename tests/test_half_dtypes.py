@@ -103,6 +103,25 @@ def test_duplicates_summed_in_float32(dtype, fmt):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=_ids)
+def test_duplicates_are_summed_before_rounding(dtype):
+    """1 + u + u where 1 + u rounds back to 1 in the half dtype but 1 + 2u does not: the
+    products must sum a coordinate's duplicates in float32 (the kernels' converted copy
+    of a coo is float32), not round each partial sum."""
+    u = 2.0 ** (-8 if dtype == torch.bfloat16 else -11)
+    A = scorch.from_components((1, 2), "coo", pos=[torch.tensor([0, 3]), None],
+                               crd=[torch.tensor([0, 0, 0]), torch.tensor([0, 0, 1])],
+                               values=torch.tensor([1.0, u, u], dtype=dtype))
+    want = torch.tensor([[1.0 + u, u]])                # exact in float32
+    one = torch.ones(2, 1, dtype=dtype)
+    exact(A @ one, want @ one.float(), dtype)
+    exact(torch.mv(A, one[:, 0]), want @ one[:, 0].float(), dtype)
+    exact(A.sum(1), want.sum(1), dtype)
+    exact(scorch.einsum("ij,jk->ik", A, one), want @ one.float(), dtype)
+    exact(A @ A.t(), want @ want.T, dtype)
+    assert (A @ one).item() != 1.0
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=_ids)
 def test_autograd(dtype):
     x32 = make_dense((7, 5), torch.float32, seed_of("half-grad"), "random")
     X32 = make_dense((5, 3), torch.float32, seed_of("half-grad", 1), "full")

@@ -412,7 +412,9 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     kept), remembered on ``a`` until its values change in place (their version).  A new
     tensor on a pattern already converted (``with_values``, dropout on the values: a
     training loop's every step) gets its copy by gathering its values in the order the
-    pattern's conversion left (``_moved``), not by another conversion."""
+    pattern's conversion left (``_moved``), not by another conversion.  The copy of a
+    bfloat16 / float16 tensor holds float32 values, what the kernels compute in: a
+    conversion that sums repeated coordinates sums them before any rounding."""
     version = a._values._version
     cache = a._transposed
     hit = cache.get(fmt) if cache is not None else None
@@ -435,6 +437,8 @@ _PATTERNS: dict = {}
 
 
 def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
+    if a.dtype in HALF_DTYPES:   # (the kernels' copy is in float32: duplicates summed there)
+        a = a._rewrap(a._values.detach().float())
     arrays = [x for x in a._pos + a._crd if x is not None]
     key = next((c for c in reversed(a._crd) if c is not None), None)
     if key is None:
