@@ -125,6 +125,21 @@ def test_selection_keeps_stored_values_as_they_are(fmt, dtype):
     assert ((0, 3) if dim == 1 else (1, 0)) in stored
 
 
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+def test_one_position_keeps_only_its_entries(fmt):
+    """A[:, [j]] stores the column's entries, not one per row (a product with a
+    one-column selection matrix once took an order that stored every row)."""
+    x = make_dense((9, 7), torch.float32, seed_of("one-position", fmt), "random")
+    A = scorch.to_sparse(x, fmt)
+    for dim in (0, 1):
+        for j in range(x.shape[dim]):
+            S = A.index_select(dim, torch.tensor([j]))
+            ref = x.index_select(dim, torch.tensor([j]))
+            assert torch.equal(S.to_dense(), ref)
+            if fmt not in ("dense", "cd"):       # (a dense level stores every position)
+                assert S.nnz == int(torch.count_nonzero(ref)), (dim, j)
+
+
 @pytest.mark.parametrize("key,err,match", [
     (torch.tensor([5]), IndexError, "out of range for dimension 0 of size 4"),
     (torch.tensor([-5]), IndexError, "out of range"),
@@ -135,6 +150,8 @@ def test_selection_keeps_stored_values_as_they_are(fmt, dtype):
     ((0, -5), IndexError, "index -5 is out of bounds for dimension 1"),
     ((Ellipsis, 0, Ellipsis), IndexError, "a single ellipsis"),
     ((None, 0, 0, 0), IndexError, "too many indices"),
+    ((True, False), NotImplementedError, "several bools"),
+    ((None,) * 7, NotImplementedError, "at most 8 dimensions"),
     ((torch.tensor([0]), torch.tensor([1])), NotImplementedError, "several index tensors"),
     ((slice(None), slice(None), slice(None)), IndexError, "too many indices"),
     (slice(None, None, -1), ValueError, "step"),
@@ -155,13 +172,15 @@ def test_bad_selections_are_refused(key, err, match):
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
 def test_none_and_ellipsis_as_torch(fmt):
-    """``...`` stands for the dimensions not indexed, ``None`` adds one of size 1."""
+    """``...`` stands for the dimensions not indexed, ``None`` and ``True`` add one of
+    size 1, ``False`` one of size 0."""
     x = make_dense((4, 5), torch.float32, seed_of("none-ellipsis", fmt), "random")
     A = scorch.to_sparse(x, fmt)
     for key in (None, Ellipsis, (None, slice(None)), (slice(None), None), (Ellipsis, None),
                 (None, Ellipsis, None), (0, None), (None, 1), (Ellipsis, 1), (1, Ellipsis),
                 (None, torch.tensor([1, 0]), None, 2), (Ellipsis, torch.tensor([2, 2])),
-                (slice(None), None, slice(1, 3)), (0, 1, None), (None, 3, 4)):
+                (slice(None), None, slice(1, 3)), (0, 1, None), (None, 3, 4), True, False,
+                (0, True, 1), (..., False), (slice(None), False, 2)):
         got, ref = A[key], x[key]
         if isinstance(got, scorch.SparseTensor):
             got = got.to_dense()

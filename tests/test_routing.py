@@ -264,7 +264,8 @@ def test_value_maps(fmt, dtype):
              (A / deg[:, None], a / deg[:, None]), (A / col, a / col),
              (torch.div(A, full), a / full), (A.clamp(-2, 3), a.clamp(-2, 3)),
              (torch.clip(A, max=1), a.clip(max=1)), (A.clamp_min(-1), a.clamp_min(-1)),
-             (torch.clamp_max(A, 0), a.clamp_max(0)), (A.nan_to_num(), a.nan_to_num())]
+             (torch.clamp_max(A, 0), a.clamp_max(0)), (A.nan_to_num(), a.nan_to_num()),
+             (torch.clamp(A, torch.tensor(-1.0), torch.tensor(2.0)), a.clamp(-1, 2))]
     for got, ref in cases:
         close(got, ref, sparse=True)
         assert got.format == A.format and got.nnz == A.nnz

@@ -26,7 +26,7 @@ from torch.autograd.function import once_differentiable
 from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remembered
 from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
-from . import _tensor
+from . import _C, _tensor
 from ._tensor import _HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, compute_dtype
 
 HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
@@ -559,9 +559,15 @@ def _zero_checked(f, name):
     """A value map for ``f`` that is zero-preserving for some arguments only
     (hardtanh(min_val=1), clamp(min=1) are not): checked on the call's own arguments,
     which must be numbers."""
+    def number(x):   # (a 0-D tensor bound reads as its number, as torch promotes it)
+        return x.item() if (isinstance(x, torch.Tensor) and x.dim() == 0 and
+                            not x.requires_grad and not _is_sparse(x)) else x
+
     def handler(a, *args, **kwargs):
         if kwargs.get("inplace"):
             refuse(f"{name}(inplace=True)", a, why="scorch never writes to its inputs")
+        args = tuple(number(x) for x in args)
+        kwargs = {k: number(x) for k, x in kwargs.items()}
         if not _is_sparse(a) or any(isinstance(x, torch.Tensor)
                                     for x in (*args, *kwargs.values())):
             refuse(name, a, *args, *kwargs.values(),
@@ -1379,6 +1385,9 @@ def _unsqueeze(a, dim):
     """A new dimension of size 1: a dense level of one position on top of a's levels,
     which leaves every position below as it was, so the arrays are shared (no copy)."""
     dim = _dim_index("unsqueeze", dim, a.dim(), 1)
+    if a.dim() >= _C.MAX_ORDER:
+        refuse("unsqueeze", a, why=f"scorch supports at most {_C.MAX_ORDER} dimensions and "
+                                   f"the tensor has {a.dim()}")
     f = a._format
     fmt = _format_from_tuple((0,) + f.kinds, (True,) + f.unique,
                              (dim,) + tuple(o + (o >= dim) for o in f.order))
@@ -1464,24 +1473,37 @@ def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j]: one index tensor (or list),
     slices and integers, one dimension each (an integer drops its dimension); ``...``
     stands for the dimensions not indexed and ``None`` adds one of size 1 (unsqueeze, a
-    view); several index tensors are refused."""
+    view; ``True`` does the same and ``False`` adds one of size 0, as torch reads a bool);
+    several index tensors are refused."""
     keys = key if isinstance(key, tuple) else (key,)
+
+    def added(k):   # (a key that adds a dimension rather than indexing one)
+        return k is None or isinstance(k, bool)
+
+    if sum(isinstance(k, bool) for k in keys) > 1:
+        refuse(f"A[{key!r}]", a, why="several bools in one index combine into one dimension "
+                                     "(as advanced indices do); use one bool or None")
     if any(k is Ellipsis for k in keys):
         if sum(k is Ellipsis for k in keys) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
-        used = sum(k is not None and k is not Ellipsis for k in keys)
+        used = sum(not added(k) and k is not Ellipsis for k in keys)
         at = next(i for i, k in enumerate(keys) if k is Ellipsis)
         keys = (keys[:at] + (slice(None),) * max(a.dim() - used, 0) + keys[at + 1:])
-    if any(k is None for k in keys):
-        new, od = [], 0        # (the output dimensions the Nones take, in order)
+    if any(added(k) for k in keys):
+        new, od = [], 0        # (the output dimensions they take, in order)
         for k in keys:
-            if k is None:
-                new.append(od)
-            if k is None or _integer(k) is None:
+            if added(k):
+                new.append((od, k is False))
+            if added(k) or _integer(k) is None:
                 od += 1
-        out = _getitem(a, tuple(k for k in keys if k is not None))
-        for d in new:
-            out = _unsqueeze(out, d) if _is_sparse(out) else out.unsqueeze(d)
+        out = _getitem(a, tuple(k for k in keys if not added(k)))
+        for d, empty in new:
+            if not _is_sparse(out):
+                out = out.unsqueeze(d)[(slice(None),) * d + (slice(0, 0 if empty else 1),)]
+                continue
+            out = _unsqueeze(out, d)
+            if empty:
+                out = index_select(out, d, torch.zeros(0, dtype=torch.int64), "indexing")
         return out
     if len(keys) > a.dim():
         raise IndexError(f"too many indices for a {a.dim()}-D tensor: {len(keys)}")
