@@ -17,8 +17,6 @@ import argparse
 import json
 import math
 import random
-import statistics
-import time
 import warnings
 
 import numpy as np
@@ -26,32 +24,10 @@ import torch
 
 import scorch
 
-from .common import shared_matrices
+from .common import shared_matrices, time_rounds
 
 DENSE_LIMIT = 200e6   # bytes of the dense half matrix: larger ones have no dense baseline
 QUICK = ("bcsstk13", "cryg2500", "wiki-Vote", "email-Enron")
-
-
-def time_rounds(fns, repeat, budget):
-    """Median seconds of each candidate, timed in rounds (a fresh seeded order each
-    round, after one warm-up call each) so machine load hits every candidate alike."""
-    for fn in fns.values():
-        fn()
-    times = {k: [] for k in fns}
-    order = list(fns.items())
-    rng = random.Random(0)
-    spent = 0.0
-    for r in range(repeat):
-        rng.shuffle(order)
-        for k, fn in order:
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            times[k].append(dt)
-            spent += dt
-        if spent > budget * len(fns) and r >= 2:
-            break
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def cases(m, dtype, K=64):
@@ -108,10 +84,11 @@ def main(argv=None):
     print(f"{'matrix':<20} {'kernel':<11} {'dtype':<9} {'scorch ms':>9} {'torch ms':>9} "
           f"{'/torch':>7} {'/f32':>6} {'/dense':>7} check")
     rows = []
+    rng = random.Random(0)
     for name, m in shared_matrices(QUICK if args.quick else None):
         for dtype in (torch.bfloat16, torch.float16):
             for kernel, fns, check in cases(m, dtype):
-                t = time_rounds(fns, repeat, budget)
+                t = time_rounds(fns, repeat, budget * len(fns), rng)
                 got, ref = check()
                 ok = bool(torch.equal(got, ref))
                 r = {"matrix": name, "kernel": kernel, "dtype": str(dtype).split(".")[1],

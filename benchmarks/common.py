@@ -32,6 +32,29 @@ def median_time(fn, repeat=7, warmup=1, budget=None):
     return statistics.median(times)
 
 
+def time_rounds(fns, repeat, budget, rng):
+    """Medians (s) of each candidate in ``fns`` (name -> callable), timed in rounds: one
+    call of each per round, after one warm-up call each, in a fresh order every round
+    (``rng.shuffle``), so that drifting machine load hits every candidate alike; stops
+    after a round once ``budget`` seconds are spent (three rounds at least)."""
+    for fn in fns.values():
+        fn()
+    times = {k: [] for k in fns}
+    spent = 0.0
+    items = list(fns.items())
+    for r in range(repeat):
+        rng.shuffle(items)
+        for k, fn in items:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            times[k].append(dt)
+            spent += dt
+        if spent > budget and r >= 2:
+            break
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def shared_matrices(names=None):
     """(name, scipy csr_array float32) for the matrices in shared/data/matrices."""
     d = os.path.join(SHARED, "matrices")

@@ -36,7 +36,6 @@ import math
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 
@@ -46,7 +45,7 @@ import torch
 
 import scorch
 
-from .common import SHARED, median_time, shared_matrices
+from .common import SHARED, median_time, shared_matrices, time_rounds
 
 DENSE_LIMIT = 1 << 30          # bytes: dense baseline only where the dense matrix fits in 1 GB
 DENSE_FLOP_LIMIT = 2e11        # dense A·A only below this many flops
@@ -361,22 +360,7 @@ class Bench:
         matrices.)"""
         repeat = (3 if self.args.quick else 5) if big else self.repeat
         budget = self.budget * (2 if big else 1) * len(fns)
-        for fn in fns.values():
-            fn()
-        times = {k: [] for k in fns}
-        spent = 0.0
-        items = list(fns.items())
-        for r in range(repeat):
-            self.order_rng.shuffle(items)
-            for k, fn in items:
-                t0 = time.perf_counter()
-                fn()
-                dt = time.perf_counter() - t0
-                times[k].append(dt)
-                spent += dt
-            if spent > budget and r >= 2:
-                break
-        return {k: statistics.median(v) for k, v in times.items()}
+        return time_rounds(fns, repeat, budget, self.order_rng)
 
     def skip(self, matrix, what, why):
         self.skipped.append({"matrix": matrix, "case": what, "why": why})

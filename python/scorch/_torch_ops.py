@@ -1560,24 +1560,16 @@ def _type(a, dtype=None, non_blocking=False, **kwargs):
     return _to(a, dtype)
 
 
-@_register(torch.Tensor.double)
-def _double(a, memory_format=None):
-    return _to(a, torch.float64)
+def _cast(dtype):
+    def handler(a, memory_format=None):
+        return _to(a, dtype)
+    return handler
 
 
-@_register(torch.Tensor.float)
-def _float(a, memory_format=None):
-    return _to(a, torch.float32)
-
-
-@_register(torch.Tensor.bfloat16)
-def _bfloat16(a, memory_format=None):
-    return _to(a, torch.bfloat16)
-
-
-@_register(torch.Tensor.half)
-def _half(a, memory_format=None):
-    return _to(a, torch.float16)
+for _method, _dtype in ((torch.Tensor.double, torch.float64), (torch.Tensor.float, torch.float32),
+                        (torch.Tensor.bfloat16, torch.bfloat16),
+                        (torch.Tensor.half, torch.float16)):
+    _register(_method)(_cast(_dtype))
 
 
 @_register(torch.Tensor.type_as)
