@@ -111,3 +111,38 @@ def test_one_column_product_stores_only_the_structural_pattern():
             assert isinstance(C, scorch.SparseTensor)
             torch.testing.assert_close(C.to_dense(), ref)
             assert C.nnz == int(torch.count_nonzero(ref)), (fa, fb, cols, C.nnz)
+
+
+REDUCTION_BELOW = r'''
+import torch, scorch
+for dt, it in COMBOS:
+    A = torch.tensor([[1., 2, 0], [0, 0, 3]], dtype=dt)
+    B = torch.tensor([[1., 0, 0, 2], [0, 1, 0, 0], [0, 0, 1, 1]], dtype=dt)
+    v = torch.ones(3, dtype=dt)
+    for vf in ("csf", "coo", None):
+        ops = [scorch.to_sparse(A, "csr", index_dtype=it), scorch.to_sparse(B, "csr", index_dtype=it),
+               scorch.to_sparse(v, vf, index_dtype=it) if vf else v]
+        r = scorch.einsum("ij,jk,l->ik", *ops, out_format="csr")
+        assert r.nnz == 5 and torch.equal(r.to_dense(), torch.einsum("ij,jk,l->ik", A, B, v)), vf
+    X = torch.zeros(2, 1, 4, dtype=dt)
+    X[0, 0] = torch.tensor([1., 2, 3, 4], dtype=dt)
+    w = torch.ones(5000, dtype=dt)
+    for of in ("csr", "csc"):
+        r = scorch.einsum("l,kij->jk", scorch.to_sparse(w, "csf", index_dtype=it),
+                          scorch.to_sparse(X, "csf", index_dtype=it), out_format=of,
+                          schedule="order(j,i,k,l) parallel(j) workspace(k)" if of == "csr" else None)
+        assert torch.equal(r.to_dense(), torch.einsum("l,kij->jk", w, X)), of
+print("ok")
+'''
+
+
+def test_reduction_below_the_last_output_index(tmp_path):
+    """A reduction loop below the output's last index ("ij,jk,l->ik" in order i,j,k,l)
+    must not take the one-pass fill, which appends each product once per iteration of
+    that loop: it overran the row's slot (heap corruption, wrong values); the two-phase
+    fill runs there now.  In a child process, so that a regression aborts only it."""
+    run_combos(REDUCTION_BELOW, tmp_path)
+
+
+def test_reduction_below_the_last_output_index_sanitized(tmp_path):
+    run_combos_sanitized(REDUCTION_BELOW, tmp_path)

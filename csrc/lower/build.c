@@ -3174,7 +3174,13 @@ static void sparse_output(lb *L, sc_ir_list *top, const st *S)
     }
     sc_ir_var fail = newv(L, "ws_fail", SC_IR_BOOL);
     sc_ir_push(B, top, sc_ir_decl(B, fail, I(0)));
-    if (pat < 0 && L->gus && D >= 1 && D == m - 1 && onepass_output(L, top, S, fail, wsize))
+    /* (the one-pass fill appends at the innermost loop and bounds a row by the products
+     * at its last output variable: a reduction loop below that variable, l in
+     * "ij,jk,l->ik" in order i,j,k,l, would append each product once per iteration and
+     * overrun the row's slot) */
+    bool innermost = L->depth_of[p->out_lvar[m - 1]] == L->n - 1;
+    if (pat < 0 && L->gus && D >= 1 && D == m - 1 && innermost &&
+        onepass_output(L, top, S, fail, wsize))
         return;
     /* with the same index width the output shares the pattern operand's pos and crd (the
      * caller keeps that operand alive and marks them borrowed): no copy, no coordinate
