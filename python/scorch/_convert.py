@@ -10,8 +10,8 @@ import torch
 
 from . import _C
 from ._format import Format
-from ._tensor import (_INDEX_NAMES, VALUE_DTYPE_NAMES, VALUE_DTYPES, c_values, SparseTensor, _resolve_index_dtype,
-                      _threads, _wrap)
+from ._tensor import (_INDEX_NAMES, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor,
+                      _resolve_index_dtype, _threads, _wrap, c_values)
 
 
 def _check_cpu(t: torch.Tensor, what: str):

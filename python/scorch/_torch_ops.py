@@ -1250,7 +1250,6 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
                         a.index_dtype if a.index_dtype == torch.int64 else None)
 
 
-_SELECTION_FORMAT = Format.parse("csr", 2)
 _CSR_LIKE = {(0, 1): Format.parse("csr", 2), (1, 0): Format.parse("csc", 2)}
 
 
@@ -1266,17 +1265,13 @@ def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
     pos = torch.zeros(size + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(index, minlength=size), 0, out=pos[1:])
     it = torch.int32 if max(size, n) <= _tensor._I32_MAX else torch.int64
-    S = SparseTensor((size, n), _SELECTION_FORMAT, [None, pos.to(it)], [None, order.to(it)],
+    S = SparseTensor((size, n), _CSR_LIKE[(0, 1)], [None, pos.to(it)], [None, order.to(it)],
                      torch.ones(n, dtype=a.dtype), index_dtype=it)
     letters = "ijklmnpq"[:a.dim() + 1]
     src, new = letters[:a.dim()], letters[a.dim()]
     out = src[:dim] + new + src[dim + 1:]
     expr = f"{src},{src[dim]}{new}->{out}"
-    r = einsum(expr, a, S)
-    if not isinstance(r, SparseTensor):      # (an all-dense format's product is dense)
-        from ._convert import to_sparse
-
-        return to_sparse(r, a._format, a.index_dtype)
+    r = _kept_sparse(einsum(expr, a, S), a)   # (an all-dense format's product is dense)
     return r if r._format == a._format else r.to_format(a._format)
 
 
