@@ -186,7 +186,13 @@ static const char *const PRELUDE[] = {
     "SC_K_SORTSUM(sc_k_sortsum32_f32, int32_t, float)\n"
     "SC_K_SORTSUM(sc_k_sortsum32_f64, int32_t, double)\n"
     "SC_K_SORTSUM(sc_k_sortsum64_f32, int64_t, float)\n"
-    "SC_K_SORTSUM(sc_k_sortsum64_f64, int64_t, double)\n",
+    "SC_K_SORTSUM(sc_k_sortsum64_f64, int64_t, double)\n"
+    "SC_K_SORTSUM(sc_k_sortsum32_i32, int32_t, uint32_t)\n"
+    "SC_K_SORTSUM(sc_k_sortsum32_i64, int32_t, uint64_t)\n"
+    "SC_K_SORTSUM(sc_k_sortsum64_i32, int64_t, uint32_t)\n"
+    "SC_K_SORTSUM(sc_k_sortsum64_i64, int64_t, uint64_t)\n"
+    "#define sc_k_sortsum8_32_i32 sc_k_sortsum32_i32\n"
+    "#define sc_k_sortsum8_32_i64 sc_k_sortsum32_i64\n",
     /* SORTSUM of at most 8 entries with int32 coordinates (a one-pass SpGEMM's small
      * row), where AVX-512 (VL) and gcc's vector builtins are there: no branch per entry.
      * Keys (coordinate << 32 | lane) through a bitonic network of 8, the values permuted
@@ -525,6 +531,10 @@ static void expr(em *m, const sc_ir_expr *e)
             sc_cg_printf(m->out, "%lld", (long long)e->ival);
         break;
     case SC_IR_E_FLT: {
+        if (sc_ir_is_int_value(e->type)) { /* (an integer of the signed type, sc_lower checks) */
+            sc_cg_printf(m->out, "(%s)INT64_C(%lld)", ctype(e->type), (long long)e->fval);
+            break;
+        }
         char tmp[64];
         snprintf(tmp, sizeof tmp, "%.17g", e->fval);
         if (!strpbrk(tmp, ".eE"))
@@ -740,7 +750,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         sc_cg_printf(m->out, "%s[", v->name);
         expr(m, s->b);
         sc_cg_printf(m->out, "] %s ", s->accumulate ? "+=" : "=");
-        if (!sc_ir_is_float(v->type) && v->type != s->a->type)
+        if (!sc_ir_is_value(v->type) && v->type != s->a->type)
             sc_cg_printf(m->out, "(%s)", ctype(v->type));
         expr(m, s->a);
         pr(m, ";\n");
@@ -992,10 +1002,11 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
     case SC_IR_S_SORTSUM: {
         const char *t = fn->vars[s->total].name;
         const sc_ir_var_info *vals = &fn->vars[s->vals];
+        static const char *const vtags[SC_IR_TYPE_COUNT] = {
+            [SC_IR_F32] = "f32", [SC_IR_F64] = "f64", [SC_IR_VI32] = "i32", [SC_IR_VI64] = "i64"};
         sc_cg_printf(m->out, "%s = sc_k_sortsum%s%s_%s(%s, %s, ", t,
                      s->level > 0 && s->level <= 8 && v->type == SC_IR_I32 ? "8_" : "",
-                     v->type == SC_IR_I32 ? "32" : "64", vals->type == SC_IR_F32 ? "f32" : "f64",
-                     v->name, vals->name);
+                     v->type == SC_IR_I32 ? "32" : "64", vtags[vals->type], v->name, vals->name);
         expr(m, s->b);
         sc_cg_printf(m->out, ", %s);\n", t);
         break;

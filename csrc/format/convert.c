@@ -58,11 +58,21 @@ static int thread_num(void)
 
 /* ---- values ------------------------------------------------------------------------- */
 
+/* The value dtypes: X(ENUM, C type, sum).  Integer sums wrap (two's complement, added
+ * as the unsigned type of the same width). */
+#define ADD_FLOAT(a, b) ((a) + (b))
+#define ADD_I32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define ADD_I64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+#define VAL_TYPES(X)                                          \
+    X(F32, float, ADD_FLOAT) X(F64, double, ADD_FLOAT)        \
+    X(I32, int32_t, ADD_I32) X(I64, int64_t, ADD_I64)
+
 static bool val_is_zero(const void *v, sc_dtype t, int64_t i)
 {
     switch (t) {
-    case SC_DTYPE_F32: return ((const float *)v)[i] == 0.0f;
-    case SC_DTYPE_F64: return ((const double *)v)[i] == 0.0;
+#define X(e, T, add) case SC_DTYPE_##e: return ((const T *)v)[i] == 0;
+        VAL_TYPES(X)
+#undef X
     default: return false;
     }
 }
@@ -71,8 +81,14 @@ static bool val_is_zero(const void *v, sc_dtype t, int64_t i)
 static void val_add(void *dst, int64_t i, const void *src, int64_t j, sc_dtype t)
 {
     switch (t) {
-    case SC_DTYPE_F32: ((float *)dst)[i] += ((const float *)src)[j]; break;
-    case SC_DTYPE_F64: ((double *)dst)[i] += ((const double *)src)[j]; break;
+#define X(e, T, add)                                                                       \
+    case SC_DTYPE_##e: {                                                                   \
+        T *d = dst;                                                                        \
+        d[i] = add(d[i], ((const T *)src)[j]);                                     \
+        break;                                                                             \
+    }
+        VAL_TYPES(X)
+#undef X
     default: break;
     }
 }
@@ -92,18 +108,19 @@ static void val_gather(void *dst, const void *src, const int64_t *perm, int64_t 
         }
         return;
     }
-    if (t == SC_DTYPE_F32) {
-        float *d = dst;
-        const float *s = src;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = s[perm[i]];
-    } else {
-        double *d = dst;
-        const double *s = src;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = s[perm[i]];
+    switch (t) {
+#define X(e, T, add)                                                                       \
+    case SC_DTYPE_##e: {                                                                   \
+        T *d = dst;                                                                        \
+        const T *s = src;                                                                  \
+        _Pragma("omp parallel for num_threads(nt) schedule(static)")                       \
+        for (int64_t i = 0; i < n; i++)                                                    \
+            d[i] = s[perm[i]];                                                             \
+        break;                                                                             \
+    }
+        VAL_TYPES(X)
+#undef X
+    default: break;
     }
 }
 
@@ -772,24 +789,22 @@ sc_status sc_fmt_from_dense(const sc_ctx *ctx, int32_t order, const int64_t *dim
     int64_t *rowstart = sc_calloc(ctx, (size_t)rows + 1, sizeof(int64_t), err);
     if (!rowstart)
         return SC_NOMEM;
-    if (dtype == SC_DTYPE_F32) {
-        const float *x = data;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t cnt = 0;
-            for (int64_t j = 0; j < inner; j++)
-                cnt += x[r * inner + j] != 0.0f;
-            rowstart[r + 1] = cnt;
-        }
-    } else {
-        const double *x = data;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t cnt = 0;
-            for (int64_t j = 0; j < inner; j++)
-                cnt += x[r * inner + j] != 0.0;
-            rowstart[r + 1] = cnt;
-        }
+    switch (dtype) {
+#define X(e, T, add)                                                                       \
+    case SC_DTYPE_##e: {                                                                   \
+        const T *x = data;                                                                 \
+        _Pragma("omp parallel for num_threads(nt) schedule(static)")                       \
+        for (int64_t r = 0; r < rows; r++) {                                               \
+            int64_t cnt = 0;                                                               \
+            for (int64_t j = 0; j < inner; j++)                                            \
+                cnt += x[r * inner + j] != 0;                                              \
+            rowstart[r + 1] = cnt;                                                         \
+        }                                                                                  \
+        break;                                                                             \
+    }
+        VAL_TYPES(X)
+#undef X
+    default: break;
     }
     for (int64_t r = 0; r < rows; r++)
         rowstart[r + 1] += rowstart[r];
@@ -1110,18 +1125,21 @@ sc_status sc_fmt_to_dense(const sc_ctx *ctx, const sc_tensor *src, void *out, sc
         P = count;
     }
     /* Positions are distinct unless a level is nonunique (then duplicates add up). */
-    if (unique && src->dtype == SC_DTYPE_F32) {
-        float *o = out;
-        const float *v = src->vals;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t p = 0; p < n; p++)
-            o[off[p]] = v[p];
-    } else if (unique && src->dtype == SC_DTYPE_F64) {
-        double *o = out;
-        const double *v = src->vals;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t p = 0; p < n; p++)
-            o[off[p]] = v[p];
+    if (unique) {
+        switch (src->dtype) {
+#define X(e, T, add)                                                                       \
+        case SC_DTYPE_##e: {                                                               \
+            T *o = out;                                                                    \
+            const T *v = src->vals;                                                        \
+            _Pragma("omp parallel for num_threads(nt) schedule(static)")                   \
+            for (int64_t p = 0; p < n; p++)                                                \
+                o[off[p]] = v[p];                                                          \
+            break;                                                                         \
+        }
+            VAL_TYPES(X)
+#undef X
+        default: break;
+        }
     } else {
         for (int64_t p = 0; p < n; p++)
             val_add(out, off[p], src->vals, p, src->dtype);

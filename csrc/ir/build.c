@@ -49,7 +49,12 @@ const char *sc_ir_arg_name(sc_ir_arg a)
 
 sc_ir_type sc_ir_val_type(sc_dtype dt)
 {
-    return dt == SC_DTYPE_F32 ? SC_IR_F32 : SC_IR_F64;
+    switch (dt) {
+    case SC_DTYPE_F32: return SC_IR_F32;
+    case SC_DTYPE_I32: return SC_IR_VI32;
+    case SC_DTYPE_I64: return SC_IR_VI64;
+    default: return SC_IR_F64;
+    }
 }
 sc_ir_type sc_ir_idx_type(sc_index_type it)
 {
@@ -59,9 +64,21 @@ bool sc_ir_is_int(sc_ir_type t)
 {
     return t == SC_IR_BOOL || t == SC_IR_U8 || t == SC_IR_I32 || t == SC_IR_I64 || t == SC_IR_U64;
 }
-bool sc_ir_is_float(sc_ir_type t)
+bool sc_ir_is_value(sc_ir_type t)
 {
-    return t == SC_IR_F32 || t == SC_IR_F64;
+    return t == SC_IR_F32 || t == SC_IR_F64 || sc_ir_is_int_value(t);
+}
+bool sc_ir_is_int_value(sc_ir_type t)
+{
+    return t == SC_IR_VI32 || t == SC_IR_VI64;
+}
+
+/* The type of an operation on values of types x and y: float32 with float64 is float64. */
+static sc_ir_type value_join(sc_ir_type x, sc_ir_type y)
+{
+    if (x == y)
+        return x;
+    return x == SC_IR_F64 || y == SC_IR_F64 ? SC_IR_F64 : SC_IR_F32;
 }
 
 void sc_ir_builder_init(sc_ir_builder *b, sc_arena *arena, sc_ir_func *fn, const char *name,
@@ -233,7 +250,7 @@ const sc_ir_expr *sc_ir_int(sc_ir_builder *b, int64_t v)
 
 const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t)
 {
-    if (b->st == SC_OK && !sc_ir_is_float(t)) {
+    if (b->st == SC_OK && !sc_ir_is_value(t)) {
         sc_ir_fail(b, SC_INTERNAL, "float constant of type %s", sc_ir_type_name(t));
         return NULL;
     }
@@ -308,7 +325,7 @@ const sc_ir_expr *sc_ir_vgather_n(sc_ir_builder *b, sc_ir_var buf, sc_ir_var crd
     const sc_ir_var_info *c = &b->fn->vars[crd], *x = &b->fn->vars[buf];
     int32_t full = sc_ir_vec_lanes(b->fn, x->type);
     bool f64x8 = x->type == SC_IR_F64 && full == 8 && lanes == 8;
-    if (c->type != SC_IR_I32 || !c->readonly || !x->buffer || !sc_ir_is_float(x->type) ||
+    if (c->type != SC_IR_I32 || !c->readonly || !x->buffer || !sc_ir_is_value(x->type) ||
         !full || (lanes != full / 2 && lanes != full / 4 && !f64x8)) {
         sc_ir_fail(b, SC_INTERNAL, "gather of %d lanes from %s at %s", (int)lanes, x->name, c->name);
         return NULL;
@@ -458,7 +475,7 @@ const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
     if (!need(b, x, "binary") || !need(b, y, "binary"))
         return NULL;
     if ((unsigned)op >= SC_IR_OP_COUNT || x->buffer || y->buffer ||
-        sc_ir_is_float(x->type) != sc_ir_is_float(y->type) ||
+        sc_ir_is_value(x->type) != sc_ir_is_value(y->type) ||
         ((x->lanes || y->lanes) && (op_bool[op] || op == SC_IR_OP_MIN || op == SC_IR_OP_MAX ||
                                     (x->lanes && y->lanes && x->lanes != y->lanes) ||
                                     x->type != y->type))) {
@@ -466,8 +483,12 @@ const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
                    sc_ir_type_name(x->type), sc_ir_type_name(y->type));
         return NULL;
     }
+    if (op == SC_IR_OP_DIV && (sc_ir_is_int_value(x->type) || sc_ir_is_int_value(y->type))) {
+        sc_ir_fail(b, SC_UNSUPPORTED, "division of integer values");
+        return NULL;
+    }
     /* algebraic identities on integer constants: x+0, 0+x, x*1, 1*x */
-    if (!sc_ir_is_float(x->type)) {
+    if (!sc_ir_is_value(x->type)) {
         bool xc = x->kind == SC_IR_E_INT, yc = y->kind == SC_IR_E_INT;
         if (op == SC_IR_OP_ADD && yc && y->ival == 0 && x->type == SC_IR_I64)
             return x;
@@ -488,8 +509,8 @@ const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
     e->lanes = x->lanes ? x->lanes : y->lanes;
     if (op_bool[op])
         e->type = SC_IR_BOOL;
-    else if (sc_ir_is_float(x->type))
-        e->type = x->type == SC_IR_F64 || y->type == SC_IR_F64 ? SC_IR_F64 : SC_IR_F32;
+    else if (sc_ir_is_value(x->type))
+        e->type = value_join(x->type, y->type);
     else
         e->type = SC_IR_I64;
     return e;
@@ -503,7 +524,7 @@ const sc_ir_expr *sc_ir_neg(sc_ir_builder *b, const sc_ir_expr *x)
     if (!e)
         return NULL;
     e->kind = SC_IR_E_NEG;
-    e->type = sc_ir_is_float(x->type) ? x->type : SC_IR_I64;
+    e->type = sc_ir_is_value(x->type) ? x->type : SC_IR_I64;
     e->lanes = x->lanes;
     e->a = x;
     return e;
@@ -544,7 +565,7 @@ const sc_ir_expr *sc_ir_select(sc_ir_builder *b, const sc_ir_expr *c, const sc_i
 {
     if (!scalar_int(b, c, "select") || !need(b, x, "select") || !need(b, y, "select"))
         return NULL;
-    if (sc_ir_is_float(x->type) != sc_ir_is_float(y->type) || x->buffer || y->buffer ||
+    if (sc_ir_is_value(x->type) != sc_ir_is_value(y->type) || x->buffer || y->buffer ||
         x->lanes || y->lanes) {
         sc_ir_fail(b, SC_INTERNAL, "select arms of different kinds");
         return NULL;
@@ -553,8 +574,8 @@ const sc_ir_expr *sc_ir_select(sc_ir_builder *b, const sc_ir_expr *c, const sc_i
     if (!e)
         return NULL;
     e->kind = SC_IR_E_SELECT;
-    if (sc_ir_is_float(x->type))
-        e->type = x->type == SC_IR_F64 || y->type == SC_IR_F64 ? SC_IR_F64 : SC_IR_F32;
+    if (sc_ir_is_value(x->type))
+        e->type = value_join(x->type, y->type);
     else
         e->type = SC_IR_I64;
     e->a = c;
@@ -663,7 +684,7 @@ const sc_ir_stmt *sc_ir_block(sc_ir_builder *b, const sc_ir_stmt *const *items, 
 static bool value_fits(sc_ir_builder *b, const sc_ir_var_info *vi, const sc_ir_expr *x)
 {
     if (vi->buffer != x->buffer || vi->lanes != x->lanes ||
-        (!vi->buffer && sc_ir_is_float(vi->type) != sc_ir_is_float(x->type)) ||
+        (!vi->buffer && sc_ir_is_value(vi->type) != sc_ir_is_value(x->type)) ||
         (vi->buffer && vi->type != x->type)) {
         sc_ir_fail(b, SC_INTERNAL, "value of type %s%s does not fit %s", sc_ir_type_name(x->type),
                    x->buffer ? "*" : "", vi->name);
@@ -722,7 +743,7 @@ static const sc_ir_stmt *store_stmt(sc_ir_builder *b, sc_ir_var buf, const sc_ir
     const sc_ir_var_info *vi = &b->fn->vars[buf];
     bool ok = vi->buffer && !vi->readonly && !value->buffer &&
               (vector ? value->lanes && !vi->local_len && vi->type == value->type
-                      : !value->lanes && sc_ir_is_float(vi->type) == sc_ir_is_float(value->type));
+                      : !value->lanes && sc_ir_is_value(vi->type) == sc_ir_is_value(value->type));
     if (!ok) {
         sc_ir_fail(b, SC_INTERNAL, "bad %sstore into %s", vector ? "vector " : "", vi->name);
         return NULL;
@@ -1104,7 +1125,7 @@ const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
         !scalar_int(b, start, "sortsum start") || !coord_buffer(b, buf, "sortsum"))
         return NULL;
     const sc_ir_var_info *vi = &b->fn->vars[vals], *ti = &b->fn->vars[total];
-    if (!vi->buffer || vi->readonly || (vi->type != SC_IR_F32 && vi->type != SC_IR_F64) ||
+    if (!vi->buffer || vi->readonly || !sc_ir_is_value(vi->type) ||
         ti->buffer || ti->type != SC_IR_I64) {
         sc_ir_fail(b, SC_INTERNAL, "sortsum of %s ending at %s: not writable float values and "
                    "an int64 variable", vi->name, ti->name);

@@ -15,15 +15,17 @@
 #include "../base/sc_base.h"
 
 /* Scalar types: X(ENUM, C name). */
-#define SC_IR_TYPES(X) \
-    X(VOID, "void")    \
-    X(BOOL, "int")     \
-    X(U8, "uint8_t")   \
-    X(I32, "int32_t")  \
-    X(I64, "int64_t")  \
-    X(U64, "uint64_t") \
-    X(F32, "float")    \
-    X(F64, "double")
+#define SC_IR_TYPES(X)  \
+    X(VOID, "void")     \
+    X(BOOL, "int")      \
+    X(U8, "uint8_t")    \
+    X(I32, "int32_t")   \
+    X(I64, "int64_t")   \
+    X(U64, "uint64_t")  \
+    X(F32, "float")     \
+    X(F64, "double")    \
+    X(VI32, "uint32_t") \
+    X(VI64, "uint64_t")
 
 typedef enum {
 #define SC_X_(e, c) SC_IR_##e,
@@ -264,7 +266,12 @@ sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type, 
 sc_ir_type sc_ir_val_type(sc_dtype dt);
 sc_ir_type sc_ir_idx_type(sc_index_type it);
 bool sc_ir_is_int(sc_ir_type t);
-bool sc_ir_is_float(sc_ir_type t);
+/* Values (F32, F64, VI32, VI64) are a kind apart from indices and flags: arithmetic never
+ * mixes the two.  VI32 / VI64 are int32 / int64 values, held in C's unsigned types of the
+ * same width (the same bits): their sums, differences, products and negations wrap (two's
+ * complement) without signed overflow.  No vector of them is built (sc_ir_vec_lanes 0). */
+bool sc_ir_is_value(sc_ir_type t);
+bool sc_ir_is_int_value(sc_ir_type t);
 
 /* ---- Expression constructors (arena nodes; NULL once the builder failed) ---- */
 const sc_ir_expr *sc_ir_var_ref(sc_ir_builder *b, sc_ir_var v);

@@ -570,6 +570,12 @@ static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
     sc_ir_push(B, out, sc_ir_for(B, w, I(0), width, I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &wb)));
 }
 
+/* The bytes of one value. */
+static int32_t val_bytes(const lb *L)
+{
+    return L->vt == SC_IR_F64 || L->vt == SC_IR_VI64 ? 8 : 4;
+}
+
 /* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
  * reduction loops, one vector store each.  count (g = 1, W full): the tile is the last,
  * partial one of count lanes, read and written only there. */
@@ -617,7 +623,8 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
-    int32_t small = sc_ir_vec_lanes(B->fn, L->vt), g = TILE_BYTES / B->fn->vec_bytes;
+    /* (integer values build no vectors: their tiles are local arrays of as many lanes) */
+    int32_t small = B->fn->vec_bytes / val_bytes(L), g = TILE_BYTES / B->fn->vec_bytes;
     int32_t big = g * small;
     const sc_ir_expr *N = V(L->ext[j]);
     sc_ir_var nb = newv(L, "Nbig", SC_IR_I64);
@@ -662,7 +669,7 @@ static int32_t tile_depth(lb *L)
     if (kj < 0 || sparse_iterates(L, j))
         return -1;
     int32_t r = 0;
-    L->tile_vec = true;
+    L->tile_vec = sc_ir_vec_lanes(B->fn, L->vt) > 0;
     L->tile_strided = kj != L->m - 1;
     for (int32_t a = 0; a < p->naccess; a++)
         if (!p->ops[p->acc[a].operand].sparse && along(L, &p->acc[a], j) < 0)
@@ -1080,6 +1087,8 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
 static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
 {
     const sc_lower_problem *p = L->p;
+    if (sc_ir_vec_lanes(L->b.fn, L->vt) == 0)
+        return false; /* integer values */
     bool any = false;
     uint64_t present = sc_lower_node_accesses(n);
     for (int32_t a = 0; a < p->naccess; a++) {
@@ -1225,10 +1234,6 @@ static int32_t prefetched_row(const lb *L, int32_t d, const sc_lower_node *n, co
     return -1;
 }
 
-static int32_t val_bytes(const lb *L)
-{
-    return L->vt == SC_IR_F64 ? 8 : 4;
-}
 
 /* flag = (the operand of access a outgrows the cache || its rows are one line each and
  * it outgrows LINE_ROW_CACHE) && the part prefetched is at most ROW_PREFETCH_BYTES &&
@@ -1537,7 +1542,8 @@ enum { GATHER_LANES = 8 };
 static int32_t gather_lanes(lb *L, const iter *i0)
 {
     sc_ir_var crd = L->crd[i0->operand][i0->level];
-    if (B->fn->vec_bytes != 64 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32)
+    if (B->fn->vec_bytes != 64 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32 ||
+        sc_ir_vec_lanes(B->fn, L->vt) == 0)
         return 0;
     return GATHER_LANES;
 }
@@ -2120,7 +2126,8 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
                                     sc_ir_var re, sc_ir_var bal, int32_t *min)
 {
     const sc_lower_problem *p = L->p;
-    if (L->mode != FILL || !L->share || L->n != 3 || L->dlast != 1 || L->q >= 0 || !n)
+    if (L->mode != FILL || !L->share || L->n != 3 || L->dlast != 1 || L->q >= 0 || !n ||
+        group_size(L) == 0)
         return NULL;
     int32_t t = pattern_operand(L), a0 = -1;
     if (t < 0 || L->pos[t][1] != bal)

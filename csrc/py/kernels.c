@@ -121,15 +121,16 @@ PyObject *sc_py_prepare(PyObject *module, PyObject *args)
     return cap;
 }
 
-/* set_torch(torch.float32, torch.float64, torch.from_numpy, torch.Tensor,
+/* set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
+ *           torch.Tensor,
  *           scorch.SparseTensor, torch.is_grad_enabled, torch.get_num_threads) */
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
 {
     PyObject *refs[SC_PY_TORCH_REFS] = {NULL};
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &refs[SC_PY_T_F32], &refs[SC_PY_T_F64],
-                          &refs[SC_PY_T_FROM_NUMPY], &refs[SC_PY_T_TENSOR],
-                          &refs[SC_PY_T_SPARSE], &refs[SC_PY_T_IS_GRAD_ENABLED],
-                          &refs[SC_PY_T_GET_NUM_THREADS]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &refs[SC_PY_T_F32], &refs[SC_PY_T_F64],
+                          &refs[SC_PY_T_I32], &refs[SC_PY_T_I64], &refs[SC_PY_T_FROM_NUMPY],
+                          &refs[SC_PY_T_TENSOR], &refs[SC_PY_T_SPARSE],
+                          &refs[SC_PY_T_IS_GRAD_ENABLED], &refs[SC_PY_T_GET_NUM_THREADS]))
         return NULL;
     if (!PyType_Check(refs[SC_PY_T_TENSOR]) || !PyType_Check(refs[SC_PY_T_SPARSE])) {
         PyErr_SetString(PyExc_TypeError, "set_torch: torch.Tensor and SparseTensor are types");
@@ -195,8 +196,13 @@ static int parse_torch_dense(PyObject *module, Py_ssize_t i, PyObject *x, sc_ten
         t->dtype = SC_DTYPE_F32;
     } else if (dtype == T[SC_PY_T_F64]) {
         t->dtype = SC_DTYPE_F64;
+    } else if (dtype == T[SC_PY_T_I32]) {
+        t->dtype = SC_DTYPE_I32;
+    } else if (dtype == T[SC_PY_T_I64]) {
+        t->dtype = SC_DTYPE_I64;
     } else {
-        PyErr_Format(PyExc_TypeError, "operand %zd: values must be float32 or float64", i);
+        PyErr_Format(PyExc_TypeError, "operand %zd: values must be float32, float64, int32 "
+                     "or int64", i);
         return -1;
     }
     PyObject *shape = PyObject_GetAttr(x, T[SC_PY_T_SHAPE]);

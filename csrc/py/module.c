@@ -97,7 +97,15 @@ static PyObject *owning_array(void *p, int64_t n, int typenum)
     return owning_array_nd(p, 1, dims, typenum);
 }
 
-int sc_py_npy_of_dtype(sc_dtype t) { return t == SC_DTYPE_F32 ? NPY_FLOAT32 : NPY_FLOAT64; }
+int sc_py_npy_of_dtype(sc_dtype t)
+{
+    switch (t) {
+    case SC_DTYPE_F32: return NPY_FLOAT32;
+    case SC_DTYPE_I32: return NPY_INT32;
+    case SC_DTYPE_I64: return NPY_INT64;
+    default: return NPY_FLOAT64;
+    }
+}
 static int npy_of_index(sc_index_type t) { return t == SC_INDEX_I32 ? NPY_INT32 : NPY_INT64; }
 
 static int dtype_of_npy(int typenum, sc_dtype *out)
@@ -105,8 +113,10 @@ static int dtype_of_npy(int typenum, sc_dtype *out)
     switch (typenum) {
     case NPY_FLOAT32: *out = SC_DTYPE_F32; return 0;
     case NPY_FLOAT64: *out = SC_DTYPE_F64; return 0;
+    case NPY_INT32: *out = SC_DTYPE_I32; return 0;
+    case NPY_INT64: *out = SC_DTYPE_I64; return 0;
     default:
-        PyErr_SetString(PyExc_TypeError, "values must be float32 or float64");
+        PyErr_SetString(PyExc_TypeError, "values must be float32, float64, int32 or int64");
         return -1;
     }
 }

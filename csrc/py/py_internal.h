@@ -30,15 +30,16 @@ typedef struct sc_py_state {
                                 the module */
     char *include_dir;       /* where scorch_rt.h is, set by the Python layer */
     /* What a dense torch operand or result and a remembered kernel's call need, set by
-     * the Python layer (set_torch): torch.float32, torch.float64, torch.from_numpy,
+     * the Python layer (set_torch): torch.float32, torch.float64, torch.int32,
+     * torch.int64, torch.from_numpy,
      * torch.Tensor, scorch.SparseTensor, torch.is_grad_enabled, torch.get_num_threads,
      * then the attribute names read from a tensor (interned). */
-#define SC_PY_TORCH_REFS 18
+#define SC_PY_TORCH_REFS 20
     PyObject *torch[SC_PY_TORCH_REFS];
 } sc_py_state;
 
-enum { SC_PY_T_F32, SC_PY_T_F64, SC_PY_T_FROM_NUMPY, SC_PY_T_TENSOR, SC_PY_T_SPARSE,
-       SC_PY_T_IS_GRAD_ENABLED, SC_PY_T_GET_NUM_THREADS,
+enum { SC_PY_T_F32, SC_PY_T_F64, SC_PY_T_I32, SC_PY_T_I64, SC_PY_T_FROM_NUMPY,
+       SC_PY_T_TENSOR, SC_PY_T_SPARSE, SC_PY_T_IS_GRAD_ENABLED, SC_PY_T_GET_NUM_THREADS,
        SC_PY_T_DTYPE, SC_PY_T_SHAPE, SC_PY_T_DATA_PTR, SC_PY_T_IS_CONTIGUOUS, SC_PY_T_IS_CPU,
        SC_PY_T_IS_NEG, SC_PY_T_REQUIRES_GRAD, SC_PY_T_KERNELS, SC_PY_T_DESC, SC_PY_T_VALUES,
        SC_PY_T_VERSION };

@@ -13,15 +13,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SC_RT_VERSION 4
+#define SC_RT_VERSION 5
 
 /* Most dimensions (= levels) a tensor may have. */
 #define SC_MAX_ORDER 8
 
-/* Value dtypes: X(ENUM, name, C type, size).  Later dtypes join this list. */
+/* Value dtypes: X(ENUM, name, C type, size).  Integer values compute with wrapping
+ * (two's complement) arithmetic, as torch's integer kernels do. */
 #define SC_DTYPES(X)                  \
     X(F32, "float32", float, 4)       \
-    X(F64, "float64", double, 8)
+    X(F64, "float64", double, 8)      \
+    X(I32, "int32", int32_t, 4)       \
+    X(I64, "int64", int64_t, 8)
 
 typedef enum {
 #define SC_X_(e, name, ctype, size) SC_DTYPE_##e,

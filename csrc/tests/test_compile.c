@@ -2,7 +2,8 @@
  * test_compile.c — end to end: expression + formats → driver → lower → schedule → ir →
  * codegen → jit → run, compared with a dense reference computed here in plain C (a direct
  * interpreter of the parsed expression over every index assignment).  Seeded random
- * operands with empty rows, f32 and f64, int32 and int64 indices.  One compiler (temp
+ * operands with empty rows, f32, f64, int32 and int64 values (integers exact), int32 and
+ * int64 indices.  One compiler (temp
  * cache dir, cheap flags) is shared by the whole file.
  */
 #define _GNU_SOURCE
@@ -84,6 +85,28 @@ static double urand(void)
     return (double)(rng >> 11) / 9007199254740992.0;
 }
 
+static bool is_int(sc_dtype dt) { return dt == SC_DTYPE_I32 || dt == SC_DTYPE_I64; }
+
+static void put_value(void *buf, int64_t i, sc_dtype dt, double v)
+{
+    switch (dt) {
+    case SC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case SC_DTYPE_F64: ((double *)buf)[i] = v; break;
+    case SC_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    default: ((int64_t *)buf)[i] = (int64_t)v; break;
+    }
+}
+
+static double get_value(const void *buf, int64_t i, sc_dtype dt)
+{
+    switch (dt) {
+    case SC_DTYPE_F32: return ((const float *)buf)[i];
+    case SC_DTYPE_F64: return ((const double *)buf)[i];
+    case SC_DTYPE_I32: return (double)((const int32_t *)buf)[i];
+    default: return (double)((const int64_t *)buf)[i];
+    }
+}
+
 /* Run one case; returns 1 when it matched the reference.  Writes the kernel to *kout. */
 static int run_case(const tcase *tc, sc_dtype dt, sc_index_type it, uint64_t seed,
                     const sc_kernel **kout)
@@ -130,17 +153,14 @@ static int run_case(const tcase *tc, sc_dtype dt, sc_index_type it, uint64_t see
             bool empty = sparse && row % 3 == 1;
             double r = urand();
             if (!empty && (!sparse || r < 0.35))
-                data[t][i] = (double)((int)(urand() * 16) - 8) / 4.0 + 0.25;
+                data[t][i] = is_int(dt) ? (double)((int)(urand() * 16) - 8)
+                                        : (double)((int)(urand() * 16) - 8) / 4.0 + 0.25;
         }
         sc_format f;
         parse_fmt(tc->fmt[t], orders[t], &f);
         void *buf = malloc((size_t)(n ? n : 1) * 8);
-        for (int64_t i = 0; i < n; i++) {
-            if (dt == SC_DTYPE_F32)
-                ((float *)buf)[i] = (float)data[t][i];
-            else
-                ((double *)buf)[i] = data[t][i];
-        }
+        for (int64_t i = 0; i < n; i++)
+            put_value(buf, i, dt, data[t][i]);
         if (sc_fmt_from_dense(&ctx, orders[t], dims[t], buf, dt, &f, it, &ops[t], &err) != SC_OK)
             fprintf(stderr, "from_dense: %s\n", err.msg);
         free(buf);
@@ -208,10 +228,10 @@ static int run_case(const tcase *tc, sc_dtype dt, sc_index_type it, uint64_t see
             last_result = malloc((size_t)osize * sizeof(double) + 8);
             last_size = osize;
             for (int64_t i = 0; i < osize; i++)
-                last_result[i] = dt == SC_DTYPE_F32 ? ((float *)got)[i] : ((double *)got)[i];
-            double tol = dt == SC_DTYPE_F32 ? 1e-3 : 1e-10;
+                last_result[i] = get_value(got, i, dt);
+            double tol = dt == SC_DTYPE_F32 ? 1e-3 : dt == SC_DTYPE_F64 ? 1e-10 : 0;
             for (int64_t i = 0; i < osize; i++) {
-                double g = dt == SC_DTYPE_F32 ? ((float *)got)[i] : ((double *)got)[i];
+                double g = get_value(got, i, dt);
                 if (fabs(g - ref[i]) > tol * (1 + fabs(ref[i]))) {
                     fprintf(stderr, "%s [%s %s sched %s]: out[%lld] = %g, expected %g\n", tc->expr,
                             sc_dtype_name(dt), sc_index_name(it), sc_kernel_schedule(k),
@@ -236,6 +256,8 @@ out:
     return ok;
 }
 
+static bool with_ints = true; /* run_all_types: the integer dtypes too */
+
 static int run_all_types(const tcase *tc)
 {
     int ok = 1;
@@ -244,6 +266,13 @@ static int run_all_types(const tcase *tc)
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             ok &= run_case(tc, dts[a], its[b], (uint64_t)(a * 2 + b + 1), NULL);
+    /* integer values, where the expression's constants are integers (in one vector width:
+     * no vector of integers is built): int32 values with int32 indices, int64 with int64
+     * (the index widths are covered above) */
+    if (with_ints && !strchr(tc->expr, '.')) {
+        ok &= run_case(tc, SC_DTYPE_I32, SC_INDEX_I32, 5, NULL);
+        ok &= run_case(tc, SC_DTYPE_I64, SC_INDEX_I64, 6, NULL);
+    }
     return ok;
 }
 
@@ -643,6 +672,7 @@ static void test_goldens(void)
 static int sweep(const sc_jit_config *cfg, const char *bytes)
 {
     setenv("SCORCH_VEC_BYTES", bytes, 1);
+    with_ints = strcmp(bytes, "64") == 0;
     sc_error err;
     comp = sc_compiler_new(&ctx, cfg, &err);
     if (!comp) {

@@ -33,8 +33,8 @@ def _include_dir() -> str:
 
 
 _C.set_include_dir(_include_dir())
-_C.set_torch(torch.float32, torch.float64, torch.from_numpy, torch.Tensor, SparseTensor,
-             torch.is_grad_enabled, torch.get_num_threads)
+_C.set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
+             torch.Tensor, SparseTensor, torch.is_grad_enabled, torch.get_num_threads)
 
 
 class Schedule:
@@ -171,8 +171,8 @@ def _operands(operands):
     if dtype in HALF_DTYPES:
         narrow, dtype = dtype, torch.float32
     elif dtype not in COMPUTE_DTYPES:
-        raise TypeError(f"scorch computes in float32 or float64 (bfloat16 and float16 in "
-                        f"float32), the operands promote to {dtype}")
+        raise TypeError(f"scorch computes in float32, float64, int32 or int64 (bfloat16 "
+                        f"and float16 in float32), the operands promote to {dtype}")
     descs, sigs = [], [dtype]
     for x in operands:
         if isinstance(x, SparseTensor):
