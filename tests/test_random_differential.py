@@ -56,6 +56,8 @@ REFUSALS = (NotImplementedError, ValueError, TypeError)
 MIN_COMPUTED = 0.6          # the share of each batch's cases that must compute
 # (float32 and float64 twice as often as the half types, which scorch computes in float32)
 VALUE_DTYPES = (torch.float32, torch.float64) * 2 + (torch.bfloat16, torch.float16)
+# The expressions draw integer values too (computed exactly, compared exactly).
+EXPRESSION_DTYPES = VALUE_DTYPES + (torch.int32, torch.int64)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Extents drawn for an index: small, 0 and 1 included (more weight on the small ones).
 SIZES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 10, 11, 12]
@@ -400,17 +402,18 @@ def random_einsum(rng):
     return ",".join(terms) + "->" + out, terms
 
 
-def random_index_notation(rng):
+def random_index_notation(rng, ints=False):
     """(text, operand names in order of first appearance, {name: indices}, output indices):
     a sum or difference of 1-3 products of 1-3 factors, each factor an access of one of
-    up to 4 operands or a literal, with unary minus, parentheses and a scale."""
+    up to 4 operands or a literal (an integer one for integer values), with unary minus,
+    parentheses and a scale."""
     pool = rng.sample("ijklm", rng.randint(1, 5))
     avail = ["A", "B", "D", "E"][:rng.randint(1, 3)]
     access = {nm: rng.sample(pool, min(rng.randint(1, 3), len(pool))) for nm in avail}
 
     def factor():
         if rng.random() < 0.15:
-            return rng.choice(["2", "0.5", "3", "-1.5", "0"])
+            return rng.choice(["2", "-1", "3", "0"] if ints else ["2", "0.5", "3", "-1.5", "0"])
         nm = rng.choice(avail)
         return f"{nm}({','.join(access[nm])})"
 
@@ -440,9 +443,10 @@ def random_index_notation(rng):
 def expression_case(seed):
     """The random case of a seed: everything but the operand data, as plain values."""
     rng = random.Random(seed)
-    case = {"seed": seed, "dtype": rng.choice(VALUE_DTYPES)}
+    case = {"seed": seed, "dtype": rng.choice(EXPRESSION_DTYPES)}
     if rng.random() < 0.2:
-        text, names, access, out = random_index_notation(rng)
+        ints = not case["dtype"].is_floating_point
+        text, names, access, out = random_index_notation(rng, ints)
         case.update(lang="index", expr=text, names=names, out="".join(out),
                     terms=["".join(access[nm]) for nm in names])
     else:

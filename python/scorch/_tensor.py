@@ -21,11 +21,13 @@ _INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
 # The dtypes generated kernels compute in, and those a SparseTensor may store: bfloat16
 # and float16 values are computed in float32 (each kernel call reads a float32 copy of
 # them and rounds its result back once), as ATen's CPU kernels accumulate half types in
-# float32.
-COMPUTE_DTYPES = (torch.float32, torch.float64)
+# float32.  int32 and int64 values are computed as they are, wrapping on overflow as
+# torch's integer kernels do.
+INT_DTYPES = (torch.int32, torch.int64)
+COMPUTE_DTYPES = (torch.float32, torch.float64) + INT_DTYPES
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 VALUE_DTYPES = COMPUTE_DTYPES + HALF_DTYPES
-VALUE_DTYPE_NAMES = "float32, float64, bfloat16 or float16"
+VALUE_DTYPE_NAMES = "float32, float64, bfloat16, float16, int32 or int64"
 
 
 def compute_dtype(dtype):

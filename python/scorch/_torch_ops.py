@@ -921,6 +921,8 @@ def _norm_dims(dim, n):
 def _sum(a, dim=None, keepdim=False, *, dtype=None):
     n = a.dim()
     dims = _norm_dims(dim, n)
+    if dtype is None and a.dtype is torch.int32:
+        dtype = torch.int64   # (torch sums integers in int64)
     src = a if dtype is None else _map_values(a, lambda v: v.to(dtype))
     if len(dims) == n:
         r = src._values.sum()
@@ -949,6 +951,7 @@ def _sparse_sum_handler(a, dim=None, *, dtype=None):
 @_register(torch.mean, torch.Tensor.mean)
 def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
     refuse_out("torch.mean", out, a)
+    _float_input("mean", a, dtype)
     dims = _norm_dims(dim, a.dim())
     count = math.prod(a.shape[d] for d in dims)
     return _sum(a, dim, keepdim, dtype=dtype) / count
@@ -976,7 +979,11 @@ def _extreme(name, a: SparseTensor, dim, keepdim, largest):
         if others else torch.zeros(a.nnz, dtype=torch.int64)
     m = math.prod(a.shape[d] for d in others)
     v = a._values
-    start = torch.full((m,), -math.inf if largest else math.inf, dtype=v.dtype)
+    if v.dtype.is_floating_point:
+        start = torch.full((m,), -math.inf if largest else math.inf, dtype=v.dtype)
+    else:
+        info = torch.iinfo(v.dtype)
+        start = torch.full((m,), info.min if largest else info.max, dtype=v.dtype)
     r = start.scatter_reduce(0, key, v, "amax" if largest else "amin", include_self=True)
     count = torch.zeros(m, dtype=torch.int64).index_add_(0, key, torch.ones_like(key))
     with_zero = r.clamp_min(0) if largest else r.clamp_max(0)
@@ -1012,9 +1019,18 @@ _register(torch.max, torch.Tensor.max)(_max_min("max", True))
 _register(torch.min, torch.Tensor.min)(_max_min("min", False))
 
 
+def _float_input(name, a, dtype):
+    """torch's reductions with a floating result (mean, norms) refuse integer inputs
+    unless a floating dtype is asked for: the same error here."""
+    if not (a.dtype.is_floating_point or dtype is not None and dtype.is_floating_point):
+        raise RuntimeError(f"{name}(): expected a floating point input, got {a.dtype} "
+                           f"(convert with .float() or pass dtype=)")
+
+
 def _vector_norm(name, a, ord, dim, keepdim, dtype):
     if not _is_sparse(a):
         refuse(name, a, why="the input must be the SparseTensor")
+    _float_input(name, a, dtype)
     a = _coalesced(a)
     if dtype is not None:
         a = _map_values(a, lambda v: v.to(dtype))
@@ -1087,7 +1103,9 @@ def _normalize(a, p=2.0, dim=1, eps=1e-12, out=None):
 
 @_register(torch.count_nonzero, torch.Tensor.count_nonzero)
 def _count_nonzero(a, dim=None):
-    return _vector_norm("torch.count_nonzero", a, 0, dim, False, None).to(torch.int64)
+    if not _is_sparse(a):
+        refuse("torch.count_nonzero", a, why="the input must be the SparseTensor")
+    return _sum(_map_values(_coalesced(a), lambda v: (v != 0).to(torch.int64)), dim)
 
 
 # ---- softmax over stored entries ---------------------------------------------------------
@@ -1098,6 +1116,9 @@ def _softmax(name, a, dim, dtype, log):
     n = a.dim()
     dim = _dim_index(name, dim, n)
     v = a._values if dtype is None else a._values.to(dtype)
+    if not v.dtype.is_floating_point:
+        refuse(name, a, why=f"softmax of {v.dtype} values (convert with .float() or pass "
+                            "dtype=)")
     out_dtype = v.dtype
     v = v.to(compute_dtype(out_dtype))   # (half dtypes: in float32, rounded once)
     coords = dim_coords(a)
@@ -1541,7 +1562,8 @@ def _to(a, *args, copy=False, **kwargs):
 
 
 _TYPE_NAMES = {"torch.FloatTensor": torch.float32, "torch.DoubleTensor": torch.float64,
-               "torch.BFloat16Tensor": torch.bfloat16, "torch.HalfTensor": torch.float16}
+               "torch.BFloat16Tensor": torch.bfloat16, "torch.HalfTensor": torch.float16,
+               "torch.IntTensor": torch.int32, "torch.LongTensor": torch.int64}
 
 
 @_register(torch.Tensor.type)
@@ -1563,7 +1585,8 @@ def _cast(dtype):
 
 for _method, _dtype in ((torch.Tensor.double, torch.float64), (torch.Tensor.float, torch.float32),
                         (torch.Tensor.bfloat16, torch.bfloat16),
-                        (torch.Tensor.half, torch.float16)):
+                        (torch.Tensor.half, torch.float16), (torch.Tensor.int, torch.int32),
+                        (torch.Tensor.long, torch.int64)):
     _register(_method)(_cast(_dtype))
 
 

@@ -1,0 +1,247 @@
+"""int32 and int64 values: stored and computed as they are (no float on the way), with
+torch's integer semantics: sums, differences and products wrap on overflow (two's
+complement), int32 sums reduce into int64, true division and float scalars promote to
+float, and the reductions whose result is floating (mean, norms, softmax) refuse integers
+as torch does.
+
+Every result is compared with torch's own dense integer op: equal, dtype included.
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+import scorch
+from conftest import SHAPES_2D, duplicate_coo, make_dense, seed_of
+
+INTS = (torch.int32, torch.int64)
+FORMATS = ("csr", "csc", "coo", "dcsr", "dense")
+
+
+def _ids(dt):
+    return str(dt).split(".")[1]
+
+
+def same(got, want):
+    """got (dense or SparseTensor) equals want, dtype included."""
+    if isinstance(got, scorch.SparseTensor):
+        got = got.to_dense()
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=_ids)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+def test_convert_and_products(dtype, fmt, sid, shape, kind):
+    s = seed_of("int", sid, fmt, _ids(dtype))
+    x = make_dense(shape, dtype, s, kind)
+    before = x.clone()
+    A = scorch.to_sparse(x, fmt)
+    assert A.dtype == dtype and A.values().dtype == dtype
+    assert A.nnz == int(torch.count_nonzero(x)) or fmt == "dense"
+    same(A, x)
+    n, m = shape
+    X = make_dense((m, 3), dtype, s + 1, "full")
+    v = make_dense((m,), dtype, s + 2, "full")
+    same(A @ X, x @ X)
+    same(torch.mv(A, v), x @ v)
+    same(torch.mm(A, X), x @ X)
+    W = make_dense((4, m), dtype, s + 3, "full")
+    same(F.linear(W, A), W @ x.T)
+    U = make_dense((n, 2), dtype, s + 4, "full")
+    V = make_dense((m, 2), dtype, s + 5, "full")
+    same(torch.einsum("ij,ik,jk->ij", A, U, V), x * (U @ V.T))
+    B = scorch.to_sparse(x.T.contiguous(), fmt)
+    same(A @ B, x @ x.T)
+    same(A + A, x + x)
+    same(A - 2 * A, -x)
+    same(A * A, x * x)
+    same(A * 3, 3 * x)
+    same(A.sum(1), x.sum(1))
+    same(A.sum(0), x.sum(0))
+    same(A.t(), x.T)
+    if fmt != "dense":
+        same(A.to_format("csc" if fmt != "csc" else "coo"), x)
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=_ids)
+@pytest.mark.parametrize("K", (16, 32, 64, 256))
+def test_wide_dense_operands(dtype, K):
+    """K of whole vectors: the kernels' unrolled dot products and register tiles at the
+    widths the C compiler vectorises (gcc 12 at -O3 -march=native once summed half of a
+    64-long int32 dot written through signed/unsigned casts: values are unsigned in the
+    generated C)."""
+    s = seed_of("int-wide", _ids(dtype), K)
+    x = make_dense((37, 29), dtype, s, "random")
+    A = scorch.to_sparse(x, "csr")
+    X, Y = make_dense((29, K), dtype, s + 1, "full"), make_dense((37, K), dtype, s + 2, "full")
+    Z = make_dense((K, 37), dtype, s + 3, "full")
+    same(A @ X, x @ X)
+    same(A.t() @ Y, x.T @ Y)
+    same(Z @ A, Z @ x)
+    same(torch.einsum("ij,ik,jk->ij", A, Y, X), x * (Y @ X.T))
+    same(torch.einsum("ij,ik,jk->ij", scorch.to_sparse(x, "coo"), Y, X), x * (Y @ X.T))
+
+
+def test_int32_products_wrap_as_torch():
+    """Products and sums past 2**31 wrap (two's complement), as torch's int32 kernels do;
+    the reference is computed in int64 and truncated."""
+    big = 2 ** 30 + 12345
+    x = torch.tensor([[big, 0, 3], [0, -big, big]], dtype=torch.int64)
+    X = torch.tensor([[big, 7], [5, -big], [big, big]], dtype=torch.int64)
+    want = (x @ X).to(torch.int32)          # (int64 products of < 2**62 are exact)
+    assert not torch.equal(want.to(torch.int64), x @ X)     # something wrapped
+    for fmt in ("csr", "csc", "coo"):
+        A = scorch.to_sparse(x.to(torch.int32), fmt)
+        same(A @ X.to(torch.int32), want)
+        same(A + A, (x + x).to(torch.int32))
+        same(A * A, (x * x).to(torch.int32))
+        same(A @ A.t(), (x @ x.T).to(torch.int32))
+        same(torch.einsum("ij,ij->i", A, x.to(torch.int32)), (x * x).sum(1).to(torch.int32))
+    # int32 sums reduce in int64 (no wrap), as torch.sum does
+    A = scorch.to_sparse(x.to(torch.int32), "csr")
+    same(A.sum(1), x.sum(1))
+    same(A.sum(), x.sum())
+
+
+def test_int64_products_wrap():
+    big = 2 ** 62 + 3
+    x = torch.tensor([[big, 2], [0, big]], dtype=torch.int64)
+    X = torch.tensor([[4, 1], [big, 0]], dtype=torch.int64)
+
+    def wrapped(a):   # a Python int as int64 two's complement
+        a &= (1 << 64) - 1
+        return a - (1 << 64) if a >= 1 << 63 else a
+
+    rows = x.tolist()
+    cols = X.T.tolist()
+    want = torch.tensor([[wrapped(sum(p * q for p, q in zip(r, c))) for c in cols]
+                         for r in rows], dtype=torch.int64)
+    A = scorch.to_sparse(x, "csr")
+    same(A @ X, want)
+    same(x @ X, want)    # (torch wraps the same way)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=_ids)
+@pytest.mark.parametrize("fmt", ("csr", "coo"))
+def test_duplicates_are_summed(dtype, fmt):
+    ref = make_dense((6, 5), torch.int64, seed_of("int-dup", fmt), "random")
+    coords, vals, _ = duplicate_coo(ref, seed_of("int-dup", fmt))
+    t = torch.sparse_coo_tensor(coords, vals.to(dtype), (6, 5))
+    A = scorch.to_sparse(t, fmt)
+    assert A.dtype == dtype
+    same(A, ref.to(dtype))
+    order = torch.argsort(coords[0] * 5 + coords[1], stable=True)
+    coords, vals = coords[:, order], vals[order]
+    B = scorch.from_components((6, 5), "coo", pos=[torch.tensor([0, len(vals)]), None],
+                               crd=[coords[0], coords[1]], values=vals.to(dtype))
+    X = make_dense((5, 3), dtype, 11, "full")
+    same(B @ X, ref.to(dtype) @ X)
+    same(B.sum(0), ref.sum(0))
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=_ids)
+def test_maps_and_reductions_follow_torch(dtype):
+    x = make_dense((5, 6), dtype, seed_of("int-maps", _ids(dtype)), "random")
+    A = scorch.to_sparse(x, "csr")
+    same(A.sum(1), x.sum(1))
+    assert A.sum(1).dtype == torch.int64 and A.sum().dtype == torch.int64
+    same(A.sum(1, dtype=torch.int32), x.sum(1, dtype=torch.int32))
+    same(A.amax(1), x.amax(1))
+    same(A.amin(0), x.amin(0))
+    same(A.count_nonzero(), x.count_nonzero())
+    same(A.count_nonzero(1), x.count_nonzero(1))
+    for f in (torch.neg, torch.abs, torch.relu, torch.sign, torch.square,
+              lambda t: t ** 2, lambda t: t.clamp(-3, 4)):
+        same(f(A), f(x))
+    # float results: true division, float scalars, float functions
+    for f in (lambda t: t / 2, lambda t: t * 2.5, lambda t: t * torch.tensor(0.5),
+              torch.sqrt, torch.sin):
+        r = f(A)
+        assert isinstance(r, scorch.SparseTensor)
+        torch.testing.assert_close(r.to_dense(), f(x), equal_nan=True)
+    same(A.mean(dtype=torch.float64), x.mean(dtype=torch.float64))
+    for f in (lambda t: t.mean(), lambda t: t.mean(1), torch.linalg.vector_norm,
+              lambda t: t.norm(), lambda t: F.normalize(t)):
+        with pytest.raises(RuntimeError):
+            f(x)
+        with pytest.raises(RuntimeError, match="floating point"):
+            f(A)
+    with pytest.raises(NotImplementedError, match="softmax of torch.int"):
+        torch.softmax(A, 1)
+    torch.testing.assert_close(torch.softmax(A, 1, dtype=torch.float64).to_dense(),
+                               torch.sparse.softmax(x.double().to_sparse(), 1).to_dense())
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=_ids)
+def test_casts_and_interchange(dtype):
+    x = make_dense((5, 4), dtype, seed_of("int-to", _ids(dtype)), "random")
+    A = scorch.to_sparse(x, "csr")
+    same(A.float(), x.float())
+    same(A.double(), x.double())
+    same(A.int(), x.int())
+    same(A.long(), x.long())
+    same(A.float().to(dtype), x)
+    assert A.type() == {torch.int32: "torch.IntTensor", torch.int64: "torch.LongTensor"}[dtype]
+    same(A.type("torch.FloatTensor"), x.float())
+    t = A.to_torch()
+    assert t.dtype == dtype and torch.equal(t.to_dense(), x)
+    s = A.to_scipy()
+    assert s.dtype == {torch.int32: np.int32, torch.int64: np.int64}[dtype]
+    assert np.array_equal(s.toarray(), x.numpy())
+    same(scorch.to_sparse(s, "coo"), x)
+    same(scorch.to_sparse(x.numpy(), "csc"), x)
+    same(scorch.to_sparse(x.to_sparse_csr(), "dcsr"), x)
+    same(A.to_format("csr", torch.int64), x)   # int64 indices, either value dtype
+    with pytest.raises(RuntimeError, match="floating point"):
+        A.requires_grad_()
+
+
+def test_promotion():
+    x = make_dense((5, 4), torch.int64, seed_of("int-mix"), "random")
+    X = make_dense((4, 2), torch.int64, 1, "full")
+    A32 = scorch.to_sparse(x.int(), "csr")
+    same(A32 @ X, x @ X)                              # int32 with int64 -> int64
+    same(A32 @ X.int(), (x @ X).int())
+    same(A32 + scorch.to_sparse(x, "csr"), x + x)
+    r = A32 @ X.float()                               # int with float -> float
+    assert r.dtype == torch.float32
+    torch.testing.assert_close(r, x.float() @ X.float())
+
+
+def test_index_notation_constants():
+    x = make_dense((4, 3), torch.int32, seed_of("int-const"), "random")
+    A = scorch.to_sparse(x, "csr")
+    k = scorch.kernel("C(i,j) = 3*A(i,j) - A(i,j)*A(i,j)", A="csr")
+    same(k(A), 3 * x - x * x)
+    k = scorch.kernel("C(i,j) = 0.5*A(i,j)", A="csr")
+    with pytest.raises(ValueError, match="0.5 is not an int32 value"):
+        k(A)
+    k = scorch.kernel("C(i,j) = 4294967296*A(i,j)", A="csr")
+    with pytest.raises(ValueError, match="not an int32 value"):
+        k(A)
+    same(k(A.long()), 4294967296 * x.long())
+
+
+def test_enabled_route_takes_torch_integer_sparse():
+    """torch's CSR kernels have no integer mm; with scorch.enabled() it computes."""
+    x = make_dense((6, 5), torch.int64, seed_of("int-enable"), "random")
+    X = make_dense((5, 3), torch.int64, 2, "full")
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        torch.mm(x.to_sparse_csr(), X)
+    with scorch.enabled():
+        same(torch.mm(x.to_sparse_csr(), X), x @ X)
+
+
+def test_other_integer_dtypes_are_refused_by_name():
+    for dt in (torch.int8, torch.int16, torch.uint8, torch.bool):
+        with pytest.raises(TypeError, match="int32 or int64"):
+            scorch.to_sparse(torch.ones(2, 2, dtype=dt), "csr")
+    A = scorch.to_sparse(torch.eye(2, dtype=torch.int32), "csr")
+    with pytest.raises(TypeError, match="int32 or int64"):
+        A.to(torch.int16)
+    with pytest.raises(TypeError, match="scipy values, got int8"):
+        scorch.to_sparse(sp.eye(2, dtype=np.int8, format="csr"), "csr")
