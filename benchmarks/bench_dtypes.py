@@ -1,15 +1,19 @@
-"""bfloat16 / float16 products: scorch against what torch offers for them, in the same run.
+"""Products in the value dtypes torch.sparse's CSR kernels refuse: bfloat16, float16, int32
+and int64, scorch against what torch offers for them, in the same run.
 
-    python -m benchmarks.bench_half [--quick] [--json out.json]
+    python -m benchmarks.bench_dtypes [--quick] [--dtypes bfloat16,float16,int32,int64]
+                                      [--json out.json]
 
-torch.sparse's CSR kernels (MKL) refuse both dtypes on the CPU; its COO ``sparse.mm`` /
+torch.sparse's CSR kernels (MKL) refuse these dtypes on the CPU; its COO ``sparse.mm`` /
 ``mv`` take them, so COO is the torch baseline here, with dense ``torch.mm`` in the same
-dtype where the matrix fits.  scorch stores the half values and computes in float32 (each
-call reads float32 copies of the half operands); the ``/f32`` column is the same product
-on float32 tensors, the cost of those copies.  For each matrix and dtype: SpMV, SpMM with
-K = 64, SDDMM with K = 64 (torch has no half SDDMM: against dense only).  Prints medians
-and ratios (< 1: scorch is faster) and their geometric means; "check" is whether scorch's
-result equals the float32 product of the same half operands rounded once.
+dtype where the matrix fits.  scorch stores half values and computes in float32 (each call
+reads float32 copies of the half operands), and computes integers as integers; the
+``/f32`` column is the same product on float32 tensors (for the half types, the cost of
+the copies).  For each matrix and dtype: SpMV, SpMM with K = 64, SDDMM with K = 64 (torch
+has no SDDMM in these dtypes: against dense only).  Prints medians and ratios (< 1: scorch
+is faster) and their geometric means; "check" is whether scorch's result equals the
+product of the same operands computed in a wider float (float32 for the half types,
+rounded once; float64 for the integers, whose small values keep it exact).
 """
 from __future__ import annotations
 
@@ -37,13 +41,21 @@ def cases(m, dtype, K=64):
     coo = m.tocoo()
     idx = torch.from_numpy(np.stack([coo.row, coo.col]).astype(np.int64))
     vals = torch.from_numpy(coo.data)
+    integer = not dtype.is_floating_point
+    if integer:   # (small integers: 1 or 2 for the matrix, -3..3 for the dense operands)
+        vals = vals.round()
+
+    def rand(*shape):
+        r = torch.rand(*shape, generator=g)
+        return (r * 7).floor() - 3 if integer else r
+
     t_coo = torch.sparse_coo_tensor(idx, vals.to(dtype), (n, k)).coalesce()
     A = scorch.to_sparse(torch.sparse_coo_tensor(idx, vals, (n, k)), "csr")
     Ah = A.to(dtype)
-    dense = (t_coo.to_dense() if n * k * 2 <= DENSE_LIMIT else None)
-    x = torch.rand(k, generator=g)
-    X = torch.rand(k, K, generator=g)
-    U, V = torch.rand(n, K, generator=g), torch.rand(k, K, generator=g)
+    dense = (t_coo.to_dense() if n * k * dtype.itemsize <= DENSE_LIMIT else None)
+    x = rand(k)
+    X = rand(k, K)
+    U, V = rand(n, K), rand(k, K)
     xh, Xh, Uh, Vh = (t.to(dtype) for t in (x, X, U, V))
     out = []
     spmv = {"scorch": lambda: Ah @ xh, "f32": lambda: A @ x,
@@ -56,13 +68,14 @@ def cases(m, dtype, K=64):
         spmv["dense"] = lambda: torch.mv(dense, xh)
         spmm["dense"] = lambda: torch.mm(dense, Xh)
         sddmm["dense"] = lambda: dense * (Uh @ Vh.T)
-    # The reference: the product of the half operands in float32, rounded once.
-    a32 = Ah.float()
-    out.append(("spmv", spmv, lambda: (Ah @ xh, (a32 @ xh.float()).to(dtype))))
-    out.append((f"spmm K={K}", spmm, lambda: (Ah @ Xh, (a32 @ Xh.float()).to(dtype))))
+    # The reference: the product of the same operands in a wider float, rounded once.
+    wide = torch.float64 if integer else torch.float32
+    aw = Ah.to(wide)
+    out.append(("spmv", spmv, lambda: (Ah @ xh, (aw @ xh.to(wide)).to(dtype))))
+    out.append((f"spmm K={K}", spmm, lambda: (Ah @ Xh, (aw @ Xh.to(wide)).to(dtype))))
     out.append((f"sddmm K={K}", sddmm,   # (the values: both keep A's pattern)
                 lambda: (torch.einsum("ij,ik,jk->ij", Ah, Uh, Vh).values(),
-                         torch.einsum("ij,ik,jk->ij", a32, Uh.float(), Vh.float())
+                         torch.einsum("ij,ik,jk->ij", aw, Uh.to(wide), Vh.to(wide))
                          .values().to(dtype))))
     return out
 
@@ -73,11 +86,19 @@ def geomean(xs):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_half", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_dtypes", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="four matrices, fewer repetitions")
+    ap.add_argument("--dtypes", default="bfloat16,float16,int32,int64",
+                    help="comma list of value dtypes (default: %(default)s)")
     ap.add_argument("--json", help="write the rows as JSON here")
     args = ap.parse_args(argv)
+    dtypes = []
+    for name in args.dtypes.split(","):
+        dt = getattr(torch, name.strip(), None)
+        if dt not in (torch.bfloat16, torch.float16, torch.int32, torch.int64):
+            ap.error(f"--dtypes: {name!r} is not one of bfloat16, float16, int32, int64")
+        dtypes.append(dt)
     warnings.simplefilter("ignore", UserWarning)   # torch's sparse beta notices
     repeat, budget = (5, 0.3) if args.quick else (9, 1.0)
     print(f"threads {torch.get_num_threads()}  torch {torch.__version__}")
@@ -86,7 +107,7 @@ def main(argv=None):
     rows = []
     rng = random.Random(0)
     for name, m in shared_matrices(QUICK if args.quick else None):
-        for dtype in (torch.bfloat16, torch.float16):
+        for dtype in dtypes:
             for kernel, fns, check in cases(m, dtype):
                 t = time_rounds(fns, repeat, budget * len(fns), rng)
                 got, ref = check()
@@ -105,7 +126,7 @@ def main(argv=None):
     print(f"{'kernel':<11} {'dtype':<9} {'n':>3} {'/torch':>7} {'/f32':>6} {'/dense':>7} "
           "worst vs torch")
     for kernel in dict.fromkeys(r["kernel"] for r in rows):
-        for dt in ("bfloat16", "float16"):
+        for dt in (str(d).split(".")[1] for d in dtypes):
             sel = [r for r in rows if r["kernel"] == kernel and r["dtype"] == dt]
             if not sel:
                 continue
