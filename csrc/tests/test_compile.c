@@ -21,7 +21,7 @@
 
 static sc_ctx ctx;
 static sc_compiler *comp;
-static char root[64];
+static char root[512];
 
 /* ---- dense reference ---- */
 
@@ -748,9 +748,17 @@ int main(void)
     /* the sweeps and goldens are the kernels of a CPU whose gathers are slow, whatever the
      * probe says of this one (test_gathered_rows sets them fast) */
     setenv("SCORCH_GATHERS", "0", 1);
-    snprintf(root, sizeof root, "/tmp/sc_test_compile_XXXXXX");
-    if (!mkdtemp(root))
-        return 1;
+    /* the kernel cache: $SC_TEST_KERNEL_CACHE when set (kept: the plain and the sanitized
+     * builds compile the same kernels, so the second run loads the first one's), else a
+     * fresh directory removed at the end */
+    const char *shared = getenv("SC_TEST_KERNEL_CACHE");
+    if (shared && *shared) {
+        snprintf(root, sizeof root, "%s", shared);
+    } else {
+        snprintf(root, sizeof root, "/tmp/sc_test_compile_XXXXXX");
+        if (!mkdtemp(root))
+            return 1;
+    }
     sc_jit_config cfg = {NULL, "-O1 -fopenmp", root, "runtime"};
     /* a width the IR does not take is refused by name */
     setenv("SCORCH_VEC_BYTES", "48", 1);
@@ -769,6 +777,7 @@ int main(void)
     free(last_result);
     unsetenv("SCORCH_VEC_BYTES");
     unsetenv("SCORCH_GATHERS");
-    tmpdir_remove(root);
+    if (!(shared && *shared))
+        tmpdir_remove(root);
     return check_report("test_compile");
 }
