@@ -187,6 +187,21 @@ def duplicate_coo(ref: torch.Tensor, seed: int, n_cancel=2):
     return idx, values, nonzero_coords(ref) | set(cancelled)
 
 
+def coo_pair_with_duplicates(ref: torch.Tensor, seed: int, dtype):
+    """A 2-D ``ref`` as two uncoalesced COOs of ``dtype`` (duplicate_coo's entries): a torch
+    sparse_coo_tensor, and a scorch coo that stores the duplicates (from_components, in
+    row-major order)."""
+    import scorch
+
+    coords, vals, _ = duplicate_coo(ref, seed)
+    t = torch.sparse_coo_tensor(coords, vals.to(dtype), tuple(ref.shape))
+    order = torch.argsort(coords[0] * ref.shape[1] + coords[1], stable=True)
+    coords, vals = coords[:, order], vals[order]
+    B = scorch.from_components(tuple(ref.shape), "coo", pos=[torch.tensor([0, len(vals)]), None],
+                               crd=[coords[0], coords[1]], values=vals.to(dtype))
+    return t, B
+
+
 def _bsr_blocksize(shape):
     def pick(n):
         for b in (3, 2):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import scorch
-from conftest import SHAPES_2D, duplicate_coo, make_dense, seed_of
+from conftest import SHAPES_2D, coo_pair_with_duplicates, make_dense, seed_of
 
 HALF = (torch.bfloat16, torch.float16)
 FORMATS = ("csr", "csc", "coo", "dcsr", "dense")
@@ -88,16 +88,11 @@ def test_against_torch_half_ops(dtype):
 @pytest.mark.parametrize("fmt", ("csr", "coo"))
 def test_duplicates_summed_in_float32(dtype, fmt):
     ref = make_dense((6, 5), torch.float32, seed_of("half-dup", fmt), "random")
-    coords, vals, _ = duplicate_coo(ref, seed_of("half-dup", fmt))
-    t = torch.sparse_coo_tensor(coords, vals.to(dtype), (6, 5))
+    t, B = coo_pair_with_duplicates(ref, seed_of("half-dup", fmt), dtype)
     A = scorch.to_sparse(t, fmt)
     assert A.dtype == dtype
     exact(A, ref, dtype)
     # a tensor storing duplicates (from_components, sorted) multiplies them in
-    order = torch.argsort(coords[0] * 5 + coords[1], stable=True)
-    coords, vals = coords[:, order], vals[order]
-    B = scorch.from_components((6, 5), "coo", pos=[torch.tensor([0, len(vals)]), None],
-                               crd=[coords[0], coords[1]], values=vals.to(dtype))
     X = make_dense((5, 3), torch.float32, 11, "full")
     exact(B @ X.to(dtype), ref @ X, dtype)
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import scorch
-from conftest import SHAPES_2D, duplicate_coo, make_dense, seed_of
+from conftest import SHAPES_2D, coo_pair_with_duplicates, make_dense, seed_of
 
 INTS = (torch.int32, torch.int64)
 FORMATS = ("csr", "csc", "coo", "dcsr", "dense")
@@ -129,15 +129,10 @@ def test_int64_products_wrap():
 @pytest.mark.parametrize("fmt", ("csr", "coo"))
 def test_duplicates_are_summed(dtype, fmt):
     ref = make_dense((6, 5), torch.int64, seed_of("int-dup", fmt), "random")
-    coords, vals, _ = duplicate_coo(ref, seed_of("int-dup", fmt))
-    t = torch.sparse_coo_tensor(coords, vals.to(dtype), (6, 5))
+    t, B = coo_pair_with_duplicates(ref, seed_of("int-dup", fmt), dtype)
     A = scorch.to_sparse(t, fmt)
     assert A.dtype == dtype
     same(A, ref.to(dtype))
-    order = torch.argsort(coords[0] * 5 + coords[1], stable=True)
-    coords, vals = coords[:, order], vals[order]
-    B = scorch.from_components((6, 5), "coo", pos=[torch.tensor([0, len(vals)]), None],
-                               crd=[coords[0], coords[1]], values=vals.to(dtype))
     X = make_dense((5, 3), dtype, 11, "full")
     same(B @ X, ref.to(dtype) @ X)
     same(B.sum(0), ref.sum(0))
