@@ -191,8 +191,6 @@ def coo_pair_with_duplicates(ref: torch.Tensor, seed: int, dtype):
     """A 2-D ``ref`` as two uncoalesced COOs of ``dtype`` (duplicate_coo's entries): a torch
     sparse_coo_tensor, and a scorch coo that stores the duplicates (from_components, in
     row-major order)."""
-    import scorch
-
     coords, vals, _ = duplicate_coo(ref, seed)
     t = torch.sparse_coo_tensor(coords, vals.to(dtype), tuple(ref.shape))
     order = torch.argsort(coords[0] * ref.shape[1] + coords[1], stable=True)

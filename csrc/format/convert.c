@@ -84,7 +84,7 @@ static void val_add(void *dst, int64_t i, const void *src, int64_t j, sc_dtype t
 #define X(e, T, add)                                                                       \
     case SC_DTYPE_##e: {                                                                   \
         T *d = dst;                                                                        \
-        d[i] = add(d[i], ((const T *)src)[j]);                                     \
+        d[i] = add(d[i], ((const T *)src)[j]);                                             \
         break;                                                                             \
     }
         VAL_TYPES(X)

@@ -1127,7 +1127,7 @@ const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
     const sc_ir_var_info *vi = &b->fn->vars[vals], *ti = &b->fn->vars[total];
     if (!vi->buffer || vi->readonly || !sc_ir_is_value(vi->type) ||
         ti->buffer || ti->type != SC_IR_I64) {
-        sc_ir_fail(b, SC_INTERNAL, "sortsum of %s ending at %s: not writable float values and "
+        sc_ir_fail(b, SC_INTERNAL, "sortsum of %s ending at %s: not writable values and "
                    "an int64 variable", vi->name, ti->name);
         return NULL;
     }

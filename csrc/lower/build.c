@@ -573,7 +573,13 @@ static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
 /* The bytes of one value. */
 static int32_t val_bytes(const lb *L)
 {
-    return L->vt == SC_IR_F64 || L->vt == SC_IR_VI64 ? 8 : 4;
+    return (int32_t)sc_dtype_size(L->p->dtype);
+}
+
+/* Whether the values load and add as vectors: not integer values (sc_ir_vec_lanes). */
+static bool vector_values(const lb *L)
+{
+    return sc_ir_vec_lanes(L->b.fn, L->vt) > 0;
 }
 
 /* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
@@ -669,7 +675,7 @@ static int32_t tile_depth(lb *L)
     if (kj < 0 || sparse_iterates(L, j))
         return -1;
     int32_t r = 0;
-    L->tile_vec = sc_ir_vec_lanes(B->fn, L->vt) > 0;
+    L->tile_vec = vector_values(L);
     L->tile_strided = kj != L->m - 1;
     for (int32_t a = 0; a < p->naccess; a++)
         if (!p->ops[p->acc[a].operand].sparse && along(L, &p->acc[a], j) < 0)
@@ -1087,8 +1093,8 @@ static void run_end(lb *L, const iter *it, sc_ir_list *out)
 static bool vector_dot(const lb *L, sc_expr_var v, const sc_lower_node *n)
 {
     const sc_lower_problem *p = L->p;
-    if (sc_ir_vec_lanes(L->b.fn, L->vt) == 0)
-        return false; /* integer values */
+    if (!vector_values(L))
+        return false;
     bool any = false;
     uint64_t present = sc_lower_node_accesses(n);
     for (int32_t a = 0; a < p->naccess; a++) {
@@ -1233,7 +1239,6 @@ static int32_t prefetched_row(const lb *L, int32_t d, const sc_lower_node *n, co
     }
     return -1;
 }
-
 
 /* flag = (the operand of access a outgrows the cache || its rows are one line each and
  * it outgrows LINE_ROW_CACHE) && the part prefetched is at most ROW_PREFETCH_BYTES &&
@@ -1543,7 +1548,7 @@ static int32_t gather_lanes(lb *L, const iter *i0)
 {
     sc_ir_var crd = L->crd[i0->operand][i0->level];
     if (B->fn->vec_bytes != 64 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32 ||
-        sc_ir_vec_lanes(B->fn, L->vt) == 0)
+        !vector_values(L))
         return 0;
     return GATHER_LANES;
 }
@@ -2127,7 +2132,7 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
 {
     const sc_lower_problem *p = L->p;
     if (L->mode != FILL || !L->share || L->n != 3 || L->dlast != 1 || L->q >= 0 || !n ||
-        group_size(L) == 0)
+        !vector_values(L))
         return NULL;
     int32_t t = pattern_operand(L), a0 = -1;
     if (t < 0 || L->pos[t][1] != bal)

@@ -24,7 +24,6 @@ static void set_lvars(sc_lower_problem *p)
         p->out_lvar[k] = p->out_var[p->out_fmt.lvl2dim[k]];
 }
 
-
 /* The first constant of n that integer values of magnitude below lim cannot hold
  * exactly (a fraction, or out of range), or NULL. */
 static const sc_expr_node *non_integer_literal(const sc_expr_node *n, double lim)

@@ -122,8 +122,8 @@ PyObject *sc_py_prepare(PyObject *module, PyObject *args)
 }
 
 /* set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
- *           torch.Tensor,
- *           scorch.SparseTensor, torch.is_grad_enabled, torch.get_num_threads) */
+ *           torch.Tensor, scorch.SparseTensor, torch.is_grad_enabled,
+ *           torch.get_num_threads) */
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
 {
     PyObject *refs[SC_PY_TORCH_REFS] = {NULL};

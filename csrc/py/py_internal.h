@@ -31,9 +31,9 @@ typedef struct sc_py_state {
     char *include_dir;       /* where scorch_rt.h is, set by the Python layer */
     /* What a dense torch operand or result and a remembered kernel's call need, set by
      * the Python layer (set_torch): torch.float32, torch.float64, torch.int32,
-     * torch.int64, torch.from_numpy,
-     * torch.Tensor, scorch.SparseTensor, torch.is_grad_enabled, torch.get_num_threads,
-     * then the attribute names read from a tensor (interned). */
+     * torch.int64, torch.from_numpy, torch.Tensor, scorch.SparseTensor,
+     * torch.is_grad_enabled, torch.get_num_threads, then the attribute names read from a
+     * tensor (interned). */
 #define SC_PY_TORCH_REFS 20
     PyObject *torch[SC_PY_TORCH_REFS];
 } sc_py_state;
