@@ -22,7 +22,8 @@ def kernel_cache(tmp_path_factory):
 @pytest.mark.parametrize("target", ["test", "asan"])
 def test_c_core(target, tmp_path, kernel_cache):
     env = dict(os.environ, SC_TEST_KERNEL_CACHE=kernel_cache)
-    proc = subprocess.run(["make", "-s", "-C", CSRC, target, f"BUILD={tmp_path}"],
+    proc = subprocess.run(["make", "-s", f"-j{os.cpu_count() or 1}", "-C", CSRC, target,
+                           f"BUILD={tmp_path}"],
                           capture_output=True, text=True, timeout=1500, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
