@@ -1,8 +1,11 @@
-"""The C core's own unit tests (csrc/tests), built without Python, plain and under
+"""The C core's own unit tests (csrc/tests), built without Python, plain and then under
 AddressSanitizer + UndefinedBehaviorSanitizer.  The two builds share test_compile's
-kernel cache (the kernels are the same C, compiled with the same flags): the second run
-loads what the first compiled instead of compiling it again."""
+kernel cache (the kernels are the same C, compiled with the same flags): the sanitized run
+loads what the plain one compiled instead of compiling it again.  One test runs both, in
+that order, so that a parallel run (pytest -n) keeps them in one worker, one after the
+other."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -14,17 +17,14 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc
                                 reason="needs make and a C compiler")
 
 
-@pytest.fixture(scope="module")
-def kernel_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("kernels"))
-
-
-@pytest.mark.parametrize("target", ["test", "asan"])
-def test_c_core(target, tmp_path, kernel_cache):
-    env = dict(os.environ, SC_TEST_KERNEL_CACHE=kernel_cache)
-    proc = subprocess.run(["make", "-s", f"-j{os.cpu_count() or 1}", "-C", CSRC, target,
-                           f"BUILD={tmp_path}"],
-                          capture_output=True, text=True, timeout=1500, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert " 0 failed" in out and "passed" in out, out
+def test_c_core_plain_then_sanitized(tmp_path):
+    env = dict(os.environ, SC_TEST_KERNEL_CACHE=str(tmp_path / "kernels"))
+    os.mkdir(env["SC_TEST_KERNEL_CACHE"])
+    for target in ("test", "asan"):
+        proc = subprocess.run(["make", "-s", f"-j{os.cpu_count() or 1}", "-C", CSRC, target,
+                               f"BUILD={tmp_path / 'build'}"],
+                              capture_output=True, text=True, timeout=1500, env=env)
+        out = f"make {target}:\n" + proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        failed = re.findall(r" (\d+) failed", out)
+        assert failed and all(n == "0" for n in failed) and "passed" in out, out
