@@ -1480,22 +1480,19 @@ static const sc_ir_stmt *prefetch_gather(lb *L, const sc_lower_node *n, const it
 }
 
 /*
- * SpMV's short rows as one masked gather each: where the dense vector x(v) outgrows a
- * core's L1 (GATHER_SHORT_BYTES, tested at run time) a segment of 1 to 4 float entries
- * (a quarter vector) or up to 8 (half) is summed as hsum(vals[pb..] * x[crd[pb..]]) over
- * that many lanes: no loop, so no exit mispredicted at each row's irregular length, and
- * the row's gathers issued at once.  In a C model (2 threads, ratio to MKL's SpMV of the
- * same run): usroads (rows of 1-4, x 516 KB) 1.13 -> 0.59, email-Enron 1.21 -> 0.69,
- * soc-Slashdot0902 1.07 -> 0.83, uniform 1M 1.27 -> 0.89 (with the prefetch); with x
- * in L1 the rows' loop won (cryg2500, rows of 5: 0.72 scalar, 0.96 gathered; bcspwr10
- * 0.77 / 1.07), hence the gate.  The generated kernels, warm, before -> after (with the
- * pair loop confined to long rows, paired_rows): usroads 1.15 -> 0.63, email-Enron
- * 1.18 -> 0.84, soc-Slashdot0902 0.98 -> 0.78, uniform 1M 1.03 -> 0.84, R-MAT 2^20
- * 1.02 -> 0.93.  f32 only: in f64 (2 or 4 lanes a gather) email-Enron went 1.07 -> 1.23
- * and uniform 1M 0.67 -> 0.77.  Gathers need 64-byte vectors (AVX-512VL has the masked
- * 128- and 256-bit forms) and 32-bit coordinates.
+ * SpMV's short rows as one masked gather each (short_sums, in gathered_row: where the
+ * CPU's gathers are fast): a segment of 1 to 4 float entries (a quarter vector) or up to
+ * 8 (half) is summed as hsum(vals[pb..] * x[crd[pb..]]) over that many lanes: no loop,
+ * so no exit mispredicted at each row's irregular length, and the row's gathers issued
+ * at once.  In a C model on the AVX-512 Xeon whose gathers are fast (2 threads, ratio to
+ * MKL's SpMV of the same run): usroads (rows of 1-4, x 516 KB) 1.13 -> 0.59,
+ * email-Enron 1.21 -> 0.69, soc-Slashdot0902 1.07 -> 0.83.  Where the probe finds
+ * gathers slow the rows stay scalar: on a Cascade Lake VM (2026-11-28, probe: slow) the
+ * short rows' gathers, then applied wherever x held 64 KiB, took usroads from 1.00 to
+ * 1.74 of torch.mv's time and email-Enron from 0.66 to 0.89 (R-MAT 2^17 0.95-0.99 ->
+ * 1.05; soc-Slashdot0902 gained, 1.03-1.12 -> 0.79-0.89).  Gathers need 64-byte vectors
+ * (AVX-512VL has the masked 128- and 256-bit forms) and 32-bit coordinates.
  */
-enum { GATHER_SHORT_BYTES = 64 << 10 };
 
 /* n's values at the first count entries of the segment from pb as a vector of lanes
  * lanes, or NULL unless n is a product of the segment operand's values (once: bit 0 of
@@ -1573,22 +1570,6 @@ static const sc_ir_stmt *short_sums(lb *L, int32_t d, const sc_lower_node *n, co
     }
     const sc_ir_stmt *some = sc_ir_if(B, BIN(LE, len, I(g / 2)), sum[1], sum[0]);
     return sc_ir_if(B, BIN(NE, len, I(0)), some, NULL);
-}
-
-/* f32: if (x is large && len <= 8) short_sums else seg: the segment from pb (of len
- * entries) into the scalar sum S->acc; seg itself where the pattern does not apply.
- * (Empty rows tested on their own: one branch for them, not the loop's two; on
- * p2p-Gnutella31, three rows in four empty, a C model without that test ran 1.4-1.6x
- * MKL's time, with it 1.1.) */
-static const sc_ir_stmt *short_gathers(lb *L, int32_t d, const sc_lower_node *n, const st *S,
-                                       const iter *i0, sc_ir_var pb, const sc_ir_stmt *seg)
-{
-    const sc_ir_expr *len = BIN(SUB, V(i0->e), V(pb));
-    const sc_ir_stmt *some = L->vt == SC_IR_F32 ? short_sums(L, d, n, S, i0, pb, len) : NULL;
-    if (!some)
-        return seg;
-    const sc_ir_expr *big = BIN(LE, I(GATHER_SHORT_BYTES / 4), V(L->ext[L->order[d]]));
-    return sc_ir_if(B, BIN(AND, big, BIN(LE, len, I(GATHER_LANES))), some, seg);
 }
 
 /*
@@ -1746,8 +1727,7 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
         return false;
     sc_ir_push(B, out, vec ? rest : sc_ir_scalar(B, rest));
     sc_ir_push(B, out, sc_ir_assign(B, part[0], true, sum));
-    const sc_ir_stmt *seg = sc_ir_list_block(B, &loc);
-    sc_ir_push(B, res, vec ? seg : short_gathers(L, d, n, S, i0, lo, seg));
+    sc_ir_push(B, res, sc_ir_list_block(B, &loc));
     return true;
 }
 
@@ -1759,7 +1739,7 @@ static bool unrolled_segment(lb *L, int32_t d, const sc_lower_node *n, const st 
  * otherwise each row runs as it would alone.  The loop takes rows in pairs only in a
  * thread's range whose rows average at least JAM_MIN entries (sc_ir_pairs): in ranges
  * of short rows the pair's tests and its larger body cost time for no jam (usroads in a
- * C model of the generated code, rows gathered by short_gathers: 0.70 of MKL's time
+ * C model of the generated code, short rows gathered (short_sums): 0.70 of MKL's time
  * without the pair loop, 0.84 with it; testing the jam before each row instead, stepping
  * one row where it fails: 0.91, p2p-Gnutella31 1.91 against 1.20).  Two independent
  * rows in one loop keep more loads in flight and halve the loop exits (banded rows of
