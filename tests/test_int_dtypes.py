@@ -1,8 +1,9 @@
-"""int32 and int64 values: stored and computed as they are (no float on the way), with
-torch's integer semantics: sums, differences and products wrap on overflow (two's
-complement), int32 sums reduce into int64, true division and float scalars promote to
-float, and the reductions whose result is floating (mean, norms, softmax) refuse integers
-as torch does.
+"""Integer values: int32 and int64 stored and computed as they are (no float on the way),
+int16, int8 and uint8 stored as they are and computed in int32, the result narrowed once;
+with torch's integer semantics: sums, differences and products wrap on overflow (two's
+complement), sums of every integer dtype but int64 reduce into int64, true division and
+float scalars promote to float, and the reductions whose result is floating (mean, norms,
+softmax) refuse integers as torch does.
 
 Every result is compared with torch's own dense integer op: equal, dtype included.
 """
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 import scorch
 from conftest import SHAPES_2D, coo_pair_with_duplicates, make_dense, seed_of
 
-INTS = (torch.int32, torch.int64)
+INTS = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
 FORMATS = ("csr", "csc", "coo", "dcsr", "dense")
 
 
@@ -67,7 +68,7 @@ def test_convert_and_products(dtype, fmt, sid, shape, kind):
     assert torch.equal(x, before)
 
 
-@pytest.mark.parametrize("dtype", INTS, ids=_ids)
+@pytest.mark.parametrize("dtype", INTS[:2], ids=_ids)
 @pytest.mark.parametrize("K", (16, 32, 64, 256))
 def test_wide_dense_operands(dtype, K):
     """K of whole vectors: the kernels' unrolled dot products and register tiles at the
@@ -135,7 +136,7 @@ def test_duplicates_are_summed(dtype, fmt):
     same(A, ref.to(dtype))
     X = make_dense((5, 3), dtype, 11, "full")
     same(B @ X, ref.to(dtype) @ X)
-    same(B.sum(0), ref.sum(0))
+    same(B.sum(0), ref.to(dtype).sum(0))   # (uint8: the duplicates wrap, then sum in int64)
 
 
 @pytest.mark.parametrize("dtype", INTS, ids=_ids)
@@ -145,12 +146,14 @@ def test_maps_and_reductions_follow_torch(dtype):
     same(A.sum(1), x.sum(1))
     assert A.sum(1).dtype == torch.int64 and A.sum().dtype == torch.int64
     same(A.sum(1, dtype=torch.int32), x.sum(1, dtype=torch.int32))
+    same(A.sum(dtype=dtype), x.sum(dtype=dtype))
+    same(A.sum(dtype=torch.int32), x.sum(dtype=torch.int32))
     same(A.amax(1), x.amax(1))
     same(A.amin(0), x.amin(0))
     same(A.count_nonzero(), x.count_nonzero())
     same(A.count_nonzero(1), x.count_nonzero(1))
     for f in (torch.neg, torch.abs, torch.relu, torch.sign, torch.square,
-              lambda t: t ** 2, lambda t: t.clamp(-3, 4)):
+              lambda t: t ** 2, lambda t: t.clamp(0 if dtype is torch.uint8 else -3, 4)):
         same(f(A), f(x))
     # float results: true division, float scalars, float functions
     for f in (lambda t: t / 2, lambda t: t * 2.5, lambda t: t * torch.tensor(0.5),
@@ -165,7 +168,7 @@ def test_maps_and_reductions_follow_torch(dtype):
             f(x)
         with pytest.raises(RuntimeError, match="floating point"):
             f(A)
-    with pytest.raises(NotImplementedError, match="softmax of torch.int"):
+    with pytest.raises(NotImplementedError, match="softmax of torch.u?int"):
         torch.softmax(A, 1)
     torch.testing.assert_close(torch.softmax(A, 1, dtype=torch.float64).to_dense(),
                                torch.sparse.softmax(x.double().to_sparse(), 1).to_dense())
@@ -179,13 +182,16 @@ def test_casts_and_interchange(dtype):
     same(A.double(), x.double())
     same(A.int(), x.int())
     same(A.long(), x.long())
+    same(A.short(), x.short())
+    same(A.char(), x.char())
+    same(A.byte(), x.byte())
     same(A.float().to(dtype), x)
-    assert A.type() == {torch.int32: "torch.IntTensor", torch.int64: "torch.LongTensor"}[dtype]
+    assert A.type() == x.type()
     same(A.type("torch.FloatTensor"), x.float())
     t = A.to_torch()
     assert t.dtype == dtype and torch.equal(t.to_dense(), x)
     s = A.to_scipy()
-    assert s.dtype == {torch.int32: np.int32, torch.int64: np.int64}[dtype]
+    assert s.dtype == x.numpy().dtype
     assert np.array_equal(s.toarray(), x.numpy())
     same(scorch.to_sparse(s, "coo"), x)
     same(scorch.to_sparse(x.numpy(), "csc"), x)
@@ -231,12 +237,40 @@ def test_enabled_route_takes_torch_integer_sparse():
         same(torch.mm(x.to_sparse_csr(), X), x @ X)
 
 
-def test_other_integer_dtypes_are_refused_by_name():
-    for dt in (torch.int8, torch.int16, torch.uint8, torch.bool):
-        with pytest.raises(TypeError, match="int32 or int64"):
+def test_narrow_integer_products_wrap_as_torch():
+    """int16 / int8 / uint8 computed in int32 and narrowed once: the same wrap-around as
+    torch's ops in those dtypes (100 * 100 * 3 in int8, sums past 2^16 in int16)."""
+    for dt, big in ((torch.int8, 100), (torch.uint8, 200), (torch.int16, 30000)):
+        x = torch.full((3, 4), big, dtype=dt)
+        x[1, 2] = 0
+        A = scorch.to_sparse(x, "csr")
+        X = torch.full((4, 2), 3, dtype=dt)
+        same(A @ X, x @ X)
+        same(A * A, x * x)
+        same(A + A, x + x)
+        same(A.sum(1), x.sum(1))                   # int64: no wrap
+        same(scorch.einsum("ij,ij->i", A, A), (x * x).sum(1, dtype=dt))
+        same(A @ scorch.to_sparse(x.T.contiguous(), "csr"), x @ x.T)
+
+
+def test_narrow_integer_promotion():
+    x = make_dense((5, 4), torch.int64, seed_of("int-narrow-mix"), "random")
+    X = make_dense((4, 2), torch.int64, 3, "full")
+    A8 = scorch.to_sparse(x.to(torch.int8), "csr")
+    # int8 with uint8 -> int16 (torch.promote_types; torch's mm would raise)
+    same(A8 @ X.to(torch.uint8), x.to(torch.int8).to(torch.int16) @ X.to(torch.uint8).to(torch.int16))
+    same(A8 @ X.int(), (x @ X).int())
+    r = A8 @ X.float()
+    assert r.dtype == torch.float32
+    torch.testing.assert_close(r, x.float() @ X.float())
+
+
+def test_other_value_dtypes_are_refused_by_name():
+    for dt in (torch.bool, torch.uint16, torch.complex64):
+        with pytest.raises(TypeError, match="int16, int8 or uint8"):
             scorch.to_sparse(torch.ones(2, 2, dtype=dt), "csr")
     A = scorch.to_sparse(torch.eye(2, dtype=torch.int32), "csr")
-    with pytest.raises(TypeError, match="int32 or int64"):
-        A.to(torch.int16)
-    with pytest.raises(TypeError, match="scipy values, got int8"):
-        scorch.to_sparse(sp.eye(2, dtype=np.int8, format="csr"), "csr")
+    with pytest.raises(TypeError, match="int16, int8 or uint8"):
+        A.to(torch.bool)
+    with pytest.raises(TypeError, match="scipy values, got uint16"):
+        scorch.to_sparse(sp.eye(2, dtype=np.uint16, format="csr"), "csr")

@@ -437,8 +437,8 @@ def test_errors_from_the_compiler_and_torch_checks():
         A.sum(2)
     with pytest.raises(IndexError, match="out of range"):
         torch.softmax(A, 2)
-    with pytest.raises(TypeError, match="int32 or int64 values, not torch.int16"):
-        A.to(torch.int16)
+    with pytest.raises(TypeError, match="int8 or uint8 values, not torch.bool"):
+        A.to(torch.bool)
     with pytest.raises(RuntimeError, match="t\\(\\) expects"):
         scorch.to_sparse(make_dense((2, 3, 4), torch.float64, 1), "csf").t()
 
@@ -533,7 +533,7 @@ def test_enable_sparse_result_and_refusals():
         assert C.layout is torch.sparse_csr
         torch.testing.assert_close(C.to_dense(), x @ x)
         with pytest.raises(NotImplementedError, match="scorch.disable"):
-            torch.mm(x.to(torch.int16).to_sparse_csr(), torch.ones(5, 2, dtype=torch.int16))
+            torch.mm(x.to(torch.complex64).to_sparse_csr(), torch.ones(5, 2, dtype=torch.complex64))
     finally:
         scorch.disable()
     scorch.disable()                                         # idempotent
@@ -718,8 +718,8 @@ def test_sparse_sum_and_type(fmt):
         B = A.type(to)
         assert isinstance(B, scorch.SparseTensor) and B.dtype == torch.float64
         assert torch.equal(B.to_dense(), x.double())
-    with pytest.raises(TypeError, match="int32 or int64 values, not torch.int16"):
-        A.type(torch.int16)
+    with pytest.raises(TypeError, match="int8 or uint8 values, not torch.bool"):
+        A.type(torch.bool)
 
 
 # ---- torch.sparse.sampled_addmm / torch.sparse.addmm ---------------------------------------

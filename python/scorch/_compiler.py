@@ -16,7 +16,7 @@ import torch
 
 from . import _C
 from ._format import Format, _format_from_tuple
-from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, HALF_DTYPES, SparseTensor,
+from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
                       _wrap)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
@@ -153,7 +153,7 @@ def _size_class(shape, nnz):
 
 def _operands(operands):
     """(descriptions, signature tuple: the dtype computed in then one entry per operand,
-    the half dtype the result is rounded to or None).  The descriptions keep the
+    the WIDENED dtype the result is narrowed to or None).  The descriptions keep the
     operands' data alive."""
     if not operands:
         raise ValueError("einsum needs at least one operand")
@@ -168,11 +168,12 @@ def _operands(operands):
         if d is not dtype:
             dtype = d if dtype is None else torch.promote_types(dtype, d)
     narrow = None
-    if dtype in HALF_DTYPES:
-        narrow, dtype = dtype, torch.float32
+    if dtype in WIDENED:
+        narrow, dtype = dtype, WIDENED[dtype]
     elif dtype not in COMPUTE_DTYPES:
         raise TypeError(f"scorch computes in float32, float64, int32 or int64 (bfloat16 "
-                        f"and float16 in float32), the operands promote to {dtype}")
+                        f"and float16 in float32, int16, int8 and uint8 in int32), the "
+                        f"operands promote to {dtype}")
     descs, sigs = [], [dtype]
     for x in operands:
         if isinstance(x, SparseTensor):
@@ -203,7 +204,7 @@ _OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
 
 def _run(entry, descs, narrow=None):
     """Run a compiled kernel; the result as a torch.Tensor (dense) or SparseTensor, its
-    values rounded to ``narrow`` (the half dtype the operands promote to) if given."""
+    values narrowed to ``narrow`` (the WIDENED dtype the operands promote to) if given."""
     r = _C.run(entry[0], descs, torch.get_num_threads(), True)
     r = r if type(r) is not tuple else _finish(entry, r)
     if narrow is None:
@@ -261,7 +262,7 @@ _SIZES: dict = {}   # key -> how many kernels written for sizes it has (_entry)
 
 
 def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
-    """(kernel entry, operand descriptions, the half dtype the result is rounded to or
+    """(kernel entry, operand descriptions, the WIDENED dtype the result is narrowed to or
     None): ``_run``'s arguments.
 
     Where the kernel would transpose a sparse operand before every run, the operand is
@@ -437,8 +438,8 @@ _PATTERNS: dict = {}
 
 
 def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
-    if a.dtype in HALF_DTYPES:   # (the kernels' copy is in float32: duplicates summed there)
-        a = a._rewrap(a._values.detach().float())
+    if a.dtype in WIDENED:   # (the kernels' copy is in their dtype: duplicates summed there)
+        a = a._rewrap(a._values.detach().to(WIDENED[a.dtype]))
     arrays = [x for x in a._pos + a._crd if x is not None]
     key = next((c for c in reversed(a._crd) if c is not None), None)
     if key is None:
@@ -491,7 +492,7 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
     if r is not None:
         return r
     entry, descs, narrow = _compile(lang, expr, operands, out_format, schedule)
-    if narrow is not None:   # (the hot route runs no half dtype: nothing to remember)
+    if narrow is not None:   # (the hot route runs no WIDENED dtype: nothing to remember)
         return _run(entry, descs, narrow)
     a = operands[0] if operands else None
     if (type(a) is SparseTensor and

@@ -131,8 +131,9 @@ def _is_scipy_sparse(x) -> bool:
 
 
 def _from_scipy(x, format, index_dtype) -> SparseTensor:
-    if x.dtype not in (np.float32, np.float64, np.int32, np.int64):
-        raise TypeError(f"scorch reads float32, float64, int32 and int64 scipy values, got "
+    if x.dtype not in (np.float32, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8):
+        raise TypeError(f"scorch reads float32, float64, int64, int32, int16, int8 and uint8 "
+                        f"scipy values, got "
                         f"{x.dtype} (convert with .astype(numpy.float32))")
     coo = x.tocoo()
     coords = np.stack([np.asarray(c, dtype=np.int64) for c in coo.coords]) \

@@ -22,25 +22,31 @@ _INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
 # and float16 values are computed in float32 (each kernel call reads a float32 copy of
 # them and rounds its result back once), as ATen's CPU kernels accumulate half types in
 # float32.  int32 and int64 values are computed as they are, wrapping on overflow as
-# torch's integer kernels do.
+# torch's integer kernels do; int16, int8 and uint8 values in int32, the result narrowed
+# once (+, - and * modulo 2^32 then narrowed are the same as modulo 2^16 or 2^8 at every
+# step, torch's wrap-around in those dtypes).
 INT_DTYPES = (torch.int32, torch.int64)
 COMPUTE_DTYPES = (torch.float32, torch.float64) + INT_DTYPES
 HALF_DTYPES = (torch.bfloat16, torch.float16)
-VALUE_DTYPES = COMPUTE_DTYPES + HALF_DTYPES
-VALUE_DTYPE_NAMES = "float32, float64, bfloat16, float16, int32 or int64"
+SMALL_INT_DTYPES = (torch.int16, torch.int8, torch.uint8)
+# the dtypes stored narrower than the kernels compute them, and what they compute in
+WIDENED = {torch.bfloat16: torch.float32, torch.float16: torch.float32,
+           torch.int16: torch.int32, torch.int8: torch.int32, torch.uint8: torch.int32}
+VALUE_DTYPES = COMPUTE_DTYPES + HALF_DTYPES + SMALL_INT_DTYPES
+VALUE_DTYPE_NAMES = "float32, float64, bfloat16, float16, int64, int32, int16, int8 or uint8"
 
 
 def compute_dtype(dtype):
     """The dtype a kernel computes ``dtype`` values in."""
-    return torch.float32 if dtype in HALF_DTYPES else dtype
+    return WIDENED.get(dtype, dtype)
 
 
 def c_values(v: torch.Tensor):
-    """A NumPy array of values v in the dtype the C core computes them in (a copy for
-    bfloat16 / float16, else v's own memory)."""
+    """A NumPy array of values v in the dtype the C core computes them in (a copy for the
+    WIDENED dtypes, else v's own memory)."""
     v = v.detach()
-    if v.dtype in HALF_DTYPES:
-        v = v.float()
+    if v.dtype in WIDENED:
+        v = v.to(WIDENED[v.dtype])
     return v.contiguous().numpy()
 
 
@@ -363,7 +369,7 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
 def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:
     """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory,
     or an operand's index tensors where the result shares its pattern); ``dtype`` rounds
-    the values to a half dtype they were computed for."""
+    the values to a WIDENED dtype they were computed for."""
     v = torch.from_numpy(vals)
     if dtype is not None and dtype is not v.dtype:
         v = v.to(dtype)

@@ -921,11 +921,13 @@ def _norm_dims(dim, n):
 def _sum(a, dim=None, keepdim=False, *, dtype=None):
     n = a.dim()
     dims = _norm_dims(dim, n)
-    if dtype is None and a.dtype is torch.int32:
+    if dtype is None and not a.dtype.is_floating_point and a.dtype is not torch.int64:
         dtype = torch.int64   # (torch sums integers in int64)
-    src = a if dtype is None else _map_values(a, lambda v: v.to(dtype))
+    # (repeated coordinates summed in the tensor's own dtype first, wrapping as torch's
+    # coalesce does, before the values widen)
+    src = a if dtype is None else _map_values(_coalesced(a), lambda v: v.to(dtype))
     if len(dims) == n:
-        r = src._values.sum()
+        r = src._values.sum(dtype=src.dtype)   # (an int8 sum asked in int8 stays int8)
         return r.reshape([1] * n) if keepdim else r
     ix = "ijklmnpq"[:n]
     kept = "".join(c for d, c in enumerate(ix) if d not in dims)
@@ -1563,7 +1565,9 @@ def _to(a, *args, copy=False, **kwargs):
 
 _TYPE_NAMES = {"torch.FloatTensor": torch.float32, "torch.DoubleTensor": torch.float64,
                "torch.BFloat16Tensor": torch.bfloat16, "torch.HalfTensor": torch.float16,
-               "torch.IntTensor": torch.int32, "torch.LongTensor": torch.int64}
+               "torch.IntTensor": torch.int32, "torch.LongTensor": torch.int64,
+               "torch.ShortTensor": torch.int16, "torch.CharTensor": torch.int8,
+               "torch.ByteTensor": torch.uint8}
 
 
 @_register(torch.Tensor.type)
@@ -1586,7 +1590,8 @@ def _cast(dtype):
 for _method, _dtype in ((torch.Tensor.double, torch.float64), (torch.Tensor.float, torch.float32),
                         (torch.Tensor.bfloat16, torch.bfloat16),
                         (torch.Tensor.half, torch.float16), (torch.Tensor.int, torch.int32),
-                        (torch.Tensor.long, torch.int64)):
+                        (torch.Tensor.long, torch.int64), (torch.Tensor.short, torch.int16),
+                        (torch.Tensor.char, torch.int8), (torch.Tensor.byte, torch.uint8)):
     _register(_method)(_cast(_dtype))
 
 
