@@ -368,7 +368,7 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
 
 def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:
     """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory,
-    or an operand's index tensors where the result shares its pattern); ``dtype`` rounds
+    or an operand's index tensors where the result shares its pattern); ``dtype`` narrows
     the values to a WIDENED dtype they were computed for."""
     v = torch.from_numpy(vals)
     if dtype is not None and dtype is not v.dtype:
