@@ -1,5 +1,6 @@
 """Products in the value dtypes torch.sparse's CSR kernels refuse: bfloat16, float16, int32
-and int64, scorch against what torch offers for them, in the same run.
+and int64 (and on request int16, int8 and uint8), scorch against what torch offers for
+them, in the same run.
 
     python -m benchmarks.bench_dtypes [--quick] [--dtypes bfloat16,float16,int32,int64]
                                       [--json out.json]
@@ -7,13 +8,15 @@ and int64, scorch against what torch offers for them, in the same run.
 torch.sparse's CSR kernels (MKL) refuse these dtypes on the CPU; its COO ``sparse.mm`` /
 ``mv`` take them, so COO is the torch baseline here, with dense ``torch.mm`` in the same
 dtype where the matrix fits.  scorch stores half values and computes in float32 (each call
-reads float32 copies of the half operands), and computes integers as integers; the
+reads float32 copies of the half operands), and computes integers as integers (int16,
+int8 and uint8 in int32, from int32 copies); the
 ``/f32`` column is the same product on float32 tensors (for the half types, the cost of
 the copies).  For each matrix and dtype: SpMV, SpMM with K = 64, SDDMM with K = 64 (torch
 has no SDDMM in these dtypes: against dense only).  Prints medians and ratios (< 1: scorch
 is faster) and their geometric means; "check" is whether scorch's result equals the
 product of the same operands computed in a wider float (float32 for the half types,
-rounded once; float64 for the integers, whose small values keep it exact).
+rounded once; float64 for the integers, whose small values keep it exact, then wrapped
+into the dtype through int64).
 """
 from __future__ import annotations
 
@@ -71,12 +74,13 @@ def cases(m, dtype, K=64):
     # The reference: the product of the same operands in a wider float, rounded once.
     wide = torch.float64 if integer else torch.float32
     aw = Ah.to(wide)
-    out.append(("spmv", spmv, lambda: (Ah @ xh, (aw @ xh.to(wide)).to(dtype))))
-    out.append((f"spmm K={K}", spmm, lambda: (Ah @ Xh, (aw @ Xh.to(wide)).to(dtype))))
+    back = (lambda t: t.to(torch.int64).to(dtype)) if integer else (lambda t: t.to(dtype))
+    out.append(("spmv", spmv, lambda: (Ah @ xh, back(aw @ xh.to(wide)))))
+    out.append((f"spmm K={K}", spmm, lambda: (Ah @ Xh, back(aw @ Xh.to(wide)))))
     out.append((f"sddmm K={K}", sddmm,   # (the values: both keep A's pattern)
                 lambda: (torch.einsum("ij,ik,jk->ij", Ah, Uh, Vh).values(),
-                         torch.einsum("ij,ik,jk->ij", aw, Uh.to(wide), Vh.to(wide))
-                         .values().to(dtype))))
+                         back(torch.einsum("ij,ik,jk->ij", aw, Uh.to(wide), Vh.to(wide))
+                              .values()))))
     return out
 
 
@@ -96,8 +100,10 @@ def main(argv=None):
     dtypes = []
     for name in args.dtypes.split(","):
         dt = getattr(torch, name.strip(), None)
-        if dt not in (torch.bfloat16, torch.float16, torch.int32, torch.int64):
-            ap.error(f"--dtypes: {name!r} is not one of bfloat16, float16, int32, int64")
+        if dt not in (torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.int16,
+                      torch.int8, torch.uint8):
+            ap.error(f"--dtypes: {name!r} is not one of bfloat16, float16, int32, int64, "
+                     f"int16, int8, uint8")
         dtypes.append(dt)
     warnings.simplefilter("ignore", UserWarning)   # torch's sparse beta notices
     repeat, budget = (5, 0.3) if args.quick else (9, 1.0)
