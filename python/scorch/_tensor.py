@@ -28,11 +28,10 @@ _INDEX_OF_NAME = {v: k for k, v in _INDEX_NAMES.items()}
 INT_DTYPES = (torch.int32, torch.int64)
 COMPUTE_DTYPES = (torch.float32, torch.float64) + INT_DTYPES
 HALF_DTYPES = (torch.bfloat16, torch.float16)
-SMALL_INT_DTYPES = (torch.int16, torch.int8, torch.uint8)
 # the dtypes stored narrower than the kernels compute them, and what they compute in
-WIDENED = {torch.bfloat16: torch.float32, torch.float16: torch.float32,
-           torch.int16: torch.int32, torch.int8: torch.int32, torch.uint8: torch.int32}
-VALUE_DTYPES = COMPUTE_DTYPES + HALF_DTYPES + SMALL_INT_DTYPES
+WIDENED = {**dict.fromkeys(HALF_DTYPES, torch.float32),
+           **dict.fromkeys((torch.int16, torch.int8, torch.uint8), torch.int32)}
+VALUE_DTYPES = COMPUTE_DTYPES + tuple(WIDENED)
 VALUE_DTYPE_NAMES = "float32, float64, bfloat16, float16, int64, int32, int16, int8 or uint8"
 
 
