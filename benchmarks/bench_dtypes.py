@@ -35,6 +35,8 @@ from .common import shared_matrices, time_rounds
 
 DENSE_LIMIT = 200e6   # bytes of the dense half matrix: larger ones have no dense baseline
 QUICK = ("bcsstk13", "cryg2500", "wiki-Vote", "email-Enron")
+DTYPES = (torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.int16, torch.int8,
+          torch.uint8)   # what --dtypes takes
 
 
 def cases(m, dtype, K=64):
@@ -100,10 +102,9 @@ def main(argv=None):
     dtypes = []
     for name in args.dtypes.split(","):
         dt = getattr(torch, name.strip(), None)
-        if dt not in (torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.int16,
-                      torch.int8, torch.uint8):
-            ap.error(f"--dtypes: {name!r} is not one of bfloat16, float16, int32, int64, "
-                     f"int16, int8, uint8")
+        if dt not in DTYPES:
+            ap.error(f"--dtypes: {name!r} is not one of "
+                     f"{', '.join(str(d).split('.')[1] for d in DTYPES)}")
         dtypes.append(dt)
     warnings.simplefilter("ignore", UserWarning)   # torch's sparse beta notices
     repeat, budget = (5, 0.3) if args.quick else (9, 1.0)
