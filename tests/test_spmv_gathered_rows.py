@@ -3,9 +3,9 @@ gathers are fast: the compiler times them once (driver/probe.c), SCORCH_GATHERS=
 overrides it.  The rest of the suite runs with SCORCH_GATHERS=0 (conftest), so these tests
 run the gathered rows in child processes: rows of every length around the cuts (8, 16,
 16 + 8), x on both sides of the prefetch gate (1 MiB), the rows' own entries requested
-ahead, 32- and 64-bit coordinates, 1 and 2 threads, products with literals and per-row factors, against dense; a long row last in
-the arrays under AddressSanitizer; the gathers' lane-by-lane fallbacks (kernels compiled
-without -march=native)."""
+ahead, 32- and 64-bit coordinates, 1 and 2 threads, products with literals and per-row factors, against dense; a long row and a
+short row last in the arrays under AddressSanitizer; the gathers' lane-by-lane fallbacks
+(kernels compiled without -march=native)."""
 import os
 import subprocess
 import sys
@@ -76,6 +76,17 @@ for n in (64, 262144):
     x[60] = float("nan")
     y = scorch.to_sparse(d, "csr") @ x
     assert y[0] == 20.0 and y[1] == 4.0 and y[2] == float("inf") and y[3] == 0.0, y
+# a short row last in the arrays: its one masked gather ends crd and vals, and must not
+# read past them
+for dt in (torch.float32, torch.float64):
+    d = torch.zeros(3, 1000, dtype=dt)
+    d[0, :20] = 1.0
+    d[2, 3] = 1.0
+    x = torch.rand(1000, dtype=dt, generator=g)
+    A = scorch.to_sparse(d, "csr")
+    for th in (1, 2):
+        torch.set_num_threads(th)
+        torch.testing.assert_close(A @ x, d @ x)
 # empty, 1x1, all-zero
 for d in (torch.zeros(0, 5), torch.ones(1, 1), torch.zeros(3, 40)):
     x = torch.rand(d.shape[1])

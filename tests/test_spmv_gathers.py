@@ -4,16 +4,16 @@ against dense for 32- and 64-bit coordinates, 1 and 2 threads, and products with
 literals and negation; f64 alike.  Where the CPU's gathers are slow (the suite's
 setting, SCORCH_GATHERS=0) no row is gathered, short ones neither (lower/build.c: on a
 Cascade Lake the short rows' masked gathers took usroads from 1.00 to 1.74 of torch.mv's
-time); where they are fast (SCORCH_GATHERS=1, the subprocess tests below) a row of 1-4
-entries is summed from a quarter vector, 5-8 from a half, the lanes past the row's
-length masked off (gathered_row's short_sums)."""
+time); where they are fast a row of 1-4 entries is summed from a quarter vector, 5-8
+from a half, the lanes past the row's length masked off (gathered_row's short_sums:
+tests/test_spmv_gathered_rows.py, which runs them in child processes, under ASan and
+without AVX-512VL too)."""
 import re
 
 import pytest
 import torch
 
 import scorch
-from conftest import run_code, sanitized_env
 
 GATE = {torch.float32: 16384, torch.float64: 8192}   # 64 KiB of x (the gate they had)
 
@@ -85,37 +85,3 @@ def test_nonfinite_values_stay_in_their_rows():
     x[10] = float("nan")
     y = scorch.to_sparse(d, "csr") @ x
     assert y[0] == 1.0 and y[1] == 4.0 and y[2] == float("inf") and y[3] == 0.0
-
-
-CODE = r"""
-import torch, scorch
-g = torch.Generator().manual_seed(0)
-for dt, n in ((torch.float32, 16384), (torch.float64, 8192)):
-    lens = torch.arange(18)
-    r = torch.repeat_interleave(torch.arange(18), lens)
-    c = torch.cat([torch.randperm(n, generator=g)[:k] for k in lens.tolist()])
-    d = torch.zeros(18, n, dtype=dt)
-    d[r, c] = torch.rand(len(r), dtype=dt, generator=g)
-    # the last row (17 entries) ends the arrays: a mask reading past a short row's end
-    # would read past crd and vals for a short last row
-    d = torch.cat([d, torch.zeros(1, n, dtype=dt)])
-    d[-1, 3] = 1.0
-    x = torch.rand(n, dtype=dt, generator=g)
-    A = scorch.to_sparse(d, "csr")
-    for th in (1, 2):
-        torch.set_num_threads(th)
-        torch.testing.assert_close(A @ x, d @ x)
-print("ok")
-"""
-
-
-def test_short_rows_without_avx512vl(tmp_path):
-    """Kernels compiled without -march=native, gathers on: their lane-by-lane fallbacks."""
-    run_code(CODE, tmp_path, SCORCH_CFLAGS="-O2 -fopenmp", SCORCH_GATHERS="1")
-
-
-@pytest.mark.skipif(sanitized_env() is None, reason="gcc's sanitizer runtimes are not installed")
-def test_short_rows_under_asan(tmp_path):
-    """Kernels compiled with -fsanitize=address,undefined (runtimes preloaded), gathers
-    on, a short row last in the arrays."""
-    run_code(CODE, tmp_path, SCORCH_GATHERS="1", **sanitized_env())
