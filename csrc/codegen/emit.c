@@ -386,33 +386,50 @@ static void partial_helpers(sc_cg_buf *b, int32_t bytes)
         sc_cg_printf(b, "#endif\n");
 }
 
+/* The element types of vectors: each value type's tag (sc_v<tag> names its vectors), C
+ * type and bytes; integer values are vectors of C's unsigned types, as their scalars. */
+static const struct {
+    sc_ir_type type;
+    const char *tag, *ct;
+    int esz;
+} VEC_TYPES[4] = {
+    {SC_IR_F32, "f32", "float", 4},
+    {SC_IR_F64, "f64", "double", 8},
+    {SC_IR_VI32, "u32", "uint32_t", 4},
+    {SC_IR_VI64, "u64", "uint64_t", 8},
+};
+
 /*
  * The vector helpers, for vectors of `bytes` (fn->vec_bytes: 64 or 32): the full, half and
- * quarter vector types of each float type with their unaligned views; lane sums by
- * halving (a tree, not a chain of dependent additions); and moves of a vector's first n
- * lanes (1 <= n <= lanes) touching nothing past them: masked moves where the target has
- * them for this width (AVX-512F for 64 bytes, AVX for 32), lane by lane elsewhere.
+ * quarter vector types of each value type with their unaligned views; sc_vi32 / sc_vi64,
+ * full vectors of signed lanes (shuffle masks, and what the integer builtins take); lane
+ * sums by halving (a tree, not a chain of dependent additions); and moves of a vector's
+ * first n lanes (1 <= n <= lanes) touching nothing past them: masked moves where the
+ * target has them for this width (AVX-512F for 64 bytes; AVX for 32, floats only), lane by
+ * lane elsewhere.  Integer moves are bit copies, so a float builtin is not used for them.
  */
 static void vector_helpers(sc_cg_buf *b, int32_t bytes)
 {
-    static const char *const tags[2] = {"f32", "f64"}, *const ct[2] = {"float", "double"};
-    static const int esz[2] = {4, 8};
     static const char *const part[3] = {"", "h", "q"};
     sc_cg_printf(b, "/* vectors of %d bytes (the compiler's vector extension) and unaligned views */\n",
                  (int)bytes);
     for (int32_t k = 0; k < 3; k++)
-        for (int t = 0; t < 2; t++)
-            sc_cg_printf(b, "typedef %s sc_v%s%s __attribute__((vector_size(%d)));\n", ct[t], tags[t],
-                         part[k], (int)(bytes >> k));
+        for (int t = 0; t < 4; t++)
+            sc_cg_printf(b, "typedef %s sc_v%s%s __attribute__((vector_size(%d)));\n", VEC_TYPES[t].ct,
+                         VEC_TYPES[t].tag, part[k], (int)(bytes >> k));
     for (int32_t k = 0; k < 3; k++)
-        for (int t = 0; t < 2; t++)
+        for (int t = 0; t < 4; t++)
             sc_cg_printf(b, "typedef %s sc_v%s%su __attribute__((vector_size(%d), aligned(%d), may_alias));\n",
-                         ct[t], tags[t], part[k], (int)(bytes >> k), esz[t]);
-    for (int t = 0; t < 2; t++) {
+                         VEC_TYPES[t].ct, VEC_TYPES[t].tag, part[k], (int)(bytes >> k), VEC_TYPES[t].esz);
+    sc_cg_printf(b, "typedef int32_t sc_vi32 __attribute__((vector_size(%d)));\n"
+                    "typedef long long sc_vi64 __attribute__((vector_size(%d)));\n",
+                 (int)bytes, (int)bytes);
+    for (int t = 0; t < 4; t++) {
         /* halve twice in vectors, then add the quarter's lanes pairwise */
-        int32_t q = bytes / 4 / esz[t];
-        sc_cg_printf(b, "static inline %s sc_hsum_%s(sc_v%s v)\n{\n", ct[t], tags[t], tags[t]);
-        sc_cg_printf(b, "    sc_v%sh h[2];\n    sc_v%sq q[2];\n", tags[t], tags[t]);
+        const char *ct = VEC_TYPES[t].ct, *tag = VEC_TYPES[t].tag;
+        int32_t q = bytes / 4 / VEC_TYPES[t].esz;
+        sc_cg_printf(b, "static inline %s sc_hsum_%s(sc_v%s v)\n{\n", ct, tag, tag);
+        sc_cg_printf(b, "    sc_v%sh h[2];\n    sc_v%sq q[2];\n", tag, tag);
         sc_cg_printf(b, "    memcpy(h, &v, sizeof h);\n    h[0] += h[1];\n");
         sc_cg_printf(b, "    memcpy(q, &h[0], sizeof q);\n    q[0] += q[1];\n");
         const char *qsum = q == 4 ? "(q[0][0] + q[0][2]) + (q[0][1] + q[0][3])"
@@ -421,22 +438,43 @@ static void vector_helpers(sc_cg_buf *b, int32_t bytes)
         /* the half and quarter vectors' sums: the same from the second halving on */
         sc_cg_printf(b, "static inline %s sc_hsum_%sh(sc_v%sh v)\n{\n    sc_v%sq q[2];\n"
                         "    memcpy(q, &v, sizeof q);\n    q[0] += q[1];\n    return %s;\n}\n",
-                     ct[t], tags[t], tags[t], tags[t], qsum);
+                     ct, tag, tag, tag, qsum);
         sc_cg_printf(b, "static inline %s sc_hsum_%sq(sc_v%sq q0)\n{\n    sc_v%sq q[1] = {q0};\n"
-                        "    return %s;\n}\n", ct[t], tags[t], tags[t], tags[t], qsum);
+                        "    return %s;\n}\n", ct, tag, tag, tag, qsum);
     }
+    sc_cg_printf(b, "#define SC_VN(T, S)                                                           \\\n"
+                    "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
+                    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
+                    "static inline void sc_vstoren_##S(T *p, sc_v##S v, int64_t n)                 \\\n"
+                    "{ for (int64_t i = 0; i < n; i++) p[i] = v[i]; }\n");
     if (bytes == 64) {
         sc_cg_printf(b, "#ifdef __AVX512F__\n"
                         "#define SC_MASK(n) ((1u << (n)) - 1u)\n");
-        for (int t = 0; t < 2; t++) {
-            const char *mt = t ? "unsigned char" : "unsigned short", *ps = t ? "pd" : "ps";
+        /* per element type: the builtins' names (loadu<op>512_mask for floats,
+         * load<op>512_mask for integers), the pointer cast they take, the signed vector
+         * type they take and give, and the cast of that to ours */
+        static const struct {
+            const char *load, *store, *cptr, *ptr, *sv, *ours;
+        } mv[4] = {
+            {"loadups", "storeups", "", "", "sc_vf32", ""},
+            {"loadupd", "storeupd", "", "", "sc_vf64", ""},
+            {"loaddqusi", "storedqusi", "(const int *)", "(int *)", "sc_vi32", "(sc_vu32)"},
+            {"loaddqudi", "storedqudi", "(const long long *)", "(long long *)", "sc_vi64", "(sc_vu64)"},
+        };
+        for (int t = 0; t < 4; t++) {
+            const char *tag = VEC_TYPES[t].tag, *ct = VEC_TYPES[t].ct;
+            const char *mt = VEC_TYPES[t].esz == 8 ? "unsigned char" : "unsigned short";
+            const char *sv = t >= 2 ? mv[t].sv : "";
             sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
-                            "{ return __builtin_ia32_loadu%s512_mask(p, (sc_v%s){0}, (%s)SC_MASK(n)); }\n",
-                         tags[t], tags[t], ct[t], ps, tags[t], mt);
+                            "{ return %s__builtin_ia32_%s512_mask(%sp, (%s){0}, (%s)SC_MASK(n)); }\n",
+                         tag, tag, ct, mv[t].ours, mv[t].load, mv[t].cptr, mv[t].sv, mt);
             sc_cg_printf(b, "static inline void sc_vstoren_%s(%s *p, sc_v%s v, int64_t n)\n"
-                            "{ __builtin_ia32_storeu%s512_mask(p, v, (%s)SC_MASK(n)); }\n",
-                         tags[t], ct[t], tags[t], ps, mt);
+                            "{ __builtin_ia32_%s512_mask(%sp, %s%s%sv, (%s)SC_MASK(n)); }\n",
+                         tag, ct, tag, mv[t].store, mv[t].ptr, *sv ? "(" : "", sv, *sv ? ")" : "", mt);
         }
+        sc_cg_printf(b, "#else\n"
+                        "SC_VN(float, f32)\nSC_VN(double, f64)\nSC_VN(uint32_t, u32)\nSC_VN(uint64_t, u64)\n"
+                        "#endif\n");
     } else {
         /* AVX's masked moves take a vector of lane masks (the sign bit of each lane):
          * lane l is moved when l < n */
@@ -444,24 +482,21 @@ static void vector_helpers(sc_cg_buf *b, int32_t bytes)
                         "typedef int32_t sc_vm32 __attribute__((vector_size(32)));\n"
                         "typedef long long sc_vm64 __attribute__((vector_size(32)));\n");
         for (int t = 0; t < 2; t++) {
+            const char *tag = VEC_TYPES[t].tag, *ct = VEC_TYPES[t].ct;
             const char *ps = t ? "pd" : "ps", *m = t ? "sc_vm64" : "sc_vm32";
             const char *iota = t ? "{0, 1, 2, 3} < (long long)n" : "{0, 1, 2, 3, 4, 5, 6, 7} < (int32_t)n";
             sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
                             "{ return __builtin_ia32_maskload%s256((const sc_v%s *)p, (%s)%s); }\n",
-                         tags[t], tags[t], ct[t], ps, tags[t], m, iota);
+                         tag, tag, ct, ps, tag, m, iota);
             sc_cg_printf(b, "static inline void sc_vstoren_%s(%s *p, sc_v%s v, int64_t n)\n"
                             "{ __builtin_ia32_maskstore%s256((sc_v%s *)p, (%s)%s, v); }\n",
-                         tags[t], ct[t], tags[t], ps, tags[t], m, iota);
+                         tag, ct, tag, ps, tag, m, iota);
         }
+        sc_cg_printf(b, "#else\n"
+                        "SC_VN(float, f32)\nSC_VN(double, f64)\n"
+                        "#endif\n"
+                        "SC_VN(uint32_t, u32)\nSC_VN(uint64_t, u64)\n");
     }
-    sc_cg_printf(b, "#else\n"
-                    "#define SC_VN(T, S)                                                           \\\n"
-                    "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
-                    "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
-                    "static inline void sc_vstoren_##S(T *p, sc_v##S v, int64_t n)                 \\\n"
-                    "{ for (int64_t i = 0; i < n; i++) p[i] = v[i]; }\n"
-                    "SC_VN(float, f32)\nSC_VN(double, f64)\n"
-                    "#endif\n");
     partial_helpers(b, bytes);
 }
 
@@ -482,13 +517,17 @@ static const char *ctype(sc_ir_type t)
     return t == SC_IR_BOOL ? "int" : sc_ir_type_name(t);
 }
 
-/* The suffix of a vector type name: sc_vf32 / sc_vf64. */
+/* The suffix of a vector type's name: f32, f64, u32 or u64 (vector_helpers' VEC_TYPES),
+ * then h or q for a half or quarter vector. */
 static const char *vtag(const sc_ir_func *fn, sc_ir_type t, int32_t lanes)
 {
-    int32_t w = sc_ir_vec_lanes(fn, t);
-    if (t == SC_IR_F64)
-        return lanes == w ? "f64" : lanes == w / 2 ? "f64h" : "f64q";
-    return lanes == w ? "f32" : lanes == w / 2 ? "f32h" : "f32q";
+    static const char *const tags[4][3] = {{"f32", "f32h", "f32q"}, {"f64", "f64h", "f64q"},
+                                           {"u32", "u32h", "u32q"}, {"u64", "u64h", "u64q"}};
+    int32_t w = sc_ir_vec_lanes(fn, t), k = lanes == w ? 0 : lanes == w / 2 ? 1 : 2;
+    for (int i = 0; i < 4; i++)
+        if (VEC_TYPES[i].type == t)
+            return tags[i][k];
+    return tags[0][k];
 }
 
 static void expr(em *m, const sc_ir_expr *e);
@@ -1060,20 +1099,17 @@ static void fold_helpers(sc_cg_buf *b, const sc_ir_func *fn)
                     "#define SC_K_SHUF(x, y, T, ...) __builtin_shufflevector(x, y, __VA_ARGS__)\n"
                     "#else\n"
                     "#define SC_K_SHUF(x, y, T, ...) __builtin_shuffle(x, y, (T){__VA_ARGS__})\n"
-                    "#endif\n"
-                    "typedef int32_t sc_vi32 __attribute__((vector_size(%d)));\n"
-                    "typedef int64_t sc_vi64 __attribute__((vector_size(%d)));\n",
-                 (int)fn->vec_bytes, (int)fn->vec_bytes);
-    static const sc_ir_type types[] = {SC_IR_F32, SC_IR_F64};
-    for (int t = 0; t < 2; t++) {
-        int32_t W = sc_ir_vec_lanes(fn, types[t]);
-        const char *tag = vtag(fn, types[t], W), *it = types[t] == SC_IR_F32 ? "sc_vi32" : "sc_vi64";
+                    "#endif\n");
+    for (int t = 0; t < 4; t++) {
+        sc_ir_type type = VEC_TYPES[t].type;
+        int32_t W = sc_ir_vec_lanes(fn, type);
+        const char *tag = VEC_TYPES[t].tag, *it = VEC_TYPES[t].esz == 4 ? "sc_vi32" : "sc_vi64";
         for (int32_t w = W / 2; w >= 0; w = w > 1 ? w / 2 : w - 1) {
             sc_cg_printf(b, "#define sc_fold%d_%s(x, y) (", (int)w, tag);
             for (int32_t half = 0; half < 2; half++) {
                 sc_cg_printf(b, "%sSC_K_SHUF(x, y, %s", half ? " + " : "", it);
                 for (int32_t l = 0; l < W; l++)
-                    sc_cg_printf(b, ", %d", (int)sc_ir_fold_src(fn, types[t], w, half, l));
+                    sc_cg_printf(b, ", %d", (int)sc_ir_fold_src(fn, type, w, half, l));
                 sc_cg_printf(b, ")");
             }
             sc_cg_printf(b, ")\n");

@@ -164,9 +164,16 @@ bool sc_ir_vec_bytes_ok(int32_t bytes)
     return bytes == 32 || bytes == 64;
 }
 
+/* The bytes of a value of type t (a value type), else 0. */
+static int32_t value_bytes(sc_ir_type t)
+{
+    return t == SC_IR_F32 || t == SC_IR_VI32 ? 4 : t == SC_IR_F64 || t == SC_IR_VI64 ? 8 : 0;
+}
+
 int32_t sc_ir_vec_lanes(const sc_ir_func *fn, sc_ir_type type)
 {
-    return type == SC_IR_F32 ? fn->vec_bytes / 4 : type == SC_IR_F64 ? fn->vec_bytes / 8 : 0;
+    int32_t bytes = value_bytes(type);
+    return bytes ? fn->vec_bytes / bytes : 0;
 }
 
 static bool lanes_ok(const sc_ir_func *fn, sc_ir_type type, int32_t lanes)
@@ -324,7 +331,7 @@ const sc_ir_expr *sc_ir_vgather_n(sc_ir_builder *b, sc_ir_var buf, sc_ir_var crd
         return NULL;
     const sc_ir_var_info *c = &b->fn->vars[crd], *x = &b->fn->vars[buf];
     int32_t full = sc_ir_vec_lanes(b->fn, x->type);
-    bool f64x8 = x->type == SC_IR_F64 && full == 8 && lanes == 8;
+    bool f64x8 = value_bytes(x->type) == 8 && full == 8 && lanes == 8;
     if (c->type != SC_IR_I32 || !c->readonly || !x->buffer || !sc_ir_is_value(x->type) ||
         !full || (lanes != full / 2 && lanes != full / 4 && !f64x8)) {
         sc_ir_fail(b, SC_INTERNAL, "gather of %d lanes from %s at %s", (int)lanes, x->name, c->name);
@@ -403,7 +410,7 @@ const sc_ir_expr *sc_ir_fold(sc_ir_builder *b, const sc_ir_expr *x, const sc_ir_
 
 int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t half, int32_t l)
 {
-    int32_t W = sc_ir_vec_lanes(fn, type), seg = 16 / (type == SC_IR_F64 ? 8 : 4);
+    int32_t W = sc_ir_vec_lanes(fn, type), seg = 16 / value_bytes(type);
     if (w == 0)
         return 2 * (l % (W / 2)) + half;
     int32_t base = 0, span = W; /* the lanes the block is placed among: a segment or all */

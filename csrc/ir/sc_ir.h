@@ -249,17 +249,18 @@ sc_ir_var sc_ir_new_var(sc_ir_builder *b, const char *name, sc_ir_type type, boo
 #define SC_IR_LOCAL_MAX 256
 sc_ir_var sc_ir_new_local(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t len);
 
-/* Vectors of a float type, emitted with the C compiler's vector extension so the code is
+/* Vectors of a value type, emitted with the C compiler's vector extension so the code is
  * vector code whatever its loop vectoriser decides: the function's vec_bytes (64 bytes,
- * 16 float or 8 double lanes, by default: one AVX-512 register; 32 where the target has
- * 256-bit registers, so a vector is one register there too), half or a quarter of that.
+ * 16 float or int32 or 8 double or int64 lanes, by default: one AVX-512 register; 32 where
+ * the target has 256-bit registers, so a vector is one register there too), half or a
+ * quarter of that.
  * sc_ir_vec_lanes: the full lane count of type in fn (0: not a vector type); a lane count
  * is valid when it is that, half or a quarter.  sc_ir_vec_bytes_ok: a width the IR
  * takes. */
 #define SC_IR_VEC_BYTES 64
 int32_t sc_ir_vec_lanes(const sc_ir_func *fn, sc_ir_type type);
 bool sc_ir_vec_bytes_ok(int32_t bytes);
-/* A vector variable of type (a float type) with lanes lanes. */
+/* A vector variable of type (a value type) with lanes lanes. */
 sc_ir_var sc_ir_new_vector(sc_ir_builder *b, const char *name, sc_ir_type type, int32_t lanes);
 
 /* The value type of the kernel's dtype. */
@@ -269,7 +270,7 @@ bool sc_ir_is_int(sc_ir_type t);
 /* Values (F32, F64, VI32, VI64) are a kind apart from indices and flags: arithmetic never
  * mixes the two.  VI32 / VI64 are int32 / int64 values, held in C's unsigned types of the
  * same width (the same bits): their sums, differences, products and negations wrap (two's
- * complement) without signed overflow.  No vector of them is built (sc_ir_vec_lanes 0). */
+ * complement) without signed overflow, in vectors as in scalars. */
 bool sc_ir_is_value(sc_ir_type t);
 bool sc_ir_is_int_value(sc_ir_type t);
 

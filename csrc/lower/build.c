@@ -576,7 +576,7 @@ static int32_t val_bytes(const lb *L)
     return (int32_t)sc_dtype_size(L->p->dtype);
 }
 
-/* Whether the values load and add as vectors: not integer values (sc_ir_vec_lanes). */
+/* Whether the values load and add as vectors (sc_ir_vec_lanes: every value type). */
 static bool vector_values(const lb *L)
 {
     return sc_ir_vec_lanes(L->b.fn, L->vt) > 0;
@@ -629,7 +629,6 @@ static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
 static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     sc_expr_var j = L->order[L->n - 1];
-    /* (integer values build no vectors: their tiles are local arrays of as many lanes) */
     int32_t small = B->fn->vec_bytes / val_bytes(L), g = TILE_BYTES / B->fn->vec_bytes;
     int32_t big = g * small;
     const sc_ir_expr *N = V(L->ext[j]);
@@ -1171,7 +1170,7 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
             return false;
     if (vector_reduction(L, d, n, S, out))
         return true;
-    int32_t U = L->vt == SC_IR_F32 ? 8 : 4;
+    int32_t U = val_bytes(L) == 4 ? 8 : 4;
     sc_ir_var part[8];
     part[0] = S->acc;
     for (int32_t u = 1; u < U; u++) {
@@ -1538,14 +1537,15 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
 
 /* The lanes of one gather (GATHER_LANES: 8 32-bit coordinates in a ymm register) for
  * the segment's values and coordinates, or 0 where gathers do not apply: vectors of 64
- * bytes (AVX-512VL has the masked forms) and 32-bit coordinates. */
+ * bytes (AVX-512VL has the masked forms), 32-bit coordinates and float values (the
+ * gathered rows were measured and tuned on float SpMV only; integer rows stay scalar). */
 enum { GATHER_LANES = 8 };
 
 static int32_t gather_lanes(lb *L, const iter *i0)
 {
     sc_ir_var crd = L->crd[i0->operand][i0->level];
     if (B->fn->vec_bytes != 64 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32 ||
-        !vector_values(L))
+        !vector_values(L) || sc_ir_is_int_value(L->vt))
         return 0;
     return GATHER_LANES;
 }

@@ -258,8 +258,6 @@ out:
     return ok;
 }
 
-static bool with_ints = true; /* run_all_types: the integer dtypes too */
-
 static int run_all_types(const tcase *tc)
 {
     int ok = 1;
@@ -268,10 +266,9 @@ static int run_all_types(const tcase *tc)
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             ok &= run_case(tc, dts[a], its[b], (uint64_t)(a * 2 + b + 1), NULL);
-    /* integer values, where the expression's constants are integers (in one vector width:
-     * no vector of integers is built): int32 values with int32 indices, int64 with int64
-     * (the index widths are covered above) */
-    if (with_ints && !strchr(tc->expr, '.')) {
+    /* integer values, where the expression's constants are integers: int32 values with
+     * int32 indices, int64 with int64 (the index widths are covered above) */
+    if (!strchr(tc->expr, '.')) {
         ok &= run_case(tc, SC_DTYPE_I32, SC_INDEX_I32, 5, NULL);
         ok &= run_case(tc, SC_DTYPE_I64, SC_INDEX_I64, 6, NULL);
     }
@@ -674,7 +671,6 @@ static void test_goldens(void)
 static int sweep(const sc_jit_config *cfg, const char *bytes)
 {
     setenv("SCORCH_VEC_BYTES", bytes, 1);
-    with_ints = strcmp(bytes, "64") == 0;
     sc_error err;
     comp = sc_compiler_new(&ctx, cfg, &err);
     if (!comp) {
