@@ -32,13 +32,15 @@ def median_time(fn, repeat=7, warmup=1, budget=None):
     return statistics.median(times)
 
 
-def time_rounds(fns, repeat, budget, rng):
+def time_rounds(fns, repeat, budget, rng, warm=()):
     """Medians (s) of each candidate in ``fns`` (name -> callable), timed in rounds: one
-    call of each per round, after one warm-up call each, in a fresh order every round
-    (``rng.shuffle``), so that drifting machine load hits every candidate alike; stops
-    after a round once ``budget`` seconds are spent (three rounds at least)."""
-    for fn in fns.values():
-        fn()
+    call of each per round, after one warm-up call each (not for the names in ``warm``:
+    the caller has just called them, checking their results), in a fresh order every
+    round (``rng.shuffle``), so that drifting machine load hits every candidate alike;
+    stops after a round once ``budget`` seconds are spent (three rounds at least)."""
+    for k, fn in fns.items():
+        if k not in warm:
+            fn()
     times = {k: [] for k in fns}
     spent = 0.0
     items = list(fns.items())

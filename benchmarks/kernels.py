@@ -14,8 +14,9 @@ A is rectangular).  Inputs: ../shared/data/matrices (SuiteSparse / SNAP), DLMC 9
 Transformer and ResNet-50 weights (SpMM W @ Xᵀ, batch 256: y = x @ Wᵀ computed as its
 transpose, the field's standard layout), and deterministic synthetic inputs (uniform random,
 R-MAT power-law, banded).  Baselines: torch.sparse with int32 CSR (torch.mv, torch.sparse.mm,
-torch.sparse.sampled_addmm, CSR @ CSR; MKL where torch uses it), scipy.sparse (one thread)
-and dense torch.mm where the dense matrix takes < 1 GB.  Every time is a median; ratios are
+torch.sparse.sampled_addmm, CSR @ CSR; MKL where torch uses it), scipy.sparse (one thread;
+for SDDMM, which scipy lacks, gathered rows and a row-wise dot, not in --quick) and dense
+torch.mm where the dense matrix takes < 1 GB.  Every time is a median; ratios are
 scorch / baseline (< 1: scorch is faster).  GB/s use a traffic model per matrix: "min"
 (matrix + dense operands + output each moved once) for banded / FEM-like / DNN weights, and
 "no-reuse" (one dense row of K values fetched per nonzero) for random and power-law
@@ -349,7 +350,7 @@ class Bench:
         self.repeat, self.budget = (7, 0.25) if args.quick else (9, 2.0)
         self.order_rng = random.Random(0)
 
-    def time_all(self, fns, big=False):
+    def time_all(self, fns, big=False, warm=("scorch", "torch")):
         """Medians (s) of each candidate, timed in rounds (one call of each per round, after
         one warm-up call each) so that drifting machine load hits every candidate alike.  The
         order is a fresh permutation every round (seeded): the call after another
@@ -357,10 +358,12 @@ class Bench:
         baseline finds every cache swept, so no candidate may always follow the same one.
         (Rotating one list keeps each candidate's predecessor: scorch, listed first,
         followed the dense baseline in 3 of 4 rounds, up to 2x its warm time on small
-        matrices.)"""
+        matrices.)  ``warm``: the candidates the correctness check has just called, which
+        need no warm-up call (a quick run's largest cost is the 3-round floor of the
+        baselines' calls: on 2026-11-28 its candidates' medians summed to 15.7 s a round)."""
         repeat = (3 if self.args.quick else 5) if big else self.repeat
         budget = self.budget * (2 if big else 1) * len(fns)
-        return time_rounds(fns, repeat, budget, self.order_rng)
+        return time_rounds(fns, repeat, budget, self.order_rng, warm)
 
     def skip(self, matrix, what, why):
         self.skipped.append({"matrix": matrix, "case": what, "why": why})
@@ -498,7 +501,9 @@ class Bench:
             del y, ref
             c = {"scorch": lambda: scorch.einsum("ij,ik,jk->ij", A, U, V),
                  "torch": lambda: torch.sparse.sampled_addmm(tA, U, VT, beta=0.0)}
-            if m.nnz * K * vb <= (256 << 20):   # scipy has no SDDMM: gathered rows, nnz×K temp
+            # scipy has no SDDMM: gathered rows, an nnz×K temporary (not in --quick: on
+            # the large inputs this stand-in took 10 s of a 126 s quick run's floor)
+            if m.nnz * K * vb <= (256 << 20) and not self.args.quick:
                 r = np.repeat(np.arange(n, dtype=np.int32), np.diff(m.indptr))
                 Un, Vn = U.numpy(), V.numpy()
                 c["scipy"] = lambda: sp.csr_array(
@@ -546,7 +551,7 @@ class Bench:
                 if D is not None and n * nc * B.shape[1] * 2 < DENSE_FLOP_LIMIT:
                     DB = D if square else D.t().contiguous()
                     c["dense"] = lambda: torch.mm(D, DB)
-                c = self.time_all(c, bigg)
+                c = self.time_all(c, bigg, warm=("scorch", "scipy"))
                 self.record(name, kind, "spgemm", 0, dtype, m, model, c, chk, out_nnz)
         gc.collect()
 
@@ -568,7 +573,8 @@ class Bench:
             else "ERR"
         c = self.time_all({"scorch": lambda: scorch.einsum("ij,jk->ik", A, XT),
                            "torch": lambda: torch.sparse.mm(tA, XT),
-                           "scipy": lambda: m @ XTn, "dense": lambda: torch.mm(D, XT)})
+                           "scipy": lambda: m @ XTn, "dense": lambda: torch.mm(D, XT)},
+                          warm=("scorch", "dense"))
         self.record(name, "dlmc", "spmm", batch, dtype, m, "min", c, chk)
 
 
@@ -655,8 +661,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.kernels",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="5 shared matrices, small synthetic inputs (f32 only), fewer repetitions "
-                         "(< 2 min)")
+                    help="5 shared matrices, small synthetic inputs (f32 only), fewer repetitions, "
+                         "no scipy stand-in for SDDMM (< 2 min)")
     ap.add_argument("--only", default="spmv,spmm,spmmt,spmmbt,sddmm,spgemm,dlmc",
                     help="comma list of kernels/sets: spmv,spmm,spmmt,spmmbt,sddmm,spgemm,dlmc,"
                          "synthetic,shared (default: all)")
