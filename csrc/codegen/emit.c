@@ -406,7 +406,7 @@ static const struct {
  * sums by halving (a tree, not a chain of dependent additions); and moves of a vector's
  * first n lanes (1 <= n <= lanes) touching nothing past them: masked moves where the
  * target has them for this width (AVX-512F for 64 bytes; AVX for 32, floats only), lane by
- * lane elsewhere.  Integer moves are bit copies, so a float builtin is not used for them.
+ * lane elsewhere.
  */
 static void vector_helpers(sc_cg_buf *b, int32_t bytes)
 {
@@ -450,27 +450,27 @@ static void vector_helpers(sc_cg_buf *b, int32_t bytes)
     if (bytes == 64) {
         sc_cg_printf(b, "#ifdef __AVX512F__\n"
                         "#define SC_MASK(n) ((1u << (n)) - 1u)\n");
-        /* per element type: the builtins' names (loadu<op>512_mask for floats,
-         * load<op>512_mask for integers), the pointer cast they take, the signed vector
-         * type they take and give, and the cast of that to ours */
+        /* per element type: the masked moves' builtins, the pointer casts they take,
+         * the vector type they take and give (the integer ones: signed lanes), and the
+         * casts between that and ours */
         static const struct {
-            const char *load, *store, *cptr, *ptr, *sv, *ours;
+            const char *load, *store, *cptr, *ptr, *vt, *to_vt, *from_vt;
         } mv[4] = {
-            {"loadups", "storeups", "", "", "sc_vf32", ""},
-            {"loadupd", "storeupd", "", "", "sc_vf64", ""},
-            {"loaddqusi", "storedqusi", "(const int *)", "(int *)", "sc_vi32", "(sc_vu32)"},
-            {"loaddqudi", "storedqudi", "(const long long *)", "(long long *)", "sc_vi64", "(sc_vu64)"},
+            {"loadups", "storeups", "", "", "sc_vf32", "", ""},
+            {"loadupd", "storeupd", "", "", "sc_vf64", "", ""},
+            {"loaddqusi", "storedqusi", "(const int *)", "(int *)", "sc_vi32", "(sc_vi32)", "(sc_vu32)"},
+            {"loaddqudi", "storedqudi", "(const long long *)", "(long long *)", "sc_vi64", "(sc_vi64)",
+             "(sc_vu64)"},
         };
         for (int t = 0; t < 4; t++) {
             const char *tag = VEC_TYPES[t].tag, *ct = VEC_TYPES[t].ct;
             const char *mt = VEC_TYPES[t].esz == 8 ? "unsigned char" : "unsigned short";
-            const char *sv = t >= 2 ? mv[t].sv : "";
             sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
                             "{ return %s__builtin_ia32_%s512_mask(%sp, (%s){0}, (%s)SC_MASK(n)); }\n",
-                         tag, tag, ct, mv[t].ours, mv[t].load, mv[t].cptr, mv[t].sv, mt);
+                         tag, tag, ct, mv[t].from_vt, mv[t].load, mv[t].cptr, mv[t].vt, mt);
             sc_cg_printf(b, "static inline void sc_vstoren_%s(%s *p, sc_v%s v, int64_t n)\n"
-                            "{ __builtin_ia32_%s512_mask(%sp, %s%s%sv, (%s)SC_MASK(n)); }\n",
-                         tag, ct, tag, mv[t].store, mv[t].ptr, *sv ? "(" : "", sv, *sv ? ")" : "", mt);
+                            "{ __builtin_ia32_%s512_mask(%sp, %sv, (%s)SC_MASK(n)); }\n",
+                         tag, ct, tag, mv[t].store, mv[t].ptr, mv[t].to_vt, mt);
         }
         sc_cg_printf(b, "#else\n"
                         "SC_VN(float, f32)\nSC_VN(double, f64)\nSC_VN(uint32_t, u32)\nSC_VN(uint64_t, u64)\n"
@@ -518,7 +518,8 @@ static const char *ctype(sc_ir_type t)
 }
 
 /* The suffix of a vector type's name: f32, f64, u32 or u64 (vector_helpers' VEC_TYPES),
- * then h or q for a half or quarter vector. */
+ * then h or q for a half or quarter vector.  (Vectors are of value types only: the IR
+ * builds none of another type, sc_ir_vec_lanes being 0 for it.) */
 static const char *vtag(const sc_ir_func *fn, sc_ir_type t, int32_t lanes)
 {
     static const char *const tags[4][3] = {{"f32", "f32h", "f32q"}, {"f64", "f64h", "f64q"},
