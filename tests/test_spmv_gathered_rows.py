@@ -3,7 +3,7 @@ gathers are fast: the compiler times them once (driver/probe.c), SCORCH_GATHERS=
 overrides it.  The rest of the suite runs with SCORCH_GATHERS=0 (conftest), so these tests
 run the gathered rows in child processes: rows of every length around the cuts (8, 16,
 16 + 8), x on both sides of the prefetch gate (1 MiB), the rows' own entries requested
-ahead, 32- and 64-bit coordinates, 1 and 2 threads, products with literals and per-row factors, against dense; a long row and a
+ahead, 32- and 64-bit coordinates, float and integer values, 1 and 2 threads, products with literals and per-row factors, against dense; a long row and a
 short row last in the arrays under AddressSanitizer; the gathers' lane-by-lane fallbacks
 (kernels compiled without -march=native)."""
 import os
@@ -27,21 +27,30 @@ def matrix(dt, n):
     r = torch.repeat_interleave(torch.arange(len(lens)), lens)
     c = torch.cat([torch.randperm(n, generator=g)[:k] for k in lens.tolist()])
     d = torch.zeros(len(lens), n, dtype=dt)
-    d[r, c] = torch.rand(len(r), dtype=dt, generator=g) + 0.5
+    if dt.is_floating_point:
+        d[r, c] = torch.rand(len(r), dtype=dt, generator=g) + 0.5
+    else:
+        d[r, c] = torch.randint(-9, 10, (len(r),), dtype=dt, generator=g)
     return d
 
-for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
+TAGS = {torch.float32: "f32h", torch.float64: "f64", torch.int32: "u32h", torch.int64: "u64"}
+for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12), (torch.int32, 0), (torch.int64, 0)):
     for n in (1000, 262144):          # x below / at the prefetch gate (1 MiB of float32)
         d = matrix(dt, n)
-        x = torch.rand(n, dtype=dt, generator=g) - 0.5
-        ref = (d.double() @ x.double()).to(dt)
-        for it in (torch.int32, torch.int64):
+        if dt.is_floating_point:
+            x = torch.rand(n, dtype=dt, generator=g) - 0.5
+            ref = (d.double() @ x.double()).to(dt)
+        else:
+            x = torch.randint(-9, 10, (n,), dtype=dt, generator=g)
+            ref = d @ x
+        # (integer values: 32-bit coordinates only, the ones that gather)
+        for it in (torch.int32, torch.int64) if dt.is_floating_point else (torch.int32,):
             A = scorch.to_sparse(d, "csr", index_dtype=it)
             text = scorch.explain(torch.mv, A, x)
             fast = re.search(r"^gathers: (\w+)", text, re.M).group(1)
             assert fast == ("fast" if want else "slow"), fast
             vec64 = re.search(r"^vectors: 64 bytes", text, re.M) is not None
-            tag = "f32h" if dt == torch.float32 else "f64"    # 8 lanes a gather
+            tag = TAGS[dt]    # 8 lanes a gather
             gathered = "+= 16)" in text and f"sc_vgathern_{tag}(B_vals" in text
             assert gathered == (want and vec64 and it == torch.int32), text[-2000:]
             if gathered:
@@ -52,7 +61,7 @@ for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
                         assert f"__builtin_prefetch(&{arr}[sc_min(({at}_" in text, (at, arr)
                 assert text.count(" + 256), (A1_len_2 - 1))]);") == 4
                 # a step of 16 float64 values spans two lines: both requested
-                second = 2 if dt == torch.float64 else 0
+                second = 2 if dt.itemsize == 8 else 0
                 assert text.count("&A_vals_3[sc_min((") == 2 + second
                 assert text.count(" + 264), (A1_len_2 - 1))]);") == second
             for th in (1, 2):

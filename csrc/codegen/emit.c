@@ -339,49 +339,71 @@ static const char *const PRELUDE[] = {
  * Moves of the first n lanes of half and quarter vectors, and masked gathers into them
  * (lane l < n: x[c[l]], the others 0; nothing read past c[n - 1]): one instruction each
  * with AVX-512VL, lane by lane elsewhere.  The lowering gathers only for 64-byte vectors
- * (sc_ir_vgather_n): 8 or 4 float lanes, 8, 4 or 2 double lanes, 32-bit coordinates (the
- * full double vector's first-n-lane load is vector_helpers').
+ * (sc_ir_vgather_n): 8 or 4 lanes of 4 bytes, 8, 4 or 2 lanes of 8, 32-bit coordinates
+ * (the full 8-byte vectors' first-n-lane loads are vector_helpers').  The integer builtins
+ * take and give vectors of signed lanes: cast from ours and back.
  */
 static void partial_helpers(sc_cg_buf *b, int32_t bytes)
 {
     if (bytes == 64) {
         sc_cg_printf(b, "#ifdef __AVX512VL__\n"
                         "typedef int32_t sc_vi32h __attribute__((vector_size(32)));\n"
-                        "typedef int32_t sc_vi32q __attribute__((vector_size(16)));\n");
+                        "typedef int32_t sc_vi32q __attribute__((vector_size(16)));\n"
+                        "typedef long long sc_vi64h __attribute__((vector_size(32)));\n"
+                        "typedef long long sc_vi64q __attribute__((vector_size(16)));\n");
+        /* per vector type: its C element type, the masked load's builtin, the pointer
+         * cast and vector type it takes, the cast of its result to ours, the gather's
+         * builtin, the coordinates' vector type and masked load, the element size */
         static const struct {
-            const char *tag, *ct, *load, *gather, *idx, *ild;
+            const char *tag, *ct, *load, *ptr, *vt, *ours, *gather, *idx, *ild;
             int esz;
-        } h[4] = {
-            {"f32h", "float", "loadups256", "gather3siv8sf", "sc_vi32h", "loaddqusi256", 4},
-            {"f32q", "float", "loadups128", "gather3siv4sf", "sc_vi32q", "loaddqusi128", 4},
-            {"f64h", "double", "loadupd256", "gather3siv4df", "sc_vi32q", "loaddqusi128", 8},
-            {"f64q", "double", "loadupd128", "gather3siv2df", "sc_vi32q", "loaddqusi128", 8},
+        } h[8] = {
+            {"f32h", "float", "loadups256", "", "sc_vf32h", "", "gather3siv8sf", "sc_vi32h", "loaddqusi256", 4},
+            {"f32q", "float", "loadups128", "", "sc_vf32q", "", "gather3siv4sf", "sc_vi32q", "loaddqusi128", 4},
+            {"f64h", "double", "loadupd256", "", "sc_vf64h", "", "gather3siv4df", "sc_vi32q", "loaddqusi128", 8},
+            {"f64q", "double", "loadupd128", "", "sc_vf64q", "", "gather3siv2df", "sc_vi32q", "loaddqusi128", 8},
+            {"u32h", "uint32_t", "loaddqusi256", "(const int *)", "sc_vi32h", "(sc_vu32h)",
+             "gather3siv8si", "sc_vi32h", "loaddqusi256", 4},
+            {"u32q", "uint32_t", "loaddqusi128", "(const int *)", "sc_vi32q", "(sc_vu32q)",
+             "gather3siv4si", "sc_vi32q", "loaddqusi128", 4},
+            {"u64h", "uint64_t", "loaddqudi256", "(const long long *)", "sc_vi64h", "(sc_vu64h)",
+             "gather3siv4di", "sc_vi32q", "loaddqusi128", 8},
+            {"u64q", "uint64_t", "loaddqudi128", "(const long long *)", "sc_vi64q", "(sc_vu64q)",
+             "gather3siv2di", "sc_vi32q", "loaddqusi128", 8},
         };
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 8; k++) {
             sc_cg_printf(b, "static inline sc_v%s sc_vloadn_%s(const %s *p, int64_t n)\n"
-                            "{ return __builtin_ia32_%s_mask(p, (sc_v%s){0}, (unsigned char)SC_MASK(n)); }\n",
-                         h[k].tag, h[k].tag, h[k].ct, h[k].load, h[k].tag);
+                            "{ return %s__builtin_ia32_%s_mask(%sp, (%s){0}, (unsigned char)SC_MASK(n)); }\n",
+                         h[k].tag, h[k].tag, h[k].ct, h[k].ours, h[k].load, h[k].ptr, h[k].vt);
             sc_cg_printf(b, "static inline sc_v%s sc_vgathern_%s(const %s *x, const int32_t *c, int64_t n)\n"
                             "{\n    unsigned char k = (unsigned char)SC_MASK(n);\n"
-                            "    return __builtin_ia32_%s((sc_v%s){0}, x, "
+                            "    return %s__builtin_ia32_%s((%s){0}, x, "
                             "__builtin_ia32_%s_mask(c, (%s){0}, k), k, %d);\n}\n",
-                         h[k].tag, h[k].tag, h[k].ct, h[k].gather, h[k].tag, h[k].ild, h[k].idx,
-                         h[k].esz);
+                         h[k].tag, h[k].tag, h[k].ct, h[k].ours, h[k].gather, h[k].vt, h[k].ild,
+                         h[k].idx, h[k].esz);
         }
+        /* the full 8-byte vectors: 8 lanes, one gather */
         sc_cg_printf(b, "static inline sc_vf64 sc_vgathern_f64(const double *x, const int32_t *c, int64_t n)\n"
                         "{\n    unsigned char k = (unsigned char)SC_MASK(n);\n"
                         "    return __builtin_ia32_gathersiv8df((sc_vf64){0}, x, "
                         "__builtin_ia32_loaddqusi256_mask(c, (sc_vi32h){0}, k), k, 8);\n}\n"
+                        "static inline sc_vu64 sc_vgathern_u64(const uint64_t *x, const int32_t *c, int64_t n)\n"
+                        "{\n    unsigned char k = (unsigned char)SC_MASK(n);\n"
+                        "    return (sc_vu64)__builtin_ia32_gathersiv8di((sc_vi64){0}, x, "
+                        "__builtin_ia32_loaddqusi256_mask(c, (sc_vi32h){0}, k), k, 8);\n}\n"
                         "#else\n"
                         "static inline sc_vf64 sc_vgathern_f64(const double *x, const int32_t *c, int64_t n)\n"
-                        "{ sc_vf64 v = {0}; for (int64_t i = 0; i < n; i++) v[i] = x[c[i]]; return v; }\n");
+                        "{ sc_vf64 v = {0}; for (int64_t i = 0; i < n; i++) v[i] = x[c[i]]; return v; }\n"
+                        "static inline sc_vu64 sc_vgathern_u64(const uint64_t *x, const int32_t *c, int64_t n)\n"
+                        "{ sc_vu64 v = {0}; for (int64_t i = 0; i < n; i++) v[i] = x[c[i]]; return v; }\n");
     }
     sc_cg_printf(b, "#define SC_VG(T, S)                                                           \\\n"
                     "static inline sc_v##S sc_vloadn_##S(const T *p, int64_t n)                    \\\n"
                     "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = p[i]; return v; }   \\\n"
                     "static inline sc_v##S sc_vgathern_##S(const T *x, const int32_t *c, int64_t n) \\\n"
                     "{ sc_v##S v = {0}; for (int64_t i = 0; i < n; i++) v[i] = x[c[i]]; return v; }\n"
-                    "SC_VG(float, f32h)\nSC_VG(float, f32q)\nSC_VG(double, f64h)\nSC_VG(double, f64q)\n");
+                    "SC_VG(float, f32h)\nSC_VG(float, f32q)\nSC_VG(double, f64h)\nSC_VG(double, f64q)\n"
+                    "SC_VG(uint32_t, u32h)\nSC_VG(uint32_t, u32q)\nSC_VG(uint64_t, u64h)\nSC_VG(uint64_t, u64q)\n");
     if (bytes == 64)
         sc_cg_printf(b, "#endif\n");
 }

@@ -1537,15 +1537,14 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
 
 /* The lanes of one gather (GATHER_LANES: 8 32-bit coordinates in a ymm register) for
  * the segment's values and coordinates, or 0 where gathers do not apply: vectors of 64
- * bytes (AVX-512VL has the masked forms), 32-bit coordinates and float values (the
- * gathered rows were measured and tuned on float SpMV only; integer rows stay scalar). */
+ * bytes (AVX-512VL has the masked forms) and 32-bit coordinates. */
 enum { GATHER_LANES = 8 };
 
 static int32_t gather_lanes(lb *L, const iter *i0)
 {
     sc_ir_var crd = L->crd[i0->operand][i0->level];
     if (B->fn->vec_bytes != 64 || crd < 0 || B->fn->vars[crd].type != SC_IR_I32 ||
-        !vector_values(L) || sc_ir_is_int_value(L->vt))
+        !vector_values(L))
         return 0;
     return GATHER_LANES;
 }
