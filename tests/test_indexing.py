@@ -152,7 +152,12 @@ def test_one_position_keeps_only_its_entries(fmt):
     ((None, 0, 0, 0), IndexError, "too many indices"),
     ((True, False), NotImplementedError, "several bools"),
     ((None,) * 7, NotImplementedError, "at most 8 dimensions"),
-    ((torch.tensor([0]), torch.tensor([1])), NotImplementedError, "several index tensors"),
+    ((torch.tensor([0]), torch.tensor([1]), slice(None)), IndexError, "too many indices"),
+    ((torch.tensor([0]), torch.tensor([4])), IndexError,
+     "index 4 is out of bounds for dimension 1 with size 4"),
+    ((torch.tensor([0]), torch.tensor([0.5])), IndexError, "dimension 1 must be an int64"),
+    ((torch.tensor([True, False, True, True]), torch.tensor([1])), IndexError,
+     "dimension 0 must be an int64 or int32 tensor"),
     ((slice(None), slice(None), slice(None)), IndexError, "too many indices"),
     (slice(None, None, -1), ValueError, "step"),
 ])
@@ -168,6 +173,54 @@ def test_bad_selections_are_refused(key, err, match):
         A.index_select(2, torch.tensor([0]))
     with pytest.raises(IndexError, match="out of range"):   # (as torch's index_select)
         A.index_select(0, torch.tensor([-1]))
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])
+def test_pointwise_indices_as_torch(fmt, sid, shape, kind):
+    """A[r, c] with integer tensors (or lists, or an int beside a tensor) on every
+    dimension: the values at the pairs, broadcast as torch's advanced indexing (repeats,
+    negative positions, absent entries 0), a dense tensor of the indices' shape; the input
+    unchanged; the gradient of the values is the picked positions' summed weights, at
+    the stored ones."""
+    x = make_dense(shape, torch.float64, seed_of("pointwise", sid, fmt), kind)
+    A = scorch.to_sparse(x, fmt)
+    snap = _snapshot(A)
+    n, m = shape
+    r, c = _index(n, seed_of("pw-r", sid)), _index(m, seed_of("pw-c", sid))
+    k = min(len(r), len(c))
+    keys = [(r[:k], c[:k]), (r[:k].tolist(), c[:k].tolist())]
+    if n and m:
+        keys += [(r[:k].reshape(-1, 1), c[:k].reshape(1, -1)),   # broadcast to k x k
+                 (r[:k].to(torch.int32), c[:k])]
+    for key in keys:
+        got, ref = A[key], x[key]
+        assert type(got) is torch.Tensor and got.shape == ref.shape, key
+        assert torch.equal(got, ref), key
+    assert _unchanged(A, snap)
+    if n and m and fmt != "dense":
+        B = scorch.to_sparse(x, fmt).requires_grad_()
+        w = torch.arange(1.0, k + 1, dtype=torch.float64)
+        (B[r[:k], c[:k]] * w).sum().backward()
+        want = torch.zeros(shape, dtype=torch.float64)
+        want.index_put_((r[:k] % n, c[:k] % m), w, accumulate=True)
+        stored = B.with_values(torch.ones_like(B.values())).to_dense() != 0
+        assert torch.equal(B.grad.to_dense(), want * stored)
+
+
+def test_pointwise_indices_nd_and_duplicates():
+    x = make_dense((3, 4, 5), torch.float32, seed_of("pointwise-3d"), "random")
+    i, j, k = torch.tensor([0, 2, 1, -1]), torch.tensor([3, 0, 0, 3]), torch.tensor([4, 4, 1, 0])
+    for fmt in FORMATS_3D:
+        B = scorch.to_sparse(x, fmt)
+        assert torch.equal(B[i, j, k], x[i, j, k]), fmt
+        assert torch.equal(B[i, 1, k], x[i, 1, k]), fmt
+    # repeated coordinates of an uncoalesced tensor are summed, as to_dense sums them
+    coo = torch.sparse_coo_tensor(torch.tensor([[1, 1, 0], [2, 2, 0]]),
+                                  torch.tensor([1.0, 2.0, 5.0]), (3, 3))
+    C = scorch.to_sparse(coo)
+    assert torch.equal(C[torch.tensor([1, 0, 2]), torch.tensor([2, 0, 2])],
+                       torch.tensor([3.0, 5.0, 0.0]))
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])

@@ -1486,13 +1486,52 @@ def _integer(k):
     return None
 
 
+def _pointwise(a: SparseTensor, keys) -> torch.Tensor:
+    """``A[r, c]`` with every dimension indexed by an integer tensor, list or int: the
+    values at the positions the indices pair up (broadcast together, negative ones
+    counting from the end, as torch's advanced indexing), a dense tensor of the indices'
+    broadcast shape, an absent position 0 and repeated coordinates summed.  A compiled
+    product with one 0/1 selection matrix per dimension (row k of the one for dim d holds
+    a 1 at the k-th position's coordinate along d): ``out(k) = A(i,j) R(k,i) C(k,j)``,
+    O(entries of the rows read) per position, differentiable like any einsum."""
+    idx = []
+    for d, k in enumerate(keys):
+        t = torch.as_tensor(k) if not isinstance(k, list) or k else \
+            torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
+        if t.dtype not in (torch.int32, torch.int64):     # (torch's: long or int)
+            raise IndexError(f"indexing: the index of dimension {d} must be an int64 or "
+                             f"int32 tensor to pair up with the others, got {t.dtype}")
+        idx.append(t.to(torch.int64))
+    idx = torch.broadcast_tensors(*idx)
+    shape, n = idx[0].shape, idx[0].numel()
+    letters = "abcdefghijlmnopq"[:a.dim()]            # ('k' is the positions')
+    it = torch.int32 if max(max(a.shape, default=0), n) <= _tensor._I32_MAX else torch.int64
+    pos, ones = torch.arange(n + 1, dtype=it), torch.ones(n, dtype=a.dtype)  # (shared)
+    sel = []
+    for d, t in enumerate(idx):
+        size = a.shape[d]
+        t = t.reshape(-1)
+        lo, hi = (int(v) for v in t.aminmax()) if n else (0, 0)
+        if n and (lo < -size or hi >= size):
+            bad = lo if lo < -size else hi
+            raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {size}")
+        if lo < 0:
+            t = torch.where(t < 0, t + size, t)
+        sel.append(SparseTensor((n, size), _CSR_LIKE[(0, 1)], [None, pos], [None, t.to(it)],
+                                ones, index_dtype=it))
+    expr = letters + "," + ",".join("k" + c for c in letters) + "->k"
+    r = einsum(expr, a, *sel)
+    return (r.to_dense() if _is_sparse(r) else r).reshape(shape)
+
+
 @_register(torch.Tensor.__getitem__)
 def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j]: one index tensor (or list),
     slices and integers, one dimension each (an integer drops its dimension); ``...``
     stands for the dimensions not indexed and ``None`` adds one of size 1 (unsqueeze, a
     view; ``True`` does the same and ``False`` adds one of size 0, as torch reads a bool);
-    several index tensors are refused."""
+    A[r, c] with every dimension indexed by integer tensors (or ints) pairs them up
+    (``_pointwise``: a dense result); several index tensors beside slices are refused."""
     keys = key if isinstance(key, tuple) else (key,)
 
     def added(k):   # (a key that adds a dimension rather than indexing one)
@@ -1527,8 +1566,12 @@ def _getitem(a, key):
         raise IndexError(f"too many indices for a {a.dim()}-D tensor: {len(keys)}")
     tensors = [k for k in keys if isinstance(k, (torch.Tensor, list)) and _integer(k) is None]
     if len(tensors) > 1:
-        refuse("indexing with several index tensors", a, why="their positions pair up "
-               "pointwise; index one dimension at a time")
+        if len(keys) == a.dim() and all(_integer(k) is not None or k is not None and
+                                        not isinstance(k, slice) for k in keys):
+            return _pointwise(a, keys)
+        refuse("indexing with several index tensors and slices", a, why="index every "
+               "dimension with integer tensors (their positions pair up pointwise), or "
+               "one dimension at a time")
     out, ints = a, []
     for d, k in enumerate(keys):
         if _integer(k) is not None:
