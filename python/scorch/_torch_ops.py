@@ -1214,6 +1214,13 @@ def _mT(a):
 
 # ---- selecting along a dimension: index_select, narrow, A[rows], A[a:b] -----------------
 
+def _index_tensor(k) -> torch.Tensor:
+    """An index (tensor, list, int) as a tensor; ``[]`` as an empty int64 one (it selects
+    nothing, as torch's does; ``torch.as_tensor([])`` would be float32)."""
+    return torch.as_tensor(k) if not isinstance(k, list) or k else \
+        torch.zeros(0, dtype=torch.int64)
+
+
 def index_select(a: SparseTensor, dim: int, index, name="index_select") -> SparseTensor:
     """The entries of ``a`` whose coordinate along ``dim`` is in ``index`` (1-D, repeats
     allowed; negative positions count from the end, except in index_select, which refuses
@@ -1227,8 +1234,7 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     conversion (O(nnz log nnz)).  (A product along an outer compressed level would
     search that level for every selected position.)"""
     dim = _dim_index(name, dim, a.dim())
-    index = torch.as_tensor(index) if not isinstance(index, list) or index else \
-        torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
+    index = _index_tensor(index)
     if index.dtype == torch.uint8 and name == "indexing":
         index = index.bool()     # (torch's indexing reads a uint8 index as a mask)
     if index.dtype == torch.bool:
@@ -1496,8 +1502,7 @@ def _pointwise(a: SparseTensor, keys) -> torch.Tensor:
     O(entries of the rows read) per position, differentiable like any einsum."""
     idx = []
     for d, k in enumerate(keys):
-        t = torch.as_tensor(k) if not isinstance(k, list) or k else \
-            torch.zeros(0, dtype=torch.int64)          # ([] selects nothing, as torch's)
+        t = _index_tensor(k)
         if t.dtype not in (torch.int32, torch.int64):     # (torch's: long or int)
             raise IndexError(f"indexing: the index of dimension {d} must be an int64 or "
                              f"int32 tensor to pair up with the others, got {t.dtype}")
@@ -1511,12 +1516,14 @@ def _pointwise(a: SparseTensor, keys) -> torch.Tensor:
     for d, t in enumerate(idx):
         size = a.shape[d]
         t = t.reshape(-1)
-        lo, hi = (int(v) for v in t.aminmax()) if n else (0, 0)
-        if n and (lo < -size or hi >= size):
-            bad = lo if lo < -size else hi
-            raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {size}")
-        if lo < 0:
-            t = torch.where(t < 0, t + size, t)
+        if n:
+            lo, hi = (int(v) for v in t.aminmax())
+            if lo < -size or hi >= size:
+                bad = lo if lo < -size else hi
+                raise IndexError(f"index {bad} is out of bounds for dimension {d} with size "
+                                 f"{size}")
+            if lo < 0:
+                t = torch.where(t < 0, t + size, t)
         sel.append(SparseTensor((n, size), _CSR_LIKE[(0, 1)], [None, pos], [None, t.to(it)],
                                 ones, index_dtype=it))
     expr = letters + "," + ",".join("k" + c for c in letters) + "->k"
