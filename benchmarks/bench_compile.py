@@ -56,7 +56,7 @@ def compile_times():
     rows = []
     for name, expr, spec in EXPRS:
         entry, _ = _compile(_LANG_EINSUM, expr, _operands(spec), None, None)
-        front, jit = _C.kernel_times(entry[0])
+        front, jit, _ = _C.kernel_times(entry[0])
         rows.append((name, front, jit))
     return rows, _C.jit_stats()
 

@@ -130,6 +130,67 @@ static void hash_fixed(sc_jit_hasher *h, const sc_expr *e, const sc_lower_proble
     }
 }
 
+/* The kernel's key: everything that shapes the generated code. */
+static sc_jit_key kernel_key(const sc_expr *e, const char *canon, int32_t nops,
+                             const sc_tensor *ops, const sc_lower_problem *p,
+                             const sc_sched *s, const char *stext)
+{
+    sc_jit_hasher h;
+    sc_jit_hash_init(&h, 0x5c0c0de);
+    int32_t ver = SC_RT_VERSION;
+    sc_jit_hash_field(&h, &ver, sizeof ver);
+    sc_jit_hash_field(&h, canon, strlen(canon));
+    for (int32_t t = 0; t < nops; t++) {
+        hash_fmt(&h, &ops[t].fmt);
+        int32_t w[3] = {(int32_t)ops[t].dtype, (int32_t)ops[t].index_type, (int32_t)p->bcast[t]};
+        sc_jit_hash_field(&h, w, sizeof w);
+    }
+    hash_fmt(&h, &p->out_fmt);
+    int32_t oit = (int32_t)p->out_itype;
+    sc_jit_hash_field(&h, &oit, sizeof oit);
+    sc_jit_hash_field(&h, stext, strlen(stext));
+    /* what the schedule converts: for sparse operands the order decides it, for dense
+     * ones (sc_sched_relayout) the sizes do too */
+    sc_jit_hash_field(&h, &s->transpose, sizeof s->transpose);
+    for (int32_t t = 0; t < nops && t < 32; t++)
+        if ((s->transpose >> t) & 1)
+            hash_fmt(&h, &s->tfmt[t]);
+    sc_jit_hash_field(&h, &s->vec_bytes, sizeof s->vec_bytes);
+    uint8_t gth = s->gathers;
+    sc_jit_hash_field(&h, &gth, sizeof gth);
+    hash_fixed(&h, e, p);
+    return sc_jit_hash_final(&h);
+}
+
+static bool has_fixed(const sc_lower_problem *p)
+{
+    for (int32_t v = 0; v < p->nvars; v++)
+        if (p->fixed[v] > 0)
+            return true;
+    return false;
+}
+
+/* What one pass of the pipeline is asked for (sc_compile_sized, sc_compile_later,
+ * sc_compile_source). */
+typedef enum {
+    WANT_KERNEL,   /* a callable kernel: the map, the ahead-of-time table, the jit */
+    WANT_AOT_ONLY, /* the map or the ahead-of-time table; *out NULL where neither has it */
+    WANT_SOURCE,   /* the generated C, its key and symbol; nothing is compiled or kept */
+} want;
+
+typedef struct request {
+    bool sizes;
+    want want;
+    int gathers;        /* -1: the compiler's */
+    sc_later **later;   /* WANT_KERNEL: where a background compile may be started */
+    sc_source *source;  /* WANT_SOURCE: the result */
+} request;
+
+static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *expr,
+                              int32_t nops, const sc_tensor *ops, const sc_format *out_fmt,
+                              const char *schedule, const request *rq, const sc_kernel **out,
+                              sc_error *err);
+
 sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
                      const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
                      const sc_kernel **out, sc_error *err)
@@ -140,6 +201,40 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
 sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
                            const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
                            bool sizes, const sc_kernel **out, sc_error *err)
+{
+    request rq = {sizes, WANT_KERNEL, -1, NULL, NULL};
+    return compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &rq, out, err);
+}
+
+sc_status sc_compile_later(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                           const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                           bool sizes, const sc_kernel **out, sc_later **later, sc_error *err)
+{
+    *later = NULL;
+    request rq = {sizes, WANT_KERNEL, -1, later, NULL};
+    return compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &rq, out, err);
+}
+
+sc_status sc_compile_source(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                            const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                            bool sizes, int gathers, sc_source *source, sc_error *err)
+{
+    memset(source, 0, sizeof *source);
+    request rq = {sizes, WANT_SOURCE, gathers, NULL, source};
+    const sc_kernel *unused;
+    return compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &rq, &unused, err);
+}
+
+void sc_source_release(sc_compiler *c, sc_source *source)
+{
+    sc_free(&c->ctx, source->text);
+    memset(source, 0, sizeof *source);
+}
+
+static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *expr,
+                              int32_t nops, const sc_tensor *ops, const sc_format *out_fmt,
+                              const char *schedule, const request *rq, const sc_kernel **out,
+                              sc_error *err)
 {
     *out = NULL;
     sc_error_clear(err);
@@ -197,40 +292,16 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     if ((st = sc_sched_check(&p, &s, err)) != SC_OK)
         goto done;
     s.vec_bytes = c->vec_bytes;
-    s.gathers = c->gathers;
-    if (sizes)
+    s.gathers = rq->gathers < 0 ? c->gathers : rq->gathers != 0;
+    if (rq->sizes)
         sc_lower_fix_extents(&p, s.norder > 0 ? s.order[0] : -1);
     char stext[512];
     sc_sched_print(&e, &s, stext, sizeof stext);
     t1 = sc_drv_now_us();
 
     /* key: everything that shapes the generated code */
-    sc_jit_hasher h;
-    sc_jit_hash_init(&h, 0x5c0c0de);
-    int32_t ver = SC_RT_VERSION;
-    sc_jit_hash_field(&h, &ver, sizeof ver);
-    sc_jit_hash_field(&h, canon, strlen(canon));
-    for (int32_t t = 0; t < nops; t++) {
-        hash_fmt(&h, &ops[t].fmt);
-        int32_t w[3] = {(int32_t)ops[t].dtype, (int32_t)ops[t].index_type, (int32_t)p.bcast[t]};
-        sc_jit_hash_field(&h, w, sizeof w);
-    }
-    hash_fmt(&h, &p.out_fmt);
-    int32_t oit = (int32_t)p.out_itype;
-    sc_jit_hash_field(&h, &oit, sizeof oit);
-    sc_jit_hash_field(&h, stext, strlen(stext));
-    /* what the schedule converts: for sparse operands the order decides it, for dense
-     * ones (sc_sched_relayout) the sizes do too */
-    sc_jit_hash_field(&h, &s.transpose, sizeof s.transpose);
-    for (int32_t t = 0; t < nops && t < 32; t++)
-        if ((s.transpose >> t) & 1)
-            hash_fmt(&h, &s.tfmt[t]);
-    sc_jit_hash_field(&h, &s.vec_bytes, sizeof s.vec_bytes);
-    uint8_t gth = s.gathers;
-    sc_jit_hash_field(&h, &gth, sizeof gth);
-    hash_fixed(&h, &e, &p);
-    sc_jit_key key = sc_jit_hash_final(&h);
-    const sc_kernel *hit = sc_drv_lookup(c, key);
+    sc_jit_key key = kernel_key(&e, canon, nops, ops, &p, &s, stext);
+    const sc_kernel *hit = rq->want == WANT_SOURCE ? NULL : sc_drv_lookup(c, key);
     if (hit) {
         *out = hit;
         st = SC_OK;
@@ -328,15 +399,27 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
     if ((st = sc_cg_emit(&c->ctx, &fn, &src, &srclen, err)) != SC_OK)
         goto done;
     double t4 = sc_drv_now_us();
-    sc_jit_fn jf = NULL;
-    if ((st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
+    if (rq->want == WANT_SOURCE) {
+        rq->source->key = key;
+        rq->source->hash = sc_source_hash(src, srclen);
+        memcpy(rq->source->symbol, sym, sizeof rq->source->symbol);
+        rq->source->text = src;
+        rq->source->len = srclen;
+        src = NULL;
+        st = SC_OK;
         goto done;
-    double t5 = sc_drv_now_us();
-    k->fn = (sc_rt_kernel)jf;
+    }
+    sc_rt_kernel ahead = sc_drv_aot_find(c, key, src, srclen);
+    if (!ahead && rq->want == WANT_AOT_ONLY) {
+        *out = NULL;
+        st = SC_OK;
+        goto done;
+    }
     k->front_us = t4 - t0;
-    k->jit_us = t5 - t4;
     if (c->debug)
-        sc_cg_printf(&dump, "[debug] codegen %.1f us, jit %.1f us\n", t4 - t3, t5 - t4);
+        sc_cg_printf(&dump, "[debug] codegen %.1f us\n", t4 - t3);
+    if (ahead)
+        sc_cg_printf(&dump, "ahead of time: built with scorch (no C compiler runs)\n");
     sc_cg_printf(&dump, "generated C (%s):\n", sym);
     sc_cg_append(&dump, src, srclen);
     k->explain = sc_cg_buf_take(&dump, NULL, err);
@@ -344,6 +427,35 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
         st = SC_NOMEM;
         goto done;
     }
+    sc_jit_fn jf = NULL;
+    if (ahead) {
+        k->fn = ahead;
+        k->ahead = true;
+    } else if (rq->later && c->naot && has_fixed(&p)) {
+        /* written for sizes, and only a generic kernel is at hand without the compiler:
+         * that one runs now, this one compiles in the background */
+        if ((st = sc_jit_cached(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
+            goto done;
+        const sc_kernel *g = NULL;
+        if (!jf) {
+            request grq = {false, WANT_AOT_ONLY, rq->gathers, NULL, NULL};
+            if ((st = compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &grq, &g,
+                                   err)) != SC_OK)
+                goto done;
+        }
+        if (g) {
+            st = sc_drv_later_start(c, k, src, srclen, sym, rq->later, err);
+            k = NULL;
+            src = NULL;
+            *out = st == SC_OK ? g : NULL;
+            goto done;
+        }
+    }
+    if (!k->fn && !jf && (st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
+        goto done;
+    if (!k->fn)
+        k->fn = (sc_rt_kernel)jf;
+    k->jit_us = sc_drv_now_us() - t4;
     *out = sc_drv_insert(c, k, err);
     k = NULL;
     st = *out ? SC_OK : SC_NOMEM;

@@ -6,10 +6,16 @@
  * and inserts hold the mutex for a few loads; compiling happens outside it, and when two
  * threads compile the same key the first insert wins and the second kernel is dropped.
  */
+#define _GNU_SOURCE
 #include "driver_internal.h"
 
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The vector width kernels are written for: $SCORCH_VEC_BYTES (32 or 64) when set, else
  * 64 where the CPU has AVX-512F (a vector is one zmm register) and 32 elsewhere (one ymm
@@ -95,10 +101,20 @@ void sc_compiler_free(sc_compiler *c)
 {
     if (!c)
         return;
+    for (sc_later *l = c->laters, *next; l; l = next) {
+        next = l->next;
+        if (!l->joined && l->pid == getpid())
+            pthread_join(l->thread, NULL);
+        sc_drv_kernel_free(c, l->k);
+        sc_free(&c->ctx, l->src);
+        sc_free(&c->ctx, l);
+    }
     for (size_t i = 0; i < c->cap; i++)
         sc_drv_kernel_free(c, c->map[i]);
     sc_free(&c->ctx, c->map);
     sc_jit_free(c->jit);
+    if (c->aot_lib)
+        dlclose(c->aot_lib);
     pthread_mutex_destroy(&c->mu);
     sc_ctx ctx = c->ctx;
     sc_free(&ctx, c);
@@ -200,4 +216,193 @@ void sc_kernel_times(const sc_kernel *k, double *front_us, double *jit_us)
 void sc_compiler_jit_stats(sc_compiler *c, sc_jit_counts *out)
 {
     sc_jit_stats(c->jit, out);
+}
+
+bool sc_kernel_ahead(const sc_kernel *k)
+{
+    return k->ahead;
+}
+
+/* ---- ahead-of-time kernels ---- */
+
+static int key_cmp(const uint64_t a[2], const uint64_t b[2])
+{
+    return a[0] != b[0] ? (a[0] < b[0] ? -1 : 1) : a[1] != b[1] ? (a[1] < b[1] ? -1 : 1) : 0;
+}
+
+sc_status sc_compiler_load_aot(sc_compiler *c, const char *path, size_t *loaded,
+                               const char **why, sc_error *err)
+{
+    *loaded = 0;
+    *why = NULL;
+    pthread_mutex_lock(&c->mu);
+    bool busy = c->aot_lib || c->count;
+    pthread_mutex_unlock(&c->mu);
+    if (busy)
+        return sc_fail(err, SC_USER, "driver",
+                       "ahead-of-time kernels load once, before the first kernel");
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return sc_fail(err, SC_RUNTIME, "driver", "cannot load '%s': %s", path, dlerror());
+    const uint64_t *isa = dlsym(lib, "scorch_aot_isa");
+    const int32_t *ver = dlsym(lib, "scorch_aot_version");
+    const size_t *n = dlsym(lib, "scorch_aot_count");
+    const sc_aot_kernel *tab = dlsym(lib, "scorch_aot_table");
+    if (!isa || !ver || !n || (!tab && *n)) {
+        dlclose(lib);
+        return sc_fail(err, SC_RUNTIME, "driver", "'%s' is not a table of scorch kernels", path);
+    }
+    sc_jit_key host = sc_jit_host_isa();
+    if (isa[0] != host.w[0] || isa[1] != host.w[1])
+        *why = "built on a host with another instruction set";
+    else if (*ver != SC_RT_VERSION)
+        *why = "built for another version of scorch's runtime";
+    for (size_t i = 1; i < *n && !*why; i++)
+        if (key_cmp(tab[i - 1].key, tab[i].key) >= 0)
+            *why = "its table is not sorted";
+    if (*why) {
+        dlclose(lib);
+        return SC_OK;
+    }
+    c->aot_lib = lib;
+    c->aot = tab;
+    c->naot = *n;
+    *loaded = *n;
+    return SC_OK;
+}
+
+sc_jit_key sc_source_hash(const char *text, size_t len)
+{
+    sc_jit_hasher h;
+    sc_jit_hash_init(&h, 0xa07);
+    sc_jit_hash_field(&h, text, len);
+    return sc_jit_hash_final(&h);
+}
+
+sc_rt_kernel sc_drv_aot_find(const sc_compiler *c, sc_jit_key key, const char *src, size_t len)
+{
+    size_t lo = 0, hi = c->naot;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int d = key_cmp(c->aot[mid].key, key.w);
+        if (d == 0) {
+            sc_jit_key h = sc_source_hash(src, len);
+            return key_cmp(c->aot[mid].text, h.w) == 0 ? c->aot[mid].fn : NULL;
+        }
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* ---- background compiles ---- */
+
+static void *later_main(void *arg)
+{
+    sc_later *l = arg;
+    sc_jit_fn fn = NULL;
+    sc_status st = sc_jit_get(l->c->jit, l->src, l->len, l->sym, &fn, &l->err);
+    l->fn = fn;
+    atomic_store_explicit(&l->state, st == SC_OK ? LATER_COMPILED : LATER_FAILED,
+                          memory_order_release);
+    return NULL;
+}
+
+sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len,
+                             const char *sym, sc_later **later, sc_error *err)
+{
+    *later = NULL;
+    pthread_mutex_lock(&c->mu);
+    for (sc_later *l = c->laters; l; l = l->next)
+        if (!memcmp(&l->k_key, &k->key, sizeof k->key) && l->pid == getpid()) {
+            *later = l;
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+    if (*later) {
+        sc_drv_kernel_free(c, k);
+        sc_free(&c->ctx, src);
+        return SC_OK;
+    }
+    sc_later *l = sc_calloc(&c->ctx, 1, sizeof *l, err);
+    if (!l) {
+        sc_drv_kernel_free(c, k);
+        sc_free(&c->ctx, src);
+        return SC_NOMEM;
+    }
+    l->c = c;
+    l->k = k;
+    l->k_key = k->key;
+    l->src = src;
+    l->len = len;
+    snprintf(l->sym, sizeof l->sym, "%s", sym);
+    l->pid = getpid();
+    l->t0 = sc_drv_now_us();
+    atomic_init(&l->state, LATER_RUNNING);
+    /* the thread takes no signals: they stay the caller's (Python's main thread) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&l->thread, NULL, later_main, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        sc_drv_kernel_free(c, k);
+        sc_free(&c->ctx, src);
+        sc_free(&c->ctx, l);
+        return sc_fail(err, SC_INTERNAL, "driver", "cannot start a compile thread");
+    }
+    pthread_mutex_lock(&c->mu);
+    l->next = c->laters;
+    c->laters = l;
+    pthread_mutex_unlock(&c->mu);
+    *later = l;
+    return SC_OK;
+}
+
+int sc_later_poll(sc_later *l, bool wait, const sc_kernel **k, sc_error *err)
+{
+    sc_compiler *c = l->c;
+    *k = NULL;
+    bool here = l->pid == getpid();
+    int state = here ? atomic_load_explicit(&l->state, memory_order_acquire) : LATER_FAILED;
+    if (state == LATER_RUNNING && !wait)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    if (here && !l->joined) {
+        pthread_join(l->thread, NULL);
+        l->joined = true;
+        state = atomic_load_explicit(&l->state, memory_order_acquire);
+    }
+    sc_kernel *mine = NULL;
+    if (state == LATER_COMPILED && l->k) {
+        mine = l->k;
+        mine->fn = (sc_rt_kernel)l->fn;
+        mine->jit_us = sc_drv_now_us() - l->t0;
+        l->k = NULL;
+        sc_free(&c->ctx, l->src);
+        l->src = NULL;
+    }
+    const sc_kernel *ready = l->ready;
+    sc_error failed = l->err;
+    pthread_mutex_unlock(&c->mu);
+    if (mine) {
+        ready = sc_drv_insert(c, mine, err);
+        if (!ready)
+            return -1;
+        pthread_mutex_lock(&c->mu);
+        l->ready = ready;
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (ready) {
+        *k = ready;
+        return 1;
+    }
+    if (!here) {
+        sc_fail(err, SC_RUNTIME, "driver", "the kernel was compiling in the parent process");
+        return -1;
+    }
+    *err = failed;
+    return -1;
 }

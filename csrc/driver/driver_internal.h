@@ -11,6 +11,7 @@
 #include "sc_driver.h"
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #define SC_DRV_MAX_OPS 32
 
@@ -39,7 +40,29 @@ struct sc_kernel {
     char *explain;  /* owned */
     double front_us; /* parse + lower + schedule + IR + codegen, when it was compiled */
     double jit_us;   /* sc_jit_get: the C compiler, or a disk-cache load */
+    bool ahead;      /* fn is an ahead-of-time kernel (sc_compiler_load_aot) */
 };
+
+/* A kernel compiling on a thread of its own (sc_compile_later). */
+struct sc_later {
+    sc_compiler *c;
+    sc_later *next;        /* the compiler's list (under c->mu) */
+    sc_kernel *k;          /* the kernel, owned here until it is in the map */
+    sc_jit_key k_key;      /* its key */
+    char *src;             /* its C source, owned */
+    size_t len;
+    char sym[48];
+    pthread_t thread;
+    pid_t pid;             /* the process that started the thread (a fork's child has none) */
+    _Atomic int state;     /* LATER_* */
+    bool joined;           /* under c->mu, as are the fields below */
+    const sc_kernel *ready; /* in the compiler's map once a poll saw it compiled */
+    sc_jit_fn fn;
+    sc_error err;
+    double t0;
+};
+
+enum { LATER_RUNNING, LATER_COMPILED, LATER_FAILED };
 
 struct sc_compiler {
     sc_ctx ctx;
@@ -51,6 +74,10 @@ struct sc_compiler {
     pthread_mutex_t mu;
     sc_kernel **map; /* open addressing on key.w[0]; NULL = empty */
     size_t cap, count;
+    sc_later *laters;           /* every sc_compile_later thread, joined at free */
+    void *aot_lib;              /* dlopen handle of the ahead-of-time kernels, or NULL */
+    const sc_aot_kernel *aot;   /* their table, sorted by key */
+    size_t naot;
 };
 
 /* A monotonic clock, microseconds (compile timings, the gather probe). */
@@ -66,6 +93,14 @@ const sc_kernel *sc_drv_lookup(sc_compiler *c, sc_jit_key key);
  * the earlier one, in which case k is freed).  NULL with err (NOMEM) when the map
  * cannot grow (k is freed).  Takes the mutex. */
 const sc_kernel *sc_drv_insert(sc_compiler *c, sc_kernel *k, sc_error *err);
+/* The ahead-of-time kernel for key built from the C text src[0..len), or NULL (no lock:
+ * the table is fixed once loaded). */
+sc_rt_kernel sc_drv_aot_find(const sc_compiler *c, sc_jit_key key, const char *src, size_t len);
+/* Start compiling k (not in the map) from src on a thread; takes k and src (freed on
+ * failure too).  *later: the new sc_later, or the one already compiling k's key. */
+sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len,
+                             const char *sym, sc_later **later, sc_error *err);
+
 /* Free a kernel that is not in the map. */
 void sc_drv_kernel_free(sc_compiler *c, sc_kernel *k);
 

@@ -17,9 +17,11 @@
 
 #include "../base/sc_base.h"
 #include "../jit/sc_jit.h"
+#include "../runtime/scorch_rt.h"
 
 typedef struct sc_compiler sc_compiler;
 typedef struct sc_kernel sc_kernel;
+typedef struct sc_later sc_later;
 
 /* Build a compiler; cfg is passed to sc_jit_new (include_dir required). */
 sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_error *err);
@@ -50,6 +52,66 @@ sc_status sc_compile(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_
 sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
                            const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
                            bool sizes, const sc_kernel **out, sc_error *err);
+
+/*
+ * Ahead-of-time kernels: a shared object built with scorch (setup.py, tools/aot.py) from
+ * sc_compile_source's output for the common products, generic in every size, exporting
+ *   const uint64_t scorch_aot_isa[2];          sc_jit_host_isa() of the build host
+ *   const int32_t scorch_aot_version;          SC_RT_VERSION
+ *   const size_t scorch_aot_count;
+ *   const sc_aot_kernel scorch_aot_table[];    sorted by key
+ * A kernel whose key is in the table, written from the same C text (a table built by
+ * another version of the code generator is not used), runs the table's function: no
+ * compiler, no disk.
+ */
+typedef struct sc_aot_kernel {
+    uint64_t key[2];
+    uint64_t text[2]; /* sc_source_hash of the C it was built from */
+    sc_rt_kernel fn;
+} sc_aot_kernel;
+
+/* Load the table at path.  *loaded: how many kernels it gave, 0 where it was built for
+ * another ISA or runtime version (why: a static string then, else NULL).  RUNTIME error
+ * when the file cannot be loaded or lacks the symbols; USER error when a table is
+ * already loaded or a kernel was compiled. */
+sc_status sc_compiler_load_aot(sc_compiler *c, const char *path, size_t *loaded,
+                               const char **why, sc_error *err);
+
+/* sc_compile_sized, except where the kernel written for the operands' sizes would need
+ * the C compiler (in neither the process, the disk cache nor the table) while the table
+ * has the kernel generic in every size under the same schedule: *out is then that
+ * generic kernel, and *later the asked kernel compiling on a thread of its own (poll it
+ * with sc_later_poll).  Otherwise *later is NULL. */
+sc_status sc_compile_later(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                           const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                           bool sizes, const sc_kernel **out, sc_later **later, sc_error *err);
+
+/* 1 with *k (the kernel, now in the compiler's map) when the compile has finished, 0
+ * while it runs (wait: block until it ends), -1 with err when it failed (the compiler's
+ * error; also in a fork's child, where the thread does not exist).  Any number of polls;
+ * the later is the compiler's and lives until sc_compiler_free. */
+int sc_later_poll(sc_later *l, bool wait, const sc_kernel **k, sc_error *err);
+
+/* The generated C of a kernel, its key and symbol (for ahead-of-time builds). */
+typedef struct sc_source {
+    sc_jit_key key;
+    sc_jit_key hash; /* sc_source_hash(text, len) */
+    char symbol[48];
+    char *text; /* owned: sc_source_release */
+    size_t len;
+} sc_source;
+
+/* Run the pipeline up to the C source without compiling or keeping anything; gathers:
+ * -1 the compiler's setting, 0/1 as given (what a host of the other kind would write). */
+sc_status sc_compile_source(sc_compiler *c, sc_expr_lang lang, const char *expr, int32_t nops,
+                            const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
+                            bool sizes, int gathers, sc_source *source, sc_error *err);
+void sc_source_release(sc_compiler *c, sc_source *source);
+/* The hash of a kernel's C text that an ahead-of-time table records. */
+sc_jit_key sc_source_hash(const char *text, size_t len);
+
+/* Whether k runs an ahead-of-time kernel. */
+bool sc_kernel_ahead(const sc_kernel *k);
 
 /*
  * Run k on operands matching its descriptions (checked: formats, dtypes, index widths,

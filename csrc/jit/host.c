@@ -78,6 +78,14 @@ static void hash_isa(sc_jit_hasher *h)
     fclose(f);
 }
 
+sc_jit_key sc_jit_host_isa(void)
+{
+    sc_jit_hasher h;
+    sc_jit_hash_init(&h, 0x15a);
+    hash_isa(&h);
+    return sc_jit_hash_final(&h);
+}
+
 sc_status sc_jit_fingerprint(sc_jit *jit, sc_error *err)
 {
     static const char domain[] = "scorch jit key v1";

@@ -80,12 +80,13 @@ static sc_status identity(sc_jit *jit, sc_jit_key *out, sc_error *err)
     return SC_OK;
 }
 
-/* Open <hex>.so, compiling it first if it is missing, unsafe or fails to load (then
- * *compiled); *refused if an existing file was not used.  A missing symbol is an error
- * of the source, not of the file, so it does not trigger a compile. */
+/* Open <hex>.so, compiling it first (where `compile`) if it is missing, unsafe or fails
+ * to load (then *compiled); *refused if an existing file was not used.  Without
+ * `compile`, a file that cannot be used leaves *lib NULL and returns SC_OK.  A missing
+ * symbol is an error of the source, not of the file, so it does not trigger a compile. */
 static sc_status load_or_compile(sc_jit *jit, sc_jit_key key, const char *source,
-                                 size_t len, const char *symbol, void **lib, sc_jit_fn *fn,
-                                 int *compiled, int *refused, sc_error *err)
+                                 size_t len, const char *symbol, bool compile, void **lib,
+                                 sc_jit_fn *fn, int *compiled, int *refused, sc_error *err)
 {
     char hex[33];
     sc_jit_key_hex(key, hex);
@@ -97,7 +98,13 @@ static sc_status load_or_compile(sc_jit *jit, sc_jit_key key, const char *source
     if (probe > 0)
         st = sc_jit_disk_open(so, lib, err);
     *refused = probe < 0 || (probe > 0 && st != SC_OK);
-    *compiled = st != SC_OK;
+    *compiled = st != SC_OK && compile;
+    if (st != SC_OK && !compile) {
+        *lib = NULL;
+        sc_error_clear(err);
+        sc_free(jit->ctx, so);
+        return SC_OK;
+    }
     if (st != SC_OK) {
         st = sc_jit_compile(jit, hex, source, len, err);
         if (st == SC_OK)
@@ -109,8 +116,9 @@ static sc_status load_or_compile(sc_jit *jit, sc_jit_key key, const char *source
     return st;
 }
 
-sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *symbol,
-                     sc_jit_fn *fn, sc_error *err)
+/* sc_jit_get and sc_jit_cached: map → disk → compile (only where `compile`). */
+static sc_status get(sc_jit *jit, const char *source, size_t len, const char *symbol,
+                     bool compile, sc_jit_fn *fn, sc_error *err)
 {
     if (fn)
         *fn = NULL;
@@ -130,6 +138,10 @@ sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *sy
 
     sc_jit_key ident;
     sc_status st = identity(jit, &ident, err);
+    if (st != SC_OK && !compile) { /* no compiler: nothing it built can be found either */
+        sc_error_clear(err);
+        return SC_OK;
+    }
     if (st != SC_OK)
         return st;
     sc_jit_hasher h;
@@ -139,12 +151,12 @@ sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *sy
     void *lib = NULL;
     sc_jit_fn f = NULL;
     int compiled = 0, refused = 0;
-    st = load_or_compile(jit, sc_jit_hash_final(&h), source, len, symbol, &lib, &f,
+    st = load_or_compile(jit, sc_jit_hash_final(&h), source, len, symbol, compile, &lib, &f,
                          &compiled, &refused, err);
 
     pthread_mutex_lock(&jit->lock);
     jit->counts.disk_refused += (uint64_t)refused;
-    if (st == SC_OK) {
+    if (st == SC_OK && lib) {
         st = sc_jit_keep_lib(jit, lib, err);
         if (st != SC_OK)
             dlclose(lib); /* nothing from it was handed out */
@@ -157,6 +169,18 @@ sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *sy
     }
     pthread_mutex_unlock(&jit->lock);
     return st;
+}
+
+sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *symbol,
+                     sc_jit_fn *fn, sc_error *err)
+{
+    return get(jit, source, len, symbol, true, fn, err);
+}
+
+sc_status sc_jit_cached(sc_jit *jit, const char *source, size_t len, const char *symbol,
+                        sc_jit_fn *fn, sc_error *err)
+{
+    return get(jit, source, len, symbol, false, fn, err);
 }
 
 void sc_jit_stats(sc_jit *jit, sc_jit_counts *out)

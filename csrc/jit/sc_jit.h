@@ -91,6 +91,12 @@ void sc_jit_free(sc_jit *jit);
 sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *symbol,
                      sc_jit_fn *fn, sc_error *err);
 
+/* The same lookup without the compiler: *fn is the function where the process map or the
+ * disk cache holds it, else NULL (also where no compiler can be run to identify the disk
+ * cache's entries), with SC_OK.  Thread-safe. */
+sc_status sc_jit_cached(sc_jit *jit, const char *source, size_t len, const char *symbol,
+                        sc_jit_fn *fn, sc_error *err);
+
 /* Copy the counters into *out.  Thread-safe. */
 void sc_jit_stats(sc_jit *jit, sc_jit_counts *out);
 
@@ -122,5 +128,10 @@ void sc_jit_hash_field(sc_jit_hasher *h, const void *data, size_t n);
 sc_jit_key sc_jit_hash_final(const sc_jit_hasher *h);
 /* hex receives 32 lowercase hex digits and a NUL. */
 void sc_jit_key_hex(sc_jit_key k, char hex[33]);
+
+/* A hash of this host's ISA (machine name, the CPU's flags line, a few
+ * __builtin_cpu_supports bits): code built with -march=native on one host runs on
+ * another with the same value.  Part of every jit's key. */
+sc_jit_key sc_jit_host_isa(void);
 
 #endif /* SC_JIT_H */

@@ -17,6 +17,9 @@ int sc_py_kernels_init(sc_py_state *st)
     sc_ctx_init(&st->ctx);
     st->compiler = NULL;
     st->include_dir = NULL;
+    st->aot_path = NULL;
+    st->aot_loaded = 0;
+    st->aot_why = NULL;
     return 0;
 }
 
@@ -27,6 +30,8 @@ void sc_py_kernels_free(sc_py_state *st)
     st->compiler = NULL;
     free(st->include_dir);
     st->include_dir = NULL;
+    free(st->aot_path);
+    st->aot_path = NULL;
 }
 
 PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args)
@@ -59,10 +64,18 @@ static sc_compiler *get_compiler(PyObject *module)
     sc_jit_config cfg = {NULL, NULL, NULL, st->include_dir};
     sc_error err;
     st->compiler = sc_compiler_new(&st->ctx, &cfg, &err);
-    if (!st->compiler)
+    if (!st->compiler) {
         sc_py_raise(module, &err);
-    else   /* _compiler._compile transposes an operand once and keeps the copy */
-        sc_compiler_set_convert_once(st->compiler, true);
+        return NULL;
+    }
+    /* _compiler._compile transposes an operand once and keeps the copy */
+    sc_compiler_set_convert_once(st->compiler, true);
+    if (st->aot_path &&
+        sc_compiler_load_aot(st->compiler, st->aot_path, &st->aot_loaded, &st->aot_why, &err) != SC_OK) {
+        sc_compiler_free(st->compiler);
+        st->compiler = NULL;
+        sc_py_raise(module, &err);
+    }
     return st->compiler;
 }
 
@@ -277,15 +290,57 @@ static int parse_ops(PyObject *module, PyObject *ops, sc_tensor *t, Py_ssize_t *
     return 0;
 }
 
-/* compile(lang, expr, ops, out_fmt or None, schedule or None, sizes=True) -> kernel capsule
- * (sizes=False: generic in every size, sc_compile_sized) */
+/* set_aot(path or None): the ahead-of-time kernels the compiler loads when it is made. */
+PyObject *sc_py_set_aot(PyObject *module, PyObject *args)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, "z", &path))
+        return NULL;
+    sc_py_state *st = sc_py_state_of(module);
+    if (st->compiler) {
+        PyErr_SetString(PyExc_RuntimeError, "the ahead-of-time kernels are fixed once a kernel exists");
+        return NULL;
+    }
+    char *copy = path ? strdup(path) : NULL;
+    if (path && !copy)
+        return PyErr_NoMemory();
+    free(st->aot_path);
+    st->aot_path = copy;
+    Py_RETURN_NONE;
+}
+
+/* aot_info() -> (path or None, kernels loaded, why none or None); makes the compiler. */
+PyObject *sc_py_aot_info(PyObject *module, PyObject *args)
+{
+    (void)args;
+    if (!get_compiler(module))
+        return NULL;
+    sc_py_state *st = sc_py_state_of(module);
+    return Py_BuildValue("(znz)", st->aot_path, (Py_ssize_t)st->aot_loaded, st->aot_why);
+}
+
+PyObject *sc_py_host_isa(PyObject *module, PyObject *args)
+{
+    (void)module;
+    (void)args;
+    char hex[33];
+    sc_jit_key_hex(sc_jit_host_isa(), hex);
+    return PyUnicode_FromString(hex);
+}
+
+#define LATER_CAPSULE "scorch.later"
+
+/* compile(lang, expr, ops, out_fmt or None, schedule or None, sizes=True, later=False) ->
+ * kernel capsule (sizes=False: generic in every size, sc_compile_sized); with later,
+ * (kernel capsule, later capsule or None): sc_compile_later. */
 PyObject *sc_py_compile(PyObject *module, PyObject *args)
 {
     int lang;
     const char *expr, *schedule = NULL;
     PyObject *ops, *out_fmt_o;
-    int sizes = 1;
-    if (!PyArg_ParseTuple(args, "isOOz|p", &lang, &expr, &ops, &out_fmt_o, &schedule, &sizes))
+    int sizes = 1, want_later = 0;
+    if (!PyArg_ParseTuple(args, "isOOz|pp", &lang, &expr, &ops, &out_fmt_o, &schedule, &sizes,
+                          &want_later))
         return NULL;
     sc_tensor t[SC_PY_MAX_OPERANDS];
     Py_ssize_t n;
@@ -302,16 +357,93 @@ PyObject *sc_py_compile(PyObject *module, PyObject *args)
     if (!c)
         return NULL;
     const sc_kernel *k = NULL;
+    sc_later *later = NULL;
     sc_error err;
     sc_status st;
+    sc_expr_lang l = lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM;
     Py_BEGIN_ALLOW_THREADS
-    st = sc_compile_sized(c, lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM, expr, (int32_t)n, t,
-                          outp, schedule, sizes != 0, &k, &err);
+    if (want_later)
+        st = sc_compile_later(c, l, expr, (int32_t)n, t, outp, schedule, sizes != 0, &k, &later, &err);
+    else
+        st = sc_compile_sized(c, l, expr, (int32_t)n, t, outp, schedule, sizes != 0, &k, &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise_at(module, &err, err.stage && !strcmp(err.stage, "schedule")
                                                   ? schedule : expr);
+    PyObject *kc = PyCapsule_New((void *)k, KERNEL_CAPSULE, NULL);
+    if (!kc || !want_later)
+        return kc;
+    PyObject *lc = later ? PyCapsule_New(later, LATER_CAPSULE, NULL) : Py_NewRef(Py_None);
+    if (!lc) {
+        Py_DECREF(kc);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(2, kc, lc);
+    Py_DECREF(kc);
+    Py_DECREF(lc);
+    return r;
+}
+
+/* later_poll(later, wait=False) -> the kernel capsule once compiled, None while it
+ * compiles; raises the compiler's error when it failed. */
+PyObject *sc_py_later_poll(PyObject *module, PyObject *args)
+{
+    PyObject *cap;
+    int wait = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &cap, &wait))
+        return NULL;
+    sc_later *l = PyCapsule_GetPointer(cap, LATER_CAPSULE);
+    if (!l)
+        return NULL;
+    const sc_kernel *k = NULL;
+    sc_error err;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = sc_later_poll(l, wait != 0, &k, &err);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        return sc_py_raise(module, &err);
+    if (r == 0)
+        Py_RETURN_NONE;
     return PyCapsule_New((void *)k, KERNEL_CAPSULE, NULL);
+}
+
+/* source(lang, expr, ops, out_fmt or None, schedule or None, sizes, gathers) ->
+ * (key hex, symbol, C source, its hash hex): sc_compile_source. */
+PyObject *sc_py_source(PyObject *module, PyObject *args)
+{
+    int lang, sizes, gathers;
+    const char *expr, *schedule = NULL;
+    PyObject *ops, *out_fmt_o;
+    if (!PyArg_ParseTuple(args, "isOOzpi", &lang, &expr, &ops, &out_fmt_o, &schedule, &sizes,
+                          &gathers))
+        return NULL;
+    sc_tensor t[SC_PY_MAX_OPERANDS];
+    Py_ssize_t n;
+    if (parse_ops(module, ops, t, &n) < 0)
+        return NULL;
+    sc_format out_fmt;
+    const sc_format *outp = NULL;
+    if (out_fmt_o != Py_None) {
+        if (sc_py_parse_fmt(module, out_fmt_o, &out_fmt) < 0)
+            return NULL;
+        outp = &out_fmt;
+    }
+    sc_compiler *c = get_compiler(module);
+    if (!c)
+        return NULL;
+    sc_source src;
+    sc_error err;
+    sc_status st = sc_compile_source(c, lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM, expr,
+                                     (int32_t)n, t, outp, schedule, sizes != 0, gathers, &src, &err);
+    if (st != SC_OK)
+        return sc_py_raise_at(module, &err, expr);
+    char hex[33], text_hex[33];
+    sc_jit_key_hex(src.key, hex);
+    sc_jit_key_hex(src.hash, text_hex);
+    PyObject *r = Py_BuildValue("(ssy#s)", hex, src.symbol, src.text, (Py_ssize_t)src.len, text_hex);
+    sc_source_release(c, &src);
+    return r;
 }
 
 static const sc_kernel *kernel_of(PyObject *cap)
@@ -612,7 +744,7 @@ PyObject *sc_py_kernel_fixed(PyObject *module, PyObject *args)
     return r;
 }
 
-/* kernel_times(kernel) -> (front-end microseconds, jit microseconds) */
+/* kernel_times(kernel) -> (front-end microseconds, jit microseconds, ahead of time) */
 PyObject *sc_py_kernel_times(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -621,7 +753,7 @@ PyObject *sc_py_kernel_times(PyObject *module, PyObject *args)
         return NULL;
     double f, j;
     sc_kernel_times(k, &f, &j);
-    return Py_BuildValue("(dd)", f, j);
+    return Py_BuildValue("(ddO)", f, j, sc_kernel_ahead(k) ? Py_True : Py_False);
 }
 
 /* jit_stats() -> {"mem_hits", "disk_hits", "compiles", "disk_refused"} */

@@ -29,6 +29,9 @@ typedef struct sc_py_state {
     sc_compiler *compiler;   /* created on first compile (under the GIL); lives as long as
                                 the module */
     char *include_dir;       /* where scorch_rt.h is, set by the Python layer */
+    char *aot_path;          /* the ahead-of-time kernels, loaded with the compiler */
+    size_t aot_loaded;       /* how many kernels they gave */
+    const char *aot_why;     /* why none (static text), or NULL */
     /* What a dense torch operand or result and a remembered kernel's call need, set by
      * the Python layer (set_torch): torch.float32, torch.float64, torch.int32,
      * torch.int64, torch.from_numpy, torch.Tensor, scorch.SparseTensor,
@@ -71,6 +74,11 @@ int sc_py_kernels_init(sc_py_state *st);
 void sc_py_kernels_free(sc_py_state *st);
 PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args);
 PyObject *sc_py_compile(PyObject *module, PyObject *args);
+PyObject *sc_py_set_aot(PyObject *module, PyObject *args);
+PyObject *sc_py_aot_info(PyObject *module, PyObject *args);
+PyObject *sc_py_later_poll(PyObject *module, PyObject *args);
+PyObject *sc_py_source(PyObject *module, PyObject *args);
+PyObject *sc_py_host_isa(PyObject *module, PyObject *args);
 PyObject *sc_py_run(PyObject *module, PyObject *args);
 PyObject *sc_py_remembered(PyObject *module, PyObject *args);
 PyObject *sc_py_prepare(PyObject *module, PyObject *args);
@@ -83,6 +91,11 @@ PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
 #define SC_PY_KERNEL_METHODS                                                              \
     {"set_include_dir", sc_py_set_include_dir, METH_VARARGS, "where scorch_rt.h lives"},  \
     {"compile", sc_py_compile, METH_VARARGS, "compile an expression -> kernel handle"},   \
+    {"set_aot", sc_py_set_aot, METH_VARARGS, "the ahead-of-time kernels' file"},         \
+    {"aot_info", sc_py_aot_info, METH_NOARGS, "(kernels loaded ahead of time, why not)"}, \
+    {"later_poll", sc_py_later_poll, METH_VARARGS, "a background compile's kernel"},      \
+    {"source", sc_py_source, METH_VARARGS, "(key, symbol, C source) of a kernel"},        \
+    {"host_isa", sc_py_host_isa, METH_NOARGS, "this host's ISA hash (hex)"},             \
     {"run", sc_py_run, METH_VARARGS, "run a kernel on operands"},                          \
     {"remembered", sc_py_remembered, METH_VARARGS,                                       \
      "run the kernel a SparseTensor remembers, or None"},                                 \

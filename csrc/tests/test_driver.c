@@ -3,7 +3,10 @@
  * the index and sizes, dtypes, schedules, operands that do not match a kernel), the
  * kernel cache (same key, same kernel), allocation failure injected at every allocation
  * of one compile + run (NOMEM, no leaks under ASan), and four threads compiling and
- * running the same new expressions on one shared compiler.
+ * running the same new expressions on one shared compiler; ahead-of-time kernels: a
+ * table built here from sc_compile_source (generic SpMV and SpMM), loaded, an exact hit,
+ * a sized SpMM served by the generic kernel while its own compiles on a thread, and a
+ * table refused for another ISA.
  */
 #define _GNU_SOURCE
 #include "check.h"
@@ -405,6 +408,209 @@ static void test_threads(void)
     sc_compiler_free(comp);
 }
 
+/* ---- ahead-of-time kernels ---- */
+
+static void write_file(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(text, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* Build <root>/aot/aot.so from the generic kernels of exprs over ops (isa_ok: this host's
+ * ISA hash, else a wrong one; text_ok: the hashes of the kernels' C, else wrong ones).
+ * Returns false where the compiler could not be run. */
+static bool build_table(sc_compiler *comp, const char *dir, int n, const char *const *exprs,
+                        const sc_tensor *const *ops, bool isa_ok, bool text_ok)
+{
+    char path[256], cmd[2048], table[4096];
+    sc_source src[4];
+    int len = snprintf(table, sizeof table, "#include \"scorch_rt.h\"\n#include <stddef.h>\n");
+    for (int e = 0; e < n; e++) {
+        sc_error err;
+        CHECK(sc_compile_source(comp, SC_EXPR_LANG_EINSUM, exprs[e], 2, ops[e], NULL, NULL, false, -1,
+                                &src[e], &err) == SC_OK);
+        snprintf(path, sizeof path, "%s/k%d.c", dir, e);
+        write_file(path, src[e].text, src[e].len);
+        len += snprintf(table + len, sizeof table - (size_t)len,
+                        "int %s(const sc_tensor *const *, sc_tensor *, sc_rt_env *);\n", src[e].symbol);
+    }
+    /* sorted by key */
+    int order[4] = {0, 1, 2, 3};
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++) {
+            sc_jit_key x = src[order[a]].key, y = src[order[b]].key;
+            if (x.w[0] > y.w[0] || (x.w[0] == y.w[0] && x.w[1] > y.w[1])) {
+                int t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+        }
+    sc_jit_key isa = sc_jit_host_isa();
+    len += snprintf(table + len, sizeof table - (size_t)len,
+                    "typedef struct { uint64_t key[2], text[2]; sc_rt_kernel fn; } row;\n"
+                    "const uint64_t scorch_aot_isa[2] = {%lluull, %lluull};\n"
+                    "const int32_t scorch_aot_version = %d;\nconst size_t scorch_aot_count = %d;\n"
+                    "const row scorch_aot_table[] = {\n",
+                    (unsigned long long)isa.w[0], (unsigned long long)(isa.w[1] ^ !isa_ok),
+                    SC_RT_VERSION, n);
+    for (int a = 0; a < n; a++) {
+        const sc_source *s = &src[order[a]];
+        len += snprintf(table + len, sizeof table - (size_t)len,
+                        "{{%lluull, %lluull}, {%lluull, %lluull}, %s},\n", (unsigned long long)s->key.w[0],
+                        (unsigned long long)s->key.w[1], (unsigned long long)s->hash.w[0],
+                        (unsigned long long)(s->hash.w[1] ^ !text_ok), s->symbol);
+    }
+    snprintf(table + len, sizeof table - (size_t)len, "};\n");
+    snprintf(path, sizeof path, "%s/table.c", dir);
+    write_file(path, table, strlen(table));
+    for (int e = 0; e < n; e++)
+        sc_source_release(comp, &src[e]);
+    snprintf(cmd, sizeof cmd, "cc -O1 -march=native -w -fopenmp -fPIC -shared -Iruntime -o %s/aot.so %s/k*.c %s/table.c -lm",
+             dir, dir, dir);
+    return system(cmd) == 0;
+}
+
+static void test_ahead_of_time(void)
+{
+    /* the gather probe is timed: a key written under one setting must be found */
+    setenv("SCORCH_GATHERS", "0", 1);
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/aot", root);
+    mkdir(dir, 0700);
+    sc_tensor A, X, x;
+    double dA[40 * 30], dX[30 * 8], dx[30];
+    make_matrix(&ctx, 40, 30, "csr", SC_DTYPE_F64, SC_INDEX_I32, 3, &A, dA);
+    make_matrix(&ctx, 30, 8, "dense", SC_DTYPE_F64, SC_INDEX_I32, 4, &X, dX);
+    make_dense(&ctx, 30, SC_DTYPE_F64, &x, dx);
+    sc_tensor spmm[2] = {A, X}, spmv[2] = {A, x};
+    static const char *const exprs[2] = {"ij,jk->ik", "ij,j->i"};
+    const sc_tensor *ops[2] = {spmm, spmv};
+    char path[256];
+    snprintf(path, sizeof path, "%s/aot.so", dir);
+    sc_error err;
+    size_t loaded;
+    const char *why;
+    sc_compiler *comp = new_compiler(&ctx);
+    CHECK(comp && build_table(comp, dir, 2, exprs, ops, true, false));
+    sc_compiler_free(comp);
+    /* kernels written from other C (another code generator): loaded, never used */
+    comp = new_compiler(&ctx);
+    const sc_kernel *k = NULL;
+    sc_later *later = NULL;
+    CHECK(sc_compiler_load_aot(comp, path, &loaded, &why, &err) == SC_OK && loaded == 2);
+    CHECK(sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,j->i", 2, spmv, NULL, NULL, true, &k, &later,
+                           &err) == SC_OK);
+    CHECK(k && !sc_kernel_ahead(k) && later == NULL);
+    /* (generic: the K = 8 kernel must not reach the disk cache the tests below share) */
+    CHECK(sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,jk->ik", 2, spmm, NULL, NULL, false, &k, &later,
+                           &err) == SC_OK);
+    CHECK(k && !sc_kernel_ahead(k) && later == NULL);
+    CHECK(build_table(comp, dir, 2, exprs, ops, false, true));
+    sc_compiler_free(comp);
+    /* another ISA: refused, with the reason */
+    comp = new_compiler(&ctx);
+    CHECK(sc_compiler_load_aot(comp, path, &loaded, &why, &err) == SC_OK);
+    CHECK(loaded == 0 && why && strstr(why, "instruction set"));
+    sc_compiler_free(comp);
+    /* not a table: an error naming the file */
+    comp = new_compiler(&ctx);
+    CHECK(sc_compiler_load_aot(comp, "/nonexistent/aot.so", &loaded, &why, &err) == SC_RUNTIME);
+    CHECK(strstr(err.msg, "/nonexistent/aot.so") != NULL);
+    CHECK(build_table(comp, dir, 2, exprs, ops, true, true));
+    sc_compiler_free(comp);
+
+    comp = new_compiler(&ctx);
+    CHECK(sc_compiler_load_aot(comp, path, &loaded, &why, &err) == SC_OK);
+    CHECK(loaded == 2 && why == NULL);
+    /* SpMV: the table's kernel itself (nothing written for sizes) */
+    CHECK(sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,j->i", 2, spmv, NULL, NULL, true, &k, &later,
+                           &err) == SC_OK);
+    CHECK(k && sc_kernel_ahead(k) && later == NULL);
+    const sc_tensor *run_v[2] = {&A, &x};
+    sc_tensor res;
+    CHECK(k && sc_kernel_run(k, run_v, 2, &res, &err) == SC_OK);
+    if (k) {
+        bool ok = true;
+        for (int i = 0; i < 40; i++) {
+            double r = 0;
+            for (int j = 0; j < 30; j++)
+                r += dA[i * 30 + j] * dx[j];
+            ok &= fabs(((double *)res.vals)[i] - r) < 1e-12;
+        }
+        CHECK(ok);
+        sc_tensor_release(&ctx, &res);
+    }
+    sc_jit_counts n0;
+    sc_compiler_jit_stats(comp, &n0);
+    CHECK(n0.compiles == 0);
+    /* SpMM with K = 8: the generic kernel now, K = 8's on a thread */
+    const sc_kernel *g = NULL, *sized = NULL;
+    CHECK(sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,jk->ik", 2, spmm, NULL, NULL, true, &g, &later,
+                           &err) == SC_OK);
+    CHECK(g && sc_kernel_ahead(g) && later != NULL);
+    int32_t fo[4], fd[4];
+    int64_t fs[4];
+    CHECK(g && sc_kernel_fixed(g, 4, fo, fd, fs) == 0);
+    sc_later *again = NULL;
+    const sc_kernel *g2 = NULL;
+    CHECK(sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,jk->ik", 2, spmm, NULL, NULL, true, &g2, &again,
+                           &err) == SC_OK);
+    CHECK(g2 == g && again == later); /* one compile per kernel */
+    if (later) {
+        CHECK(sc_later_poll(later, true, &sized, &err) == 1);
+        CHECK(sized && !sc_kernel_ahead(sized) && sc_kernel_fixed(sized, 4, fo, fd, fs) == 1 && fs[0] == 8);
+        const sc_kernel *same = NULL;
+        CHECK(sc_later_poll(later, false, &same, &err) == 1 && same == sized);
+        /* now in the map: a plain compile finds it */
+        CHECK(sc_compile(comp, SC_EXPR_LANG_EINSUM, "ij,jk->ik", 2, spmm, NULL, NULL, &same, &err) == SC_OK);
+        CHECK(same == sized);
+    }
+    const sc_tensor *run_m[2] = {&A, &X};
+    for (int w = 0; w < 2; w++) {
+        const sc_kernel *kk = w ? sized : g;
+        if (!kk)
+            continue;
+        CHECK(sc_kernel_run(kk, run_m, 2, &res, &err) == SC_OK);
+        bool ok = true;
+        for (int i = 0; i < 40; i++)
+            for (int c = 0; c < 8; c++) {
+                double r = 0;
+                for (int j = 0; j < 30; j++)
+                    r += dA[i * 30 + j] * dX[j * 8 + c];
+                ok &= fabs(((double *)res.vals)[i * 8 + c] - r) < 1e-12;
+            }
+        CHECK(ok);
+        sc_tensor_release(&ctx, &res);
+    }
+    /* a second table is refused once kernels exist */
+    CHECK(sc_compiler_load_aot(comp, path, &loaded, &why, &err) == SC_USER);
+    sc_compiler_free(comp);
+
+    /* a compile that fails (no compiler): the poll reports it, the generic kernel stays */
+    sc_jit_config cfg = {"/nonexistent/cc", "-O1", root, "runtime"};
+    comp = sc_compiler_new(&ctx, &cfg, &err);
+    CHECK(comp && sc_compiler_load_aot(comp, path, &loaded, &why, &err) == SC_OK && loaded == 2);
+    later = NULL;
+    g = NULL;
+    sc_tensor wide[2] = {A, X};
+    CHECK(comp && sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,jk->ik", 2, wide, NULL, NULL, true, &g,
+                                   &later, &err) == SC_OK);
+    CHECK(g && sc_kernel_ahead(g));
+    /* (a fresh cache dir would have no K = 8 kernel; this one has: found, not compiled) */
+    if (later) {
+        const sc_kernel *none = NULL;
+        int r = sc_later_poll(later, true, &none, &err);
+        CHECK(r == 1 || (r == -1 && strstr(err.msg, "not found")));
+    }
+    sc_compiler_free(comp);
+    sc_tensor_release(&ctx, &A);
+    sc_tensor_release(&ctx, &X);
+    sc_tensor_release(&ctx, &x);
+}
+
 int main(void)
 {
     sc_ctx_init(&ctx);
@@ -420,6 +626,7 @@ int main(void)
     sc_compiler_free(comp);
     test_threads();
     test_alloc_failures();
+    test_ahead_of_time();
     tmpdir_remove(root);
     return check_report("test_driver");
 }

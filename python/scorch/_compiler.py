@@ -8,6 +8,7 @@ lowering, scheduling, code generation, compiling and running — happens in the 
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import os
 import re
 import weakref
@@ -32,7 +33,20 @@ def _include_dir() -> str:
     raise RuntimeError("scorch_rt.h not found next to the package; reinstall scorch")
 
 
+def _aot_path():
+    """The ahead-of-time kernels built with the package (setup.py: scorch._aot), or None
+    (not built, or SCORCH_AOT=0)."""
+    if os.environ.get("SCORCH_AOT", "1") == "0":
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(_HERE, "_aot" + suffix)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 _C.set_include_dir(_include_dir())
+_C.set_aot(_aot_path())
 _C.set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
              torch.Tensor, SparseTensor, torch.is_grad_enabled, torch.get_num_threads)
 
@@ -322,9 +336,13 @@ def _entry(lang, expr, key, operands, descs, out_format, sched):
     entry = _KERNELS.get(key)
     if entry is None:
         entry = _KERNELS[key] = _new_entry(lang, expr, descs, out_format, sched)
+    if entry[6] is not None:
+        entry = _swap_in(key, entry)
     if entry[5] and not _fits(entry[5], operands):
         sized = key + (tuple(_size(operands[t], d) for t, d, _ in entry[5]),)
         hit = _KERNELS.get(sized)
+        if hit is not None and hit[6] is not None:
+            hit = _swap_in(sized, hit)
         if hit is not None and not _fits(hit[5], operands):
             # written for more sizes than the key names (an extent fixed for some sizes
             # and not for others: an all-dense operand's, with K = 0): the generic one
@@ -360,11 +378,34 @@ def _new_entry(lang, expr, descs, out_format, sched, sizes=True):
                          "does not apply (None or 'dense')")
     if order:   # (a scalar output is dense: "dense" asks for what it is)
         fmt_t = Format.parse(out_format, order).as_tuple()
-    kernel = _C.compile(lang, expr, descs, fmt_t, sched, sizes)
+    kernel, later = _C.compile(lang, expr, descs, fmt_t, sched, sizes, True)
+    return _entry_of(kernel, later)
+
+
+def _entry_of(kernel, later=None):
+    """A kernel's entry: (kernel, what _run does with its result, out Format, index
+    dtype, its transposes, its fixed sizes, the kernel for the operands' sizes compiling
+    in the background while this one (ahead of time, generic in every size) runs, or
+    None: _C.compile with later)."""
     _, out_fmt_t, _, index_name, _, text = _C.kernel_info(kernel)
     out_fmt = _format_from_tuple(*out_fmt_t) if out_fmt_t[0] else None
     return (kernel, _out_kind(out_fmt), out_fmt, _INDEX_OF_NAME[index_name],
-            _transposes(text), _C.kernel_fixed(kernel))
+            _transposes(text), _C.kernel_fixed(kernel), later)
+
+
+def _swap_in(key, entry):
+    """entry, or where its background compile has finished, the entry of the kernel it
+    compiled (kept under key from then on).  A compile that failed (no C compiler) leaves
+    the generic kernel in place for good."""
+    try:
+        kernel = _C.later_poll(entry[6])
+    except Exception:
+        kernel = False
+    if kernel is None:
+        return entry
+    entry = _entry_of(kernel) if kernel else entry[:6] + (None,)
+    _KERNELS[key] = entry
+    return entry
 
 
 def _size(x, d):
@@ -495,7 +536,7 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
     if narrow is not None:   # (the hot route runs no WIDENED dtype: nothing to remember)
         return _run(entry, descs, narrow)
     a = operands[0] if operands else None
-    if (type(a) is SparseTensor and
+    if (type(a) is SparseTensor and entry[6] is None and
             all(type(x) is torch.Tensor and d is x for x, d in zip(operands[1:], descs[1:]))):
         if a._desc is not None and descs[0] is a._desc[0]:
             hit = (len(operands), entry)
