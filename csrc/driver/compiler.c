@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* The vector width kernels are written for: $SCORCH_VEC_BYTES (32 or 64) when set, else
@@ -302,6 +303,11 @@ sc_rt_kernel sc_drv_aot_find(const sc_compiler *c, sc_jit_key key, const char *s
 static void *later_main(void *arg)
 {
     sc_later *l = arg;
+#ifdef __linux__
+    /* Linux keeps a nice value per thread, and the compiler spawned from here inherits
+     * it: the compile takes the cores only where the caller's work leaves them idle */
+    (void)setpriority(PRIO_PROCESS, 0, 10);
+#endif
     sc_jit_fn fn = NULL;
     sc_status st = sc_jit_get(l->c->jit, l->src, l->len, l->sym, &fn, &l->err);
     l->fn = fn;
