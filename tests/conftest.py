@@ -18,6 +18,10 @@ import torch
 # measures (driver/probe.c), so that tests of code shapes see the same code on every
 # machine; tests/test_spmv_gathered_rows.py runs the gathered rows in child processes.
 os.environ["SCORCH_GATHERS"] = "0"
+# The suite's kernels are the ones the compiler writes for each call, never the generic
+# built-in ones (setup.py: scorch._aot), whose background swap would make a test's view
+# of a kernel depend on timing; tests/test_aot.py turns them on in child processes.
+os.environ["SCORCH_AOT"] = "0"
 
 import scorch  # noqa: E402
 

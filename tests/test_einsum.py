@@ -341,9 +341,7 @@ def test_second_process_reuses_the_disk_cache(tmp_path):
         "y = scorch.einsum('ij,j->i', A, torch.arange(5.0, dtype=torch.float64))\n"
         "assert torch.equal(y, torch.arange(5.0, dtype=torch.float64) * 3)\n"
         "s = C.jit_stats(); print(s['compiles'], s['disk_hits'])\n")
-    # (SCORCH_AOT=0: a built-in kernel would serve this SpMV without the cache)
-    env = dict(__import__("os").environ, SCORCH_CACHE_DIR=str(tmp_path / "cache"),
-               SCORCH_AOT="0")
+    env = dict(__import__("os").environ, SCORCH_CACHE_DIR=str(tmp_path / "cache"))
     runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                            text=True, timeout=300) for _ in range(2)]
     for r in runs:
