@@ -2,10 +2,12 @@
 
     python -m benchmarks.bench_compile [--json out.json]
 
-For new expressions (a fresh kernel cache): the compiler's own stages (parse, lower,
-schedule, IR, codegen) and the C compiler, per kernel; then the same kernels in a second
-process, which loads them from the disk cache without compiling; then the warm-call
-overhead of scorch.einsum and of a reused scorch.kernel on tiny inputs against
+For new expressions (a fresh kernel cache, the built-in kernels off): the compiler's own
+stages (parse, lower, schedule, IR, codegen) and the C compiler, per kernel; then the same
+kernels in a second process, which loads them from the disk cache without compiling; then
+a third process with a fresh cache and the built-in (ahead-of-time) kernels on; each
+process also times each expression's first call, from call to result.  Last, the
+warm-call overhead of scorch.einsum and of a reused scorch.kernel on tiny inputs against
 torch.sparse.mm on the same data (ratios scorch / torch, < 1 is faster).
 """
 from __future__ import annotations
@@ -49,15 +51,21 @@ def _operands(spec):
 
 
 def compile_times():
-    """[(name, front-end us, jit us)] for EXPRS in this process."""
+    """[(name, front-end us, jit us, built in, first call us)] for EXPRS in this
+    process."""
+    import scorch
     from scorch import _C
     from scorch._compiler import _LANG_EINSUM, _compile
 
     rows = []
     for name, expr, spec in EXPRS:
-        entry, _ = _compile(_LANG_EINSUM, expr, _operands(spec), None, None)
-        front, jit, _ = _C.kernel_times(entry[0])
-        rows.append((name, front, jit))
+        ops = _operands(spec)
+        t0 = time.perf_counter()
+        scorch.einsum(expr, *ops)
+        first = (time.perf_counter() - t0) * 1e6
+        entry, _ = _compile(_LANG_EINSUM, expr, ops, None, None)
+        front, jit, ahead = _C.kernel_times(entry[0])
+        rows.append((name, front, jit, ahead, first))
     return rows, _C.jit_stats()
 
 
@@ -99,20 +107,28 @@ def main(argv=None):
         rows, stats = compile_times()
         print(json.dumps({"rows": rows, "stats": stats}))
         return
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, SCORCH_CACHE_DIR=cache)
-        runs = []
-        for _ in range(2):
+    runs = []
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as cache2:
+        for c, aot in ((cache, "0"), (cache, "0"), (cache2, "1")):
+            env = dict(os.environ, SCORCH_CACHE_DIR=c, SCORCH_AOT=aot)
             r = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile", "--child"],
                                env=env, capture_output=True, text=True, check=True)
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    cold, warm, built = runs
     print("new expressions (fresh cache), microseconds:")
     print(f"  {'kernel':<8}{'compiler stages':>16}{'C compiler':>12}{'2nd process load':>18}")
-    for (name, front, jit), (_, _, load) in zip(cold["rows"], warm["rows"]):
+    for (name, front, jit, *_), (_, _, load, *_) in zip(cold["rows"], warm["rows"]):
         print(f"  {name:<8}{front:>16.0f}{jit:>12.0f}{load:>18.0f}")
     print(f"  first process: {cold['stats']['compiles']} compiles; second process: "
           f"{warm['stats']['compiles']} compiles, {warm['stats']['disk_hits']} disk hits")
+    print("\nfirst call, from call to result, milliseconds: compiled / loaded from disk / "
+          "built-in kernels on (fresh cache)")
+    for (name, *_, f0), (*_, f1), (_, _, _, ahead, f2) in zip(cold["rows"], warm["rows"],
+                                                              built["rows"]):
+        how = "built in" if ahead else "compiled"
+        print(f"  {name:<8}{f0 / 1e3:9.2f}{f1 / 1e3:9.2f}{f2 / 1e3:9.2f}  ({how})")
+    print(f"  built-in kernels on: {built['stats']['compiles']} compiles in the call "
+          "or in the background")
     t_torch, t_einsum, t_kernel = warm_overhead()
     print("\nwarm call on a 4x4 CSR @ 4x3 (median), microseconds:")
     print(f"  torch.sparse.mm {t_torch * 1e6:7.2f}")

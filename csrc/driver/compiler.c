@@ -74,8 +74,15 @@ sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_err
         sc_free(ctx, c);
         return NULL;
     }
+    if (pthread_mutex_init(&c->later_mu, NULL) != 0) {
+        sc_fail(err, SC_INTERNAL, "driver", "pthread_mutex_init failed");
+        pthread_mutex_destroy(&c->mu);
+        sc_free(ctx, c);
+        return NULL;
+    }
     c->jit = sc_jit_new(&c->ctx, cfg, err);
     if (!c->jit) {
+        pthread_mutex_destroy(&c->later_mu);
         pthread_mutex_destroy(&c->mu);
         sc_free(ctx, c);
         return NULL;
@@ -116,6 +123,7 @@ void sc_compiler_free(sc_compiler *c)
     sc_jit_free(c->jit);
     if (c->aot_lib)
         dlclose(c->aot_lib);
+    pthread_mutex_destroy(&c->later_mu);
     pthread_mutex_destroy(&c->mu);
     sc_ctx ctx = c->ctx;
     sc_free(&ctx, c);
@@ -320,20 +328,21 @@ sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len
                              const char *sym, sc_later **later, sc_error *err)
 {
     *later = NULL;
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->later_mu);
     for (sc_later *l = c->laters; l; l = l->next)
         if (!memcmp(&l->k_key, &k->key, sizeof k->key) && l->pid == getpid()) {
             *later = l;
             break;
         }
-    pthread_mutex_unlock(&c->mu);
     if (*later) {
+        pthread_mutex_unlock(&c->later_mu);
         sc_drv_kernel_free(c, k);
         sc_free(&c->ctx, src);
         return SC_OK;
     }
     sc_later *l = sc_calloc(&c->ctx, 1, sizeof *l, err);
     if (!l) {
+        pthread_mutex_unlock(&c->later_mu);
         sc_drv_kernel_free(c, k);
         sc_free(&c->ctx, src);
         return SC_NOMEM;
@@ -354,15 +363,15 @@ sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len
     int rc = pthread_create(&l->thread, NULL, later_main, l);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
+        pthread_mutex_unlock(&c->later_mu);
         sc_drv_kernel_free(c, k);
         sc_free(&c->ctx, src);
         sc_free(&c->ctx, l);
         return sc_fail(err, SC_INTERNAL, "driver", "cannot start a compile thread");
     }
-    pthread_mutex_lock(&c->mu);
     l->next = c->laters;
     c->laters = l;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->later_mu);
     *later = l;
     return SC_OK;
 }
@@ -375,40 +384,33 @@ int sc_later_poll(sc_later *l, bool wait, const sc_kernel **k, sc_error *err)
     int state = here ? atomic_load_explicit(&l->state, memory_order_acquire) : LATER_FAILED;
     if (state == LATER_RUNNING && !wait)
         return 0;
-    pthread_mutex_lock(&c->mu);
+    /* the hand-over happens once, under later_mu (sc_drv_insert takes mu inside it) */
+    pthread_mutex_lock(&c->later_mu);
     if (here && !l->joined) {
         pthread_join(l->thread, NULL);
         l->joined = true;
         state = atomic_load_explicit(&l->state, memory_order_acquire);
     }
-    sc_kernel *mine = NULL;
+    int r = -1;
     if (state == LATER_COMPILED && l->k) {
-        mine = l->k;
+        sc_kernel *mine = l->k;
         mine->fn = (sc_rt_kernel)l->fn;
         mine->jit_us = sc_drv_now_us() - l->t0;
         l->k = NULL;
         sc_free(&c->ctx, l->src);
         l->src = NULL;
+        l->ready = sc_drv_insert(c, mine, err);
+        if (!l->ready)
+            l->err = *err;
     }
-    const sc_kernel *ready = l->ready;
-    sc_error failed = l->err;
-    pthread_mutex_unlock(&c->mu);
-    if (mine) {
-        ready = sc_drv_insert(c, mine, err);
-        if (!ready)
-            return -1;
-        pthread_mutex_lock(&c->mu);
-        l->ready = ready;
-        pthread_mutex_unlock(&c->mu);
-    }
-    if (ready) {
-        *k = ready;
-        return 1;
-    }
-    if (!here) {
+    if (l->ready) {
+        *k = l->ready;
+        r = 1;
+    } else if (!here) {
         sc_fail(err, SC_RUNTIME, "driver", "the kernel was compiling in the parent process");
-        return -1;
+    } else {
+        *err = l->err;
     }
-    *err = failed;
-    return -1;
+    pthread_mutex_unlock(&c->later_mu);
+    return r;
 }

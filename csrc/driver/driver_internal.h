@@ -46,7 +46,7 @@ struct sc_kernel {
 /* A kernel compiling on a thread of its own (sc_compile_later). */
 struct sc_later {
     sc_compiler *c;
-    sc_later *next;        /* the compiler's list (under c->mu) */
+    sc_later *next;        /* the compiler's list (under c->later_mu) */
     sc_kernel *k;          /* the kernel, owned here until it is in the map */
     sc_jit_key k_key;      /* its key */
     char *src;             /* its C source, owned */
@@ -55,7 +55,7 @@ struct sc_later {
     pthread_t thread;
     pid_t pid;             /* the process that started the thread (a fork's child has none) */
     _Atomic int state;     /* LATER_* */
-    bool joined;           /* under c->mu, as are the fields below */
+    bool joined;           /* under c->later_mu, as are the fields below */
     const sc_kernel *ready; /* in the compiler's map once a poll saw it compiled */
     sc_jit_fn fn;
     sc_error err;
@@ -74,6 +74,7 @@ struct sc_compiler {
     pthread_mutex_t mu;
     sc_kernel **map; /* open addressing on key.w[0]; NULL = empty */
     size_t cap, count;
+    pthread_mutex_t later_mu;   /* the laters' list and hand-over (taken before mu) */
     sc_later *laters;           /* every sc_compile_later thread, joined at free */
     void *aot_lib;              /* dlopen handle of the ahead-of-time kernels, or NULL */
     const sc_aot_kernel *aot;   /* their table, sorted by key */

@@ -473,6 +473,20 @@ static bool build_table(sc_compiler *comp, const char *dir, int n, const char *c
     return system(cmd) == 0;
 }
 
+typedef struct poller {
+    sc_later *l;
+    const sc_kernel *k;
+    int r;
+} poller;
+
+static void *poll_main(void *arg)
+{
+    poller *p = arg;
+    sc_error err;
+    p->r = sc_later_poll(p->l, true, &p->k, &err);
+    return NULL;
+}
+
 static void test_ahead_of_time(void)
 {
     /* the gather probe is timed: a key written under one setting must be found */
@@ -585,6 +599,25 @@ static void test_ahead_of_time(void)
         CHECK(ok);
         sc_tensor_release(&ctx, &res);
     }
+    /* two threads waiting on one background compile get the same kernel */
+    sc_tensor X5;
+    double dX5[30 * 5];
+    make_matrix(&ctx, 30, 5, "dense", SC_DTYPE_F64, SC_INDEX_I32, 6, &X5, dX5);
+    sc_tensor spmm5[2] = {A, X5};
+    later = NULL;
+    CHECK(sc_compile_later(comp, SC_EXPR_LANG_EINSUM, "ij,jk->ik", 2, spmm5, NULL, NULL, true, &g, &later,
+                           &err) == SC_OK);
+    CHECK(g && sc_kernel_ahead(g) && later != NULL);
+    if (later) {
+        poller p[2] = {{later, NULL, 0}, {later, NULL, 0}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            pthread_create(&th[i], NULL, poll_main, &p[i]);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        CHECK(p[0].r == 1 && p[1].r == 1 && p[0].k && p[0].k == p[1].k && !sc_kernel_ahead(p[0].k));
+    }
+    sc_tensor_release(&ctx, &X5);
     /* a second table is refused once kernels exist */
     CHECK(sc_compiler_load_aot(comp, path, &loaded, &why, &err) == SC_USER);
     sc_compiler_free(comp);
