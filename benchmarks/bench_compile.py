@@ -63,7 +63,7 @@ def compile_times():
         t0 = time.perf_counter()
         scorch.einsum(expr, *ops)
         first = (time.perf_counter() - t0) * 1e6
-        entry, _ = _compile(_LANG_EINSUM, expr, ops, None, None)
+        entry = _compile(_LANG_EINSUM, expr, ops, None, None)[0]
         front, jit, ahead = _C.kernel_times(entry[0])
         rows.append((name, front, jit, ahead, first))
     return rows, _C.jit_stats()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import statistics
 import time
 
@@ -37,7 +38,13 @@ def time_rounds(fns, repeat, budget, rng, warm=()):
     call of each per round, after one warm-up call each (not for the names in ``warm``:
     the caller has just called them, checking their results), in a fresh order every
     round (``rng.shuffle``), so that drifting machine load hits every candidate alike;
-    stops after a round once ``budget`` seconds are spent (three rounds at least)."""
+    stops after a round once ``budget`` seconds are spent (three rounds at least).
+    Kernels still compiling in the background (a built-in generic kernel standing in for
+    one written for the call's sizes) are waited for first, and then every candidate
+    warms up: the times are those of the kernels a long-running program settles on."""
+    compiler = sys.modules.get("scorch._compiler")
+    if compiler is not None and compiler.wait_compiles():
+        warm = ()
     for k, fn in fns.items():
         if k not in warm:
             fn()

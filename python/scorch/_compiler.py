@@ -327,6 +327,18 @@ def _sparse_moves(entry, operands):
 _SIZED = 4   # kernels written for sizes, per signature; further sizes share a generic one
 
 
+def wait_compiles():
+    """Wait for every background compile (a kernel written for its call's sizes while a
+    generic built-in one stands in) and swap its kernel in: what a benchmark calls before
+    timing the kernels a long-running program settles on.  Returns how many there were."""
+    n = 0
+    for key, entry in list(_KERNELS.items()):
+        if entry[6] is not None:
+            _swap_in(key, entry, True)
+            n += 1
+    return n
+
+
 def _entry(lang, expr, key, operands, descs, out_format, sched):
     """(key, entry) of the kernel for key, compiled on a miss.  A kernel written for the
     sizes of a dense-only index (SDDMM's and SpMM's K: _C.kernel_fixed) that these
@@ -393,12 +405,12 @@ def _entry_of(kernel, later=None):
             _transposes(text), _C.kernel_fixed(kernel), later)
 
 
-def _swap_in(key, entry):
-    """entry, or where its background compile has finished, the entry of the kernel it
-    compiled (kept under key from then on).  A compile that failed (no C compiler) leaves
-    the generic kernel in place for good."""
+def _swap_in(key, entry, wait=False):
+    """entry, or where its background compile has finished (wait: once it has), the entry
+    of the kernel it compiled (kept under key from then on).  A compile that failed (no C
+    compiler) leaves the generic kernel in place for good."""
     try:
-        kernel = _C.later_poll(entry[6])
+        kernel = _C.later_poll(entry[6], wait)
     except Exception:
         kernel = False
     if kernel is None:
