@@ -268,9 +268,8 @@ def _output_order(lang, expr: str) -> int:
 
 
 # (lang, expr, operand signatures (a sparse operand's includes its _size_class), out
-# format, schedule) -> (kernel, what _run does with its result, out Format, index dtype,
-# ((operand, Format it is transposed to), ...)): a warm call skips the C compiler's lookup
-# and the description of the result.
+# format, schedule) -> the kernel's entry (_entry_of): a warm call skips the C compiler's
+# lookup and the description of the result.
 _KERNELS: dict = {}
 _SIZES: dict = {}   # key -> how many kernels written for sizes it has (_entry)
 
