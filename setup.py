@@ -14,7 +14,9 @@ SCORCH_AOT=0 in the build's environment leaves it out.
 import glob
 import importlib.util
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -56,9 +58,10 @@ ext = Extension(
     libraries=["dl", "pthread", "m"],
 )
 
-# the flags the JIT compiles with (csrc/jit/sc_jit.h: SC_JIT_DEFAULT_CFLAGS), no debug
-# information, and no warnings: generated code (its helpers go unused in some kernels)
-AOT_FLAGS = ["-O3", "-march=native", "-fopenmp", "-g0", "-w"]
+# The kernels are compiled as the JIT compiles them: its compiler ($SCORCH_CC, else cc) and
+# flags (csrc/jit/sc_jit.h: SC_JIT_DEFAULT_CFLAGS and SC_JIT_BASE_FLAGS), not Python's
+# (-fwrapv, -g), and without warnings (a kernel's helpers go unused in some kernels).
+AOT_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-w"]
 aot = Extension("scorch._aot", sources=[], extra_link_args=["-fopenmp"], libraries=["m"])
 
 
@@ -102,16 +105,14 @@ class BuildExtWithKernels(build_ext):
                 else:
                     os.environ["SCORCH_CACHE_DIR"] = saved
 
+        cc = shlex.split(os.environ.get("SCORCH_CC") or "cc")
+
         def compile_one(src):
             obj = src[:-2] + ".o"
-            if os.path.exists(obj) and os.path.getmtime(obj) >= os.path.getmtime(src):
-                return obj
-            self.compiler.compile([src], output_dir="/", include_dirs=[runtime],
-                                  extra_postargs=AOT_FLAGS)
+            if not (os.path.exists(obj) and os.path.getmtime(obj) >= os.path.getmtime(src)):
+                subprocess.run(cc + AOT_FLAGS + ["-I", runtime, "-c", src, "-o", obj],
+                               check=True)
             return obj
-
-        # (objects next to their sources: compile() mirrors an absolute path under "/")
-        files = [os.path.abspath(f) for f in files]
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
             objects = list(pool.map(compile_one, files))
         e.sources = []
