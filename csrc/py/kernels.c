@@ -290,6 +290,29 @@ static int parse_ops(PyObject *module, PyObject *ops, sc_tensor *t, Py_ssize_t *
     return 0;
 }
 
+/* A compile request's operands and output format (outp: &out_fmt, or NULL for None). */
+typedef struct request {
+    sc_tensor t[SC_PY_MAX_OPERANDS];
+    Py_ssize_t n;
+    sc_format out_fmt;
+    const sc_format *outp;
+} request;
+
+/* Parse ops and out_fmt_o into rq; the module's compiler, or NULL with an error set. */
+static sc_compiler *parse_request(PyObject *module, PyObject *ops, PyObject *out_fmt_o,
+                                  request *rq)
+{
+    rq->outp = NULL;
+    if (parse_ops(module, ops, rq->t, &rq->n) < 0)
+        return NULL;
+    if (out_fmt_o != Py_None) {
+        if (sc_py_parse_fmt(module, out_fmt_o, &rq->out_fmt) < 0)
+            return NULL;
+        rq->outp = &rq->out_fmt;
+    }
+    return get_compiler(module);
+}
+
 /* set_aot(path or None): the ahead-of-time kernels the compiler loads when it is made. */
 PyObject *sc_py_set_aot(PyObject *module, PyObject *args)
 {
@@ -342,18 +365,8 @@ PyObject *sc_py_compile(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "isOOz|pp", &lang, &expr, &ops, &out_fmt_o, &schedule, &sizes,
                           &want_later))
         return NULL;
-    sc_tensor t[SC_PY_MAX_OPERANDS];
-    Py_ssize_t n;
-    if (parse_ops(module, ops, t, &n) < 0)
-        return NULL;
-    sc_format out_fmt;
-    const sc_format *outp = NULL;
-    if (out_fmt_o != Py_None) {
-        if (sc_py_parse_fmt(module, out_fmt_o, &out_fmt) < 0)
-            return NULL;
-        outp = &out_fmt;
-    }
-    sc_compiler *c = get_compiler(module);
+    request rq;
+    sc_compiler *c = parse_request(module, ops, out_fmt_o, &rq);
     if (!c)
         return NULL;
     const sc_kernel *k = NULL;
@@ -363,9 +376,11 @@ PyObject *sc_py_compile(PyObject *module, PyObject *args)
     sc_expr_lang l = lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM;
     Py_BEGIN_ALLOW_THREADS
     if (want_later)
-        st = sc_compile_later(c, l, expr, (int32_t)n, t, outp, schedule, sizes != 0, &k, &later, &err);
+        st = sc_compile_later(c, l, expr, (int32_t)rq.n, rq.t, rq.outp, schedule, sizes != 0, &k,
+                              &later, &err);
     else
-        st = sc_compile_sized(c, l, expr, (int32_t)n, t, outp, schedule, sizes != 0, &k, &err);
+        st = sc_compile_sized(c, l, expr, (int32_t)rq.n, rq.t, rq.outp, schedule, sizes != 0, &k,
+                              &err);
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise_at(module, &err, err.stage && !strcmp(err.stage, "schedule")
@@ -418,24 +433,15 @@ PyObject *sc_py_source(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "isOOzpi", &lang, &expr, &ops, &out_fmt_o, &schedule, &sizes,
                           &gathers))
         return NULL;
-    sc_tensor t[SC_PY_MAX_OPERANDS];
-    Py_ssize_t n;
-    if (parse_ops(module, ops, t, &n) < 0)
-        return NULL;
-    sc_format out_fmt;
-    const sc_format *outp = NULL;
-    if (out_fmt_o != Py_None) {
-        if (sc_py_parse_fmt(module, out_fmt_o, &out_fmt) < 0)
-            return NULL;
-        outp = &out_fmt;
-    }
-    sc_compiler *c = get_compiler(module);
+    request rq;
+    sc_compiler *c = parse_request(module, ops, out_fmt_o, &rq);
     if (!c)
         return NULL;
     sc_source src;
     sc_error err;
     sc_status st = sc_compile_source(c, lang ? SC_EXPR_LANG_INDEX : SC_EXPR_LANG_EINSUM, expr,
-                                     (int32_t)n, t, outp, schedule, sizes != 0, gathers, &src, &err);
+                                     (int32_t)rq.n, rq.t, rq.outp, schedule, sizes != 0, gathers,
+                                     &src, &err);
     if (st != SC_OK)
         return sc_py_raise_at(module, &err, expr);
     char hex[33], text_hex[33];
