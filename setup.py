@@ -113,6 +113,7 @@ class BuildExtWithKernels(build_ext):
                 subprocess.run(cc + AOT_FLAGS + ["-I", runtime, "-c", src, "-o", obj],
                                check=True)
             return obj
+
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
             objects = list(pool.map(compile_one, files))
         e.sources = []
