@@ -133,7 +133,7 @@ def record(path=SIGNATURES):
 
 # ---- generating (NumPy and scorch._C only) ----
 
-def _desc(op):
+def _desc(C, op):
     import numpy as np
 
     if op.get("dense"):
@@ -141,7 +141,8 @@ def _desc(op):
         size = int(np.prod(op["shape"])) if op["shape"] else 1
         # (the compiler reads sizes, never values: zeros the OS maps lazily)
         data = np.zeros(size, dtype=op["dtype"])
-        return (tuple(op["shape"]), _DENSE[n], [None] * n, [None] * n, data, "int32")
+        fmt = C.parse_format("dense", n)
+        return (tuple(op["shape"]), fmt, [None] * n, [None] * n, data, "int32")
     it = np.int32 if op["index"] == "int32" else np.int64
     pos = [None if p is None else np.zeros(p, dtype=it) for p in op["pos"]]
     crd = [None if c is None else np.zeros(c, dtype=it) for c in op["crd"]]
@@ -153,24 +154,20 @@ def _tuple(x):
     return tuple(_tuple(v) for v in x) if isinstance(x, list) else x
 
 
-_DENSE: dict = {}
-
-
 def generate(C, outdir, path=SIGNATURES, log=print):
     """Write <outdir>/k_<key>.c for every distinct kernel and <outdir>/table.c; returns
     the list of C files.  C is the built scorch._C module (its include dir set)."""
     with open(path) as f:
         sigs = json.load(f)
-    for n in range(1, C.MAX_ORDER + 1):
-        _DENSE[n] = C.parse_format("dense", n)
     os.makedirs(outdir, exist_ok=True)
     by_text = {}    # C text (symbol blanked) -> symbol written
-    table = []      # (key hex, symbol)
+    table = []      # (key hex, text hash hex, symbol)
+    keys = set()
     files = []
     failed = 0
     for sig in sigs:
         try:
-            descs = [_desc(op) for op in sig["ops"]]
+            descs = [_desc(C, op) for op in sig["ops"]]
         except (TypeError, ValueError, KeyError):
             failed += 1
             continue
@@ -182,8 +179,9 @@ def generate(C, outdir, path=SIGNATURES, log=print):
             except Exception:   # (a kernel this build's compiler no longer takes)
                 failed += 1
                 break
-            if any(k == key for k, _, _ in table):
+            if key in keys:
                 continue
+            keys.add(key)
             blank = text.replace(sym.encode(), b"@")
             first = by_text.get(blank)
             if first is None:

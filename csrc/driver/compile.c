@@ -427,34 +427,33 @@ static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *exp
         st = SC_NOMEM;
         goto done;
     }
-    sc_jit_fn jf = NULL;
     if (ahead) {
         k->fn = ahead;
         k->ahead = true;
-    } else if (rq->later && c->naot && has_fixed(&p)) {
-        /* written for sizes, and only a generic kernel is at hand without the compiler:
-         * that one runs now, this one compiles in the background */
-        if ((st = sc_jit_cached(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
-            goto done;
-        const sc_kernel *g = NULL;
-        if (!jf) {
-            request grq = {false, WANT_AOT_ONLY, rq->gathers, NULL, NULL};
-            if ((st = compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &grq, &g,
-                                   err)) != SC_OK)
+    } else {
+        sc_jit_fn jf = NULL;
+        if (rq->later && c->naot && has_fixed(&p)) {
+            /* written for sizes, and only a generic kernel is at hand without the
+             * compiler: that one runs now, this one compiles in the background */
+            if ((st = sc_jit_cached(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
                 goto done;
+            const sc_kernel *g = NULL;
+            request grq = {false, WANT_AOT_ONLY, rq->gathers, NULL, NULL};
+            if (!jf && (st = compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &grq,
+                                          &g, err)) != SC_OK)
+                goto done;
+            if (g) {
+                st = sc_drv_later_start(c, k, src, srclen, sym, rq->later, err);
+                k = NULL;
+                src = NULL;
+                *out = st == SC_OK ? g : NULL;
+                goto done;
+            }
         }
-        if (g) {
-            st = sc_drv_later_start(c, k, src, srclen, sym, rq->later, err);
-            k = NULL;
-            src = NULL;
-            *out = st == SC_OK ? g : NULL;
+        if (!jf && (st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
             goto done;
-        }
-    }
-    if (!k->fn && !jf && (st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
-        goto done;
-    if (!k->fn)
         k->fn = (sc_rt_kernel)jf;
+    }
     k->jit_us = sc_drv_now_us() - t4;
     *out = sc_drv_insert(c, k, err);
     k = NULL;

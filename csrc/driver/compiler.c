@@ -334,18 +334,14 @@ sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len
             *later = l;
             break;
         }
-    if (*later) {
-        pthread_mutex_unlock(&c->later_mu);
-        sc_drv_kernel_free(c, k);
-        sc_free(&c->ctx, src);
-        return SC_OK;
-    }
-    sc_later *l = sc_calloc(&c->ctx, 1, sizeof *l, err);
+    sc_status st = SC_OK;
+    sc_later *l = NULL;
+    if (*later)
+        goto drop; /* compiling already */
+    l = sc_calloc(&c->ctx, 1, sizeof *l, err);
     if (!l) {
-        pthread_mutex_unlock(&c->later_mu);
-        sc_drv_kernel_free(c, k);
-        sc_free(&c->ctx, src);
-        return SC_NOMEM;
+        st = SC_NOMEM;
+        goto drop;
     }
     l->c = c;
     l->k = k;
@@ -363,17 +359,20 @@ sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len
     int rc = pthread_create(&l->thread, NULL, later_main, l);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        pthread_mutex_unlock(&c->later_mu);
-        sc_drv_kernel_free(c, k);
-        sc_free(&c->ctx, src);
         sc_free(&c->ctx, l);
-        return sc_fail(err, SC_INTERNAL, "driver", "cannot start a compile thread");
+        st = sc_fail(err, SC_INTERNAL, "driver", "cannot start a compile thread");
+        goto drop;
     }
     l->next = c->laters;
     c->laters = l;
     pthread_mutex_unlock(&c->later_mu);
     *later = l;
     return SC_OK;
+drop:
+    pthread_mutex_unlock(&c->later_mu);
+    sc_drv_kernel_free(c, k);
+    sc_free(&c->ctx, src);
+    return st;
 }
 
 int sc_later_poll(sc_later *l, bool wait, const sc_kernel **k, sc_error *err)

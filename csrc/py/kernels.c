@@ -34,22 +34,28 @@ void sc_py_kernels_free(sc_py_state *st)
     st->aot_path = NULL;
 }
 
+/* Set a path the compiler is made with (*slot, owned) from args (format "s", or "z":
+ * None allowed); what is fixed once the compiler exists. */
+static PyObject *set_path(PyObject *module, PyObject *args, const char *format, char **slot,
+                          const char *what)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, format, &path))
+        return NULL;
+    if (sc_py_state_of(module)->compiler)
+        return PyErr_Format(PyExc_RuntimeError, "%s fixed once a kernel exists", what);
+    char *copy = path ? strdup(path) : NULL;
+    if (path && !copy)
+        return PyErr_NoMemory();
+    free(*slot);
+    *slot = copy;
+    Py_RETURN_NONE;
+}
+
 PyObject *sc_py_set_include_dir(PyObject *module, PyObject *args)
 {
-    const char *dir;
-    if (!PyArg_ParseTuple(args, "s", &dir))
-        return NULL;
-    sc_py_state *st = sc_py_state_of(module);
-    if (st->compiler) {
-        PyErr_SetString(PyExc_RuntimeError, "the include dir is fixed once a kernel exists");
-        return NULL;
-    }
-    char *copy = strdup(dir);
-    if (!copy)
-        return PyErr_NoMemory();
-    free(st->include_dir);
-    st->include_dir = copy;
-    Py_RETURN_NONE;
+    return set_path(module, args, "s", &sc_py_state_of(module)->include_dir,
+                    "the include dir is");
 }
 
 static sc_compiler *get_compiler(PyObject *module)
@@ -316,20 +322,8 @@ static sc_compiler *parse_request(PyObject *module, PyObject *ops, PyObject *out
 /* set_aot(path or None): the ahead-of-time kernels the compiler loads when it is made. */
 PyObject *sc_py_set_aot(PyObject *module, PyObject *args)
 {
-    const char *path;
-    if (!PyArg_ParseTuple(args, "z", &path))
-        return NULL;
-    sc_py_state *st = sc_py_state_of(module);
-    if (st->compiler) {
-        PyErr_SetString(PyExc_RuntimeError, "the ahead-of-time kernels are fixed once a kernel exists");
-        return NULL;
-    }
-    char *copy = path ? strdup(path) : NULL;
-    if (path && !copy)
-        return PyErr_NoMemory();
-    free(st->aot_path);
-    st->aot_path = copy;
-    Py_RETURN_NONE;
+    return set_path(module, args, "z", &sc_py_state_of(module)->aot_path,
+                    "the ahead-of-time kernels are");
 }
 
 /* aot_info() -> (path or None, kernels loaded, why none or None); makes the compiler. */
