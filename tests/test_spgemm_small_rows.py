@@ -90,7 +90,7 @@ def test_kernel_has_the_small_row_path():
         A = scorch.to_sparse(torch.eye(20), "csr", index_dtype=it)
         src = scorch.explain("ij,jk->ik", A, A)
         assert "<= 8) && (bnd_" in src and call in src
-        assert "SC_K_SORTSUM8(sc_k_sortsum8_32_f32, float," in src
+        assert "SC_K_SORTSUMV(sc_k_sortsumv_32_f32, float," in src
 
 
 def test_one_column_product_stores_only_the_structural_pattern():

@@ -742,11 +742,22 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
 
 /* A row whose coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills
  * densely, or fewer than SHORT_ROW_SPAN times where it has under SHORT_ROW multiply-adds
- * (the bitmap's collect costs more next to a short row); a row of at most SMALL_ROW
+ * (the bitmap's collect costs more next to a short row); a row of at most small_row()
  * multiply-adds appends its products and sorts them.  A row of SPAN_BOUND_ROW or more
  * multiply-adds is bounded by its span too (span_bound). */
 enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8,
-       SPAN_BOUND_ROW = 128 };
+       SORT_ROW = 64, SPAN_BOUND_ROW = 128 };
+
+/* The most multiply-adds of a row that appends and sorts its products: SORT_ROW where
+ * the output's coordinates are int32, its values 32 bits wide and the vectors 64 bytes
+ * (the sort runs in vector registers: 4-5 ns an entry at 32 and 64 entries, where a
+ * graph's row through the bitmap costs ~18: p2p-Gnutella31), else SMALL_ROW. */
+static int32_t small_row(const lb *L)
+{
+    bool sorts = B->fn->vec_bytes == 64 && L->p->out_itype == SC_INDEX_I32 &&
+                 (L->vt == SC_IR_F32 || L->vt == SC_IR_VI32);
+    return sorts ? SORT_ROW : SMALL_ROW;
+}
 
 /* The span pass of the row bound at depth d: each segment's first and last coordinate
  * of the row's last output index folded into lo and hi (declared by the caller); probe:
@@ -778,7 +789,7 @@ static const sc_ir_stmt *span_pass(lb *L, int32_t d, const sc_lower_node *n, con
  * output with no branch (ws_leaf).  That needs a slot of every product: a row whose
  * bound is capped at the column count spans less than that, so it is dense (both factors
  * are at least 1), and a bitmap row's bound is its product count.  The gather of the
- * values clears the workspace for the next row.  A row of at most SMALL_ROW products
+ * values clears the workspace for the next row.  A row of at most small_row() products
  * (road networks, circuits, sparse graphs: a handful) skips the workspace: each product
  * is appended to the row's slot in the output, coordinate and value, and the slot is
  * then sorted with equal coordinates summed (SORTSUM: in vector registers where the
@@ -812,7 +823,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
     sc_ir_push(B, &wide, span_pass(L, d, n, S, lo, hi, false));
-    sc_ir_list dense = {0}, bitmap = {0};
+    sc_ir_list dense = {0}, bitmap = {0}, filled = {0};
     sc_ir_push(B, &dense, row_fill(L, ROW_DENSE, d, n, S));
     sc_ir_push(B, &dense, sc_ir_scan(B, oc, V(cnt), L->ws_flag, V(lo), V(hi), cnt));
     sc_ir_push(B, &bitmap, row_fill(L, ROW_BITMAP, d, n, S));
@@ -822,11 +833,26 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     const sc_ir_expr *span_len = BIN(SUB, V(hi), V(lo));
     const sc_ir_expr *factor = sc_ir_select(B, BIN(LT, V(bnd), I(SHORT_ROW)), I(SHORT_ROW_SPAN),
                                             I(DENSE_ROW_SPAN));
-    const sc_ir_expr *is_dense = BIN(AND, BIN(LE, V(lo), V(hi)),
-                                     BIN(LT, span_len, BIN(MUL, factor, V(bnd))));
-    sc_ir_push(B, &wide, sc_ir_if(B, is_dense, sc_ir_list_block(B, &dense),
-                                sc_ir_list_block(B, &bitmap)));
-    gather_row(L, n0, cnt, true, &wide);
+    sc_ir_var is_dense = newv(L, "dense", SC_IR_I64);
+    sc_ir_push(B, &wide, sc_ir_decl(B, is_dense, BIN(AND, BIN(LE, V(lo), V(hi)),
+                                                     BIN(LT, span_len, BIN(MUL, factor, V(bnd))))));
+    sc_ir_push(B, &filled, sc_ir_if(B, V(is_dense), sc_ir_list_block(B, &dense),
+                                    sc_ir_list_block(B, &bitmap)));
+    gather_row(L, n0, cnt, true, &filled);
+    int32_t most = small_row(L);
+    if (most > SMALL_ROW) {
+        /* a row too wide for the dense fill and short enough to sort: appended, sorted */
+        sc_ir_list sorted = {0};
+        sc_ir_push(B, &sorted, row_fill(L, ROW_SMALL, d, n, S));
+        sc_ir_push(B, &sorted, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt, most));
+        const sc_ir_expr *sorts = BIN(AND, BIN(AND, BIN(LE, V(bnd), I(most)),
+                                               BIN(LT, V(bnd), V(ncols))),
+                                      sc_ir_not(B, V(is_dense)));
+        sc_ir_push(B, &wide, sc_ir_if(B, sorts, sc_ir_list_block(B, &sorted),
+                                      sc_ir_list_block(B, &filled)));
+    } else {
+        sc_ir_push(B, &wide, sc_ir_list_block(B, &filled));
+    }
     const sc_ir_expr *is_small = BIN(AND, BIN(LE, V(bnd), I(SMALL_ROW)), BIN(LT, V(bnd), V(ncols)));
     sc_ir_push(B, out, sc_ir_if(B, is_small, sc_ir_list_block(B, &small), sc_ir_list_block(B, &wide)));
 }
@@ -837,7 +863,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
  * segments it adds up), taken as gus_row takes it.  A banded or FEM product lands most
  * products on a column already touched: banded-1M's rows bound 729 products over a
  * span of 53, and the output reserved 5.5 GB for its 0.4 GB of entries (bcsstk16: 134
- * MB for 8).  The bound stays above SMALL_ROW (a small row appends every product to its
+ * MB for 8).  The bound stays above small_row() (a small row appends every product to its
  * slot) and at least the span, so the fill takes the row as dense and writes only its
  * entries.  Not from 32 products: on graphs (a span as wide as the matrix) the second
  * pass over the row cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %,
@@ -854,7 +880,7 @@ static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc
     sc_ir_push(B, &probe, sc_ir_decl(B, hi, I(-1)));
     sc_ir_push(B, &probe, span_pass(L, d, n, S, lo, hi, true));
     sc_ir_push(B, &full, span_pass(L, d, n, S, lo, hi, false));
-    const sc_ir_expr *width = BIN(MAX, span, I(SMALL_ROW + 1));
+    const sc_ir_expr *width = BIN(MAX, span, I(small_row(L) + 1));
     sc_ir_push(B, &full, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
                                   sc_ir_assign(B, cnt, false, BIN(MIN, V(cnt), width)), NULL));
     /* the whole row only where its first and last segments span fewer columns than its

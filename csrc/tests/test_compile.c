@@ -623,11 +623,12 @@ static void test_goldens(void)
         "= sc_min(lo_", "= sc_max(hi_", "((hi_65 - lo_64) < (((bnd_63 < 32) ? 16 : 4) * bnd_63))",
         "uint8_t *restrict ws_flag_", "] = (uint8_t)1;", "+= sc_k_scan32(out_crd_",
         "] = (float)0.0;",
-        /* phase 1 bounds a row of 128 or more products by its span too, above 8: a
+        /* phase 1 bounds a row of 128 or more products by its span too, above the rows
+         * that append their products (8, or 64 where they sort in 64-byte vectors): a
          * probe of its first and last segments, then the whole row where that spans
          * fewer columns than the products */
         "if ((128 <= n_18)) {", "A1_p_28 += sc_max(1, ((A1_end_29 - 1) - A1_pos_0[p_16]))",
-        "if ((((hi_27 - lo_26) + 1) < n_18)) {", "n_18 = sc_min(n_18, sc_max(((hi_27 - lo_26) + 1), 9));"};
+        "if ((((hi_27 - lo_26) + 1) < n_18)) {", "n_18 = sc_min(n_18, sc_max(((hi_27 - lo_26) + 1), "};
     golden(&spgemm, g3, (int)(sizeof g3 / sizeof g3[0]));
     /* COO SDDMM in parallel: each thread's share of the positions cut between rows; a
      * row's run end scanned over its first 8 positions, then searched; its columns a
