@@ -41,9 +41,13 @@ static sc_status vec_width(int32_t *out, sc_error *err)
     return SC_OK;
 }
 
-/* Whether SpMV's rows read x through gathers: $SCORCH_GATHERS (0 or 1) when set,
- * else measured (sc_drv_fast_gathers).  USER error for any other value. */
-static sc_status gathers(const sc_ctx *ctx, bool *out, sc_error *err)
+/* Whether SpMV's rows read x through gathers: $SCORCH_GATHERS (0 or 1) when set, else
+ * the outcome kept in the cache directory for this host's ISA ("gathers-<isa>"), else
+ * measured (sc_drv_fast_gathers) and kept there.  The probe is a timing: on a shared
+ * machine it came out either way from one process to the next, and with it the SpMV
+ * kernel each process ran and the cache files it found.  USER error for a bad
+ * $SCORCH_GATHERS. */
+static sc_status gathers(const sc_ctx *ctx, sc_jit *jit, bool *out, sc_error *err)
 {
     const char *v = getenv("SCORCH_GATHERS");
     if (v && *v) {
@@ -52,14 +56,25 @@ static sc_status gathers(const sc_ctx *ctx, bool *out, sc_error *err)
         *out = v[0] == '1';
         return SC_OK;
     }
-    return sc_drv_fast_gathers(ctx, out, err);
+    char hex[33], name[48], kept[8];
+    sc_jit_key_hex(sc_jit_host_isa(), hex);
+    snprintf(name, sizeof name, "gathers-%s", hex);
+    if (sc_jit_note_read(jit, name, kept, sizeof kept) == 2 && kept[1] == '\n' &&
+        (kept[0] == '0' || kept[0] == '1')) {
+        *out = kept[0] == '1';
+        return SC_OK;
+    }
+    sc_status st = sc_drv_fast_gathers(ctx, out, err);
+    if (st == SC_OK)
+        sc_jit_note_write(jit, name, *out ? "1\n" : "0\n");
+    return st;
 }
 
 sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_error *err)
 {
     int32_t vec_bytes = 64;
     bool fast = false;
-    if (vec_width(&vec_bytes, err) != SC_OK || gathers(ctx, &fast, err) != SC_OK)
+    if (vec_width(&vec_bytes, err) != SC_OK)
         return NULL;
     sc_compiler *c = sc_calloc(ctx, 1, sizeof *c, err);
     if (!c)
@@ -68,7 +83,6 @@ sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_err
     const char *dbg = getenv("SCORCH_DEBUG");
     c->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
     c->vec_bytes = vec_bytes;
-    c->gathers = fast && vec_bytes == 64;
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         sc_fail(err, SC_INTERNAL, "driver", "pthread_mutex_init failed");
         sc_free(ctx, c);
@@ -81,12 +95,14 @@ sc_compiler *sc_compiler_new(const sc_ctx *ctx, const sc_jit_config *cfg, sc_err
         return NULL;
     }
     c->jit = sc_jit_new(&c->ctx, cfg, err);
-    if (!c->jit) {
+    if (!c->jit || gathers(&c->ctx, c->jit, &fast, err) != SC_OK) {
+        sc_jit_free(c->jit);
         pthread_mutex_destroy(&c->later_mu);
         pthread_mutex_destroy(&c->mu);
         sc_free(ctx, c);
         return NULL;
     }
+    c->gathers = fast && vec_bytes == 64;
     return c;
 }
 

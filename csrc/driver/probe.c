@@ -1,5 +1,6 @@
 /*
- * probe.c — whether this CPU's gathers are fast, measured once per compiler.
+ * probe.c — whether this CPU's gathers are fast, measured once per kernel cache (the
+ * outcome is kept there per host ISA: compiler.c).
  *
  * SpMV's float rows can read x through 8-lane gathers (lower/build.c gathered_row) or
  * through four scalar loads a step.  Which wins depends on the CPU more than on the

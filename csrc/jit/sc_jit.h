@@ -134,4 +134,13 @@ void sc_jit_key_hex(sc_jit_key k, char hex[33]);
  * another with the same value.  Part of every jit's key. */
 sc_jit_key sc_jit_host_isa(void);
 
+/* A small note kept in the cache directory beside the kernels (the gather probe's
+ * outcome): sc_jit_note_read copies at most cap - 1 bytes of <cache_dir>/<name> into buf,
+ * NUL-ended, and returns how many, or -1 where there is none or it may not be trusted
+ * (the checks of a kernel file: a regular file of this user's, not group/world-writable);
+ * sc_jit_note_write publishes text under name at once (a temporary file renamed over it)
+ * and returns false where it could not (a read-only cache: the caller goes on without). */
+int64_t sc_jit_note_read(sc_jit *jit, const char *name, char *buf, size_t cap);
+bool sc_jit_note_write(sc_jit *jit, const char *name, const char *text);
+
 #endif /* SC_JIT_H */

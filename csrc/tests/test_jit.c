@@ -363,6 +363,36 @@ static void test_threads(void)
     sc_jit_free(jit);
 }
 
+/* Notes beside the kernels: none at first, written then read back whole and cut to the
+ * buffer, replaced by a second write, refused once group-writable, never through a
+ * symlink; a NULL jit or name is refused. */
+static void test_notes(void)
+{
+    sc_jit *jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    char buf[16], path[600];
+    snprintf(path, sizeof path, "%s/note-a", cache);
+    CHECK(sc_jit_note_read(jit, "note-a", buf, sizeof buf) == -1 && buf[0] == '\0');
+    CHECK(sc_jit_note_write(jit, "note-a", "1\n"));
+    CHECK(sc_jit_note_read(jit, "note-a", buf, sizeof buf) == 2 && !strcmp(buf, "1\n"));
+    CHECK(sc_jit_note_write(jit, "note-a", "0123456789abcdefXYZ"));
+    CHECK(sc_jit_note_read(jit, "note-a", buf, 5) == 4 && !strcmp(buf, "0123"));
+    CHECK(chmod(path, 0620) == 0);
+    CHECK(sc_jit_note_read(jit, "note-a", buf, sizeof buf) == -1);
+    unlink(path);
+    char link[600];
+    snprintf(link, sizeof link, "%s/note-b", cache);
+    CHECK(symlink(path, link) == 0);
+    CHECK(sc_jit_note_write(jit, "note-a", "2\n"));
+    CHECK(sc_jit_note_read(jit, "note-b", buf, sizeof buf) == -1);
+    CHECK(!sc_jit_note_write(NULL, "x", "1") && !sc_jit_note_write(jit, NULL, "1"));
+    CHECK(sc_jit_note_read(NULL, "x", buf, sizeof buf) == -1);
+    unlink(link);
+    sc_jit_free(jit);
+}
+
 int main(void)
 {
     sc_ctx_init(&ctx);
@@ -378,6 +408,7 @@ int main(void)
     test_missing_compiler();
     test_nomem();
     test_threads();
+    test_notes();
     tmpdir_remove(root);
     return check_report("test_jit");
 }
