@@ -807,6 +807,24 @@ static const sc_ir_stmt *row_fill(lb *L, int way, int32_t d, const sc_lower_node
     return s;
 }
 
+/* A row that appends its products to its slot and sorts them, summing equal coordinates
+ * (at most `most` of them: SORTSUM's promise), into out; the condition it needs is
+ * appends(). */
+static void sorted_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_var n0,
+                       int32_t most, sc_ir_list *out)
+{
+    sc_ir_var cnt = S->cnt[L->m - 1];
+    sc_ir_push(B, out, row_fill(L, ROW_SMALL, d, n, S));
+    sc_ir_push(B, out, sc_ir_sortsum(B, L->ocrd[L->m - 1], L->ovals, V(n0), cnt, most));
+}
+
+/* Whether a row bound by bnd products may append them (sorted_row): at most `most`, and
+ * fewer than the columns, so that its slot holds every product. */
+static const sc_ir_expr *appends(lb *L, sc_ir_var bnd, int32_t most, sc_ir_var ncols)
+{
+    return BIN(AND, BIN(LE, V(bnd), I(most)), BIN(LT, V(bnd), V(ncols)));
+}
+
 static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir_list *out)
 {
     int32_t m = L->m;
@@ -818,8 +836,7 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
                                              sc_ir_load(B, row, S->opos))));
     sc_ir_var ncols = L->ext[L->p->out_lvar[m - 1]];
     sc_ir_list small = {0}, wide = {0};
-    sc_ir_push(B, &small, row_fill(L, ROW_SMALL, d, n, S));
-    sc_ir_push(B, &small, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt, SMALL_ROW));
+    sorted_row(L, d, n, S, n0, SMALL_ROW, &small);
     sc_ir_push(B, &wide, sc_ir_decl(B, lo, V(ncols)));
     sc_ir_push(B, &wide, sc_ir_decl(B, hi, I(-1)));
     sc_ir_push(B, &wide, span_pass(L, d, n, S, lo, hi, false));
@@ -843,18 +860,14 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
     if (most > SMALL_ROW) {
         /* a row too wide for the dense fill and short enough to sort: appended, sorted */
         sc_ir_list sorted = {0};
-        sc_ir_push(B, &sorted, row_fill(L, ROW_SMALL, d, n, S));
-        sc_ir_push(B, &sorted, sc_ir_sortsum(B, oc, L->ovals, V(n0), cnt, most));
-        const sc_ir_expr *sorts = BIN(AND, BIN(AND, BIN(LE, V(bnd), I(most)),
-                                               BIN(LT, V(bnd), V(ncols))),
-                                      sc_ir_not(B, V(is_dense)));
+        sorted_row(L, d, n, S, n0, most, &sorted);
+        const sc_ir_expr *sorts = BIN(AND, appends(L, bnd, most, ncols), sc_ir_not(B, V(is_dense)));
         sc_ir_push(B, &wide, sc_ir_if(B, sorts, sc_ir_list_block(B, &sorted),
                                       sc_ir_list_block(B, &filled)));
     } else {
         sc_ir_push(B, &wide, sc_ir_list_block(B, &filled));
     }
-    const sc_ir_expr *is_small = BIN(AND, BIN(LE, V(bnd), I(SMALL_ROW)), BIN(LT, V(bnd), V(ncols)));
-    sc_ir_push(B, out, sc_ir_if(B, is_small, sc_ir_list_block(B, &small), sc_ir_list_block(B, &wide)));
+    sc_ir_push(B, out, sc_ir_if(B, appends(L, bnd, SMALL_ROW, ncols), sc_ir_list_block(B, &small), sc_ir_list_block(B, &wide)));
 }
 
 /*
