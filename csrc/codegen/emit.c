@@ -439,7 +439,45 @@ static const char *const PRELUDE[] = {
     "    return b;                                                                  \\\n"
     "}\n"
     "SC_K_RUNEND(sc_k_runend32, int32_t)\n"
-    "SC_K_RUNEND(sc_k_runend64, int64_t)\n\n"};
+    "SC_K_RUNEND(sc_k_runend64, int64_t)\n",
+    /* The row of position p from row r on, p < pos[end] (sc_ir_rowof).  With AVX-512 the
+     * ends of the next W rows (masked at end) in one compare: those at most p are a
+     * prefix, as pos never decreases, so their count is the row's distance from r; where
+     * all W are (W or more empty rows: rare), a step a row from there.  Else a step a row.
+     * (A loop of compares instead of that tail measured 12 % slower on bcspwr10.) */
+    "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)\n"
+    "#define SC_K_ROWOF(name, T, VT, M, W, LOAD, CMP)                               \\\n"
+    "static inline int64_t name(const T *pos, int64_t r, int64_t p, int64_t end)    \\\n"
+    "{                                                                              \\\n"
+    "    typedef VT vt_ __attribute__((vector_size(64)));                           \\\n"
+    "    const M all = (M)~(M)0;                                                    \\\n"
+    "    M m = end - r >= W ? all : (M)((1u << (end - r)) - 1u);                    \\\n"
+    "    vt_ e = LOAD((const VT *)(pos + r + 1), (vt_){0}, m);                      \\\n"
+    "    M le = (M)CMP(e, (vt_){0} + (VT)p, 2, m);                                  \\\n"
+    "    if (__builtin_expect(le == all, 0)) {                                      \\\n"
+    "        r += W;                                                                \\\n"
+    "        while (pos[r + 1] <= p)                                                \\\n"
+    "            r++;                                                               \\\n"
+    "        return r;                                                              \\\n"
+    "    }                                                                          \\\n"
+    "    return r + __builtin_popcount(le);                                         \\\n"
+    "}\n"
+    "SC_K_ROWOF(sc_k_rowof32, int32_t, int, unsigned short, 16, __builtin_ia32_loaddqusi512_mask,\n"
+    "           __builtin_ia32_cmpd512_mask)\n"
+    "SC_K_ROWOF(sc_k_rowof64, int64_t, long long, unsigned char, 8, __builtin_ia32_loaddqudi512_mask,\n"
+    "           __builtin_ia32_cmpq512_mask)\n"
+    "#else\n"
+    "#define SC_K_ROWOF(name, T)                                                    \\\n"
+    "static inline int64_t name(const T *pos, int64_t r, int64_t p, int64_t end)    \\\n"
+    "{                                                                              \\\n"
+    "    (void)end;                                                                 \\\n"
+    "    while (pos[r + 1] <= p)                                                    \\\n"
+    "        r++;                                                                   \\\n"
+    "    return r;                                                                  \\\n"
+    "}\n"
+    "SC_K_ROWOF(sc_k_rowof32, int32_t)\n"
+    "SC_K_ROWOF(sc_k_rowof64, int64_t)\n"
+    "#endif\n\n"};
 
 /*
  * Moves of the first n lanes of half and quarter vectors, and masked gathers into them
@@ -730,13 +768,19 @@ static void expr(em *m, const sc_ir_expr *e)
         break;
     case SC_IR_E_RUNSPLIT:
     case SC_IR_E_RUNEND:
-        sc_cg_printf(m->out, "sc_k_%s%s(%s, ", e->kind == SC_IR_E_RUNEND ? "runend" : "runsplit",
+    case SC_IR_E_ROWOF:
+        sc_cg_printf(m->out, "sc_k_%s%s(%s, ",
+                     e->kind == SC_IR_E_RUNEND ? "runend" : e->kind == SC_IR_E_ROWOF ? "rowof" : "runsplit",
                      fn->vars[e->var].type == SC_IR_I32 ? "32" : "64", fn->vars[e->var].name);
         expr(m, e->a);
         pr(m, ", ");
         expr(m, e->b);
         if (e->kind == SC_IR_E_RUNSPLIT)
             sc_cg_printf(m->out, ", %d", (int)e->ival);
+        if (e->kind == SC_IR_E_ROWOF) {
+            pr(m, ", ");
+            expr(m, e->c);
+        }
         pr(m, ")");
         break;
     case SC_IR_E_HSUM:

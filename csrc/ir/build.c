@@ -422,7 +422,8 @@ int32_t sc_ir_fold_src(const sc_ir_func *fn, sc_ir_type type, int32_t w, int32_t
     return (blk < per ? 0 : W) + base + (blk % per) * 2 * w + half * w + l % w;
 }
 
-/* A RUNSPLIT or RUNEND over the coordinates crd between lo and hi. */
+/* A RUNSPLIT or RUNEND over the coordinates crd between lo and hi (ROWOF: over the pos
+ * array crd, from row lo, of position hi). */
 static const sc_ir_expr *run_expr(sc_ir_builder *b, sc_ir_expr_kind kind, sc_ir_var crd,
                                   const sc_ir_expr *lo, const sc_ir_expr *hi, int64_t ival)
 {
@@ -430,7 +431,8 @@ static const sc_ir_expr *run_expr(sc_ir_builder *b, sc_ir_expr_kind kind, sc_ir_
         return NULL;
     const sc_ir_var_info *c = &b->fn->vars[crd];
     if (!c->buffer || !c->readonly || (c->type != SC_IR_I32 && c->type != SC_IR_I64)) {
-        sc_ir_fail(b, SC_INTERNAL, "%s over %s", kind == SC_IR_E_RUNEND ? "run end" : "run split",
+        sc_ir_fail(b, SC_INTERNAL, "%s over %s",
+                   kind == SC_IR_E_RUNEND ? "run end" : kind == SC_IR_E_ROWOF ? "row search" : "run split",
                    c->name);
         return NULL;
     }
@@ -456,6 +458,16 @@ const sc_ir_expr *sc_ir_runend(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr
                                const sc_ir_expr *hi)
 {
     return run_expr(b, SC_IR_E_RUNEND, crd, lo, hi, 0);
+}
+
+const sc_ir_expr *sc_ir_rowof(sc_ir_builder *b, sc_ir_var pos, const sc_ir_expr *r,
+                              const sc_ir_expr *p, const sc_ir_expr *end)
+{
+    sc_ir_expr *e = (sc_ir_expr *)run_expr(b, SC_IR_E_ROWOF, pos, r, p, 0);
+    if (!e || !scalar_int(b, end, "row bound"))
+        return NULL;
+    e->c = end;
+    return e;
 }
 
 const sc_ir_expr *sc_ir_lane(sc_ir_builder *b, const sc_ir_expr *x, int32_t lane)

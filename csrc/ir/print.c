@@ -62,13 +62,18 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         break;
     case SC_IR_E_RUNSPLIT:
     case SC_IR_E_RUNEND:
-        if (e->kind == SC_IR_E_RUNEND)
-            put(s, "runend(%s, ", fn->vars[e->var].name);
-        else
+    case SC_IR_E_ROWOF:
+        if (e->kind == SC_IR_E_RUNSPLIT)
             put(s, "runsplit_%s(%s, ", e->ival ? "end" : "start", fn->vars[e->var].name);
+        else
+            put(s, "%s(%s, ", e->kind == SC_IR_E_RUNEND ? "runend" : "rowof", fn->vars[e->var].name);
         expr(s, fn, e->a);
         put(s, ", ");
         expr(s, fn, e->b);
+        if (e->kind == SC_IR_E_ROWOF) {
+            put(s, ", ");
+            expr(s, fn, e->c);
+        }
         put(s, ")");
         break;
     case SC_IR_E_HSUM:

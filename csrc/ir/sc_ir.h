@@ -55,7 +55,8 @@ typedef enum {
     X(LANE, "lane")           \
     X(VGATHER, "vgather")     \
     X(RUNSPLIT, "runsplit")   \
-    X(RUNEND, "runend")
+    X(RUNEND, "runend")       \
+    X(ROWOF, "rowof")
 
 typedef enum {
 #define SC_X_(e, n) SC_IR_E_##e,
@@ -164,7 +165,8 @@ struct sc_ir_expr {
                                     b = the lanes read, NULL: all; VGATHER: a = position,
                                     b = the lanes read, c = the coordinate buffer;
                                     RUNSPLIT, RUNEND: a = lo, b = hi, var = the
-                                    coordinates) */
+                                    coordinates; ROWOF: a = the first row, b = the
+                                    position, c = the end row, var = the pos array) */
     bool uninit;     /* ALLOC: contents left undefined (no zero fill) */
     int32_t lanes;   /* > 0: the value is a vector of that many lanes (VLOAD, SPLAT, and
                         VAR/BIN/NEG over vectors); scalars mix with vectors in BIN */
@@ -355,6 +357,14 @@ const sc_ir_expr *sc_ir_runsplit(sc_ir_builder *b, sc_ir_var crd, const sc_ir_ex
  * scan takes one per entry (a run is a row of a COO level). */
 const sc_ir_expr *sc_ir_runend(sc_ir_builder *b, sc_ir_var crd, const sc_ir_expr *lo,
                                const sc_ir_expr *hi);
+
+/* The row of position p of a compressed level whose pos array is pos (readonly int32 or
+ * int64): the first row q >= r with pos[q + 1] > p, for r <= that row < end (p an entry
+ * of rows r .. end - 1, so pos[end] > p).  What `while (pos[r + 1] <= p) r++` finds,
+ * without a branch per row: where AVX-512 is there, 16 (int32) or 8 (int64) rows' ends
+ * in one compare (a run of short rows finds each entry's row this way). */
+const sc_ir_expr *sc_ir_rowof(sc_ir_builder *b, sc_ir_var pos, const sc_ir_expr *r,
+                              const sc_ir_expr *p, const sc_ir_expr *end);
 
 /* 1 when the buffer variable buf is not NULL (after an ALLOC). */
 const sc_ir_expr *sc_ir_nonnull(sc_ir_builder *b, sc_ir_var buf);

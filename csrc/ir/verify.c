@@ -71,7 +71,8 @@ static sc_status expr(vstate *v, const sc_ir_expr *e)
         return expr(v, e->a);
     case SC_IR_E_SELECT:
     case SC_IR_E_VGATHER:
-        if (e->kind == SC_IR_E_VGATHER && (st = use(v, e->var)) != SC_OK)
+    case SC_IR_E_ROWOF:
+        if (e->kind != SC_IR_E_SELECT && (st = use(v, e->var)) != SC_OK)
             return st;
         if ((st = expr(v, e->a)) != SC_OK || (st = expr(v, e->b)) != SC_OK)
             return st;

@@ -1416,6 +1416,7 @@ typedef struct rowcur {
     int32_t access; /* the pattern operand's access: level 0 dense over the rows */
     sc_ir_var pos;  /* its level 1 pos array */
     sc_ir_var r;    /* the cursor: the row of the entry located last */
+    sc_ir_var end;  /* the run's end: its entries are in rows r .. end - 1 */
 } rowcur;
 
 /* The state of an entry of row `row` (the pattern operand's level 0 bound there) whose
@@ -2043,10 +2044,14 @@ static bool grouped_dots(lb *L, int32_t d, const sc_lower_node *n, const st *S,
         row_prefetch(L, S, &t[g], V(t[g].p), &body);
         E[g] = *S;
         if (rc) {
-            locate_row(L, rc, V(t[g].p), &body);
+            /* each entry's row searched from the group's first row (no chain from entry
+             * to entry, no branch per row); the cursor moves to the last entry's row */
             sc_ir_var row = newv(L, "row", SC_IR_I64), nv = newv(L, "n", SC_IR_I64);
-            sc_ir_push(B, &body, sc_ir_decl(B, row, V(rc->r)));
+            sc_ir_push(B, &body, sc_ir_decl(B, row, sc_ir_rowof(B, rc->pos, V(rc->r), V(t[g].p),
+                                                                V(rc->end))));
             sc_ir_push(B, &body, sc_ir_decl(B, nv, V(t[g].p)));
+            if (g == G - 1)
+                sc_ir_push(B, &body, sc_ir_assign(B, rc->r, false, V(row)));
             E[g] = row_state(L, rc, V(row), nv);
         }
     }
@@ -2138,7 +2143,8 @@ static bool run_groups(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
 /*
  * The body of a run of short rows cvar .. re - 1 of a balanced row loop (sc_ir_runs):
  * their entries as one segment, pos[cvar] .. pos[re], in groups of grouped_dots that
- * cross row boundaries, each entry's row found by a cursor.  Rows shorter than a group
+ * cross row boundaries, each entry's row searched from the group's first row (the
+ * cursor; sc_ir_rowof), the last entries' rows found by the stepping cursor.  Rows shorter than a group
  * otherwise take the one-entry path, a lane sum per entry behind each row's mispredicted
  * exit (2-4x the time per entry of long rows).  Applies where the row loop's grouped
  * path applies (SDDMM: order i, j, k; A(i,j) csr-like, the reduction a vector dot
@@ -2163,7 +2169,7 @@ static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, 
         p->acc[a0].lvar[1] != L->order[1] || f->kind[0] != SC_LEVEL_DENSE ||
         f->kind[1] != SC_LEVEL_COMPRESSED || !f->unique[1] || S->nbound[a0] != 0)
         return NULL;
-    rowcur rc = {S, a0, L->pos[t][1], newv(L, "r", SC_IR_I64)};
+    rowcur rc = {S, a0, L->pos[t][1], newv(L, "r", SC_IR_I64), re};
     sc_ir_list out = {0};
     sc_ir_push(B, &out, sc_ir_decl(B, rc.r, V(cvar)));
     char pn[64], en[64];

@@ -597,6 +597,54 @@ static void test_runs_ir(void)
     sc_arena_release(&ar);
 }
 
+/* ROWOF: the row of a position over a readonly int32/int64 pos array (an operand's),
+ * printed with its first row and end row, verified with the array in scope; refused over
+ * a writable or float buffer and for a float position or bound. */
+static void test_rowof_ir(void)
+{
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "ro", SC_DTYPE_F32, &err);
+    sc_ir_var pos = sc_ir_new_var(&bld, "pos", SC_IR_I64, true, true, false);
+    sc_ir_var row = sc_ir_new_var(&bld, "row", SC_IR_I64, false, false, false);
+    const sc_ir_expr *ro = sc_ir_rowof(&bld, pos, sc_ir_int(&bld, 2), sc_ir_int(&bld, 9),
+                                       sc_ir_int(&bld, 7));
+    CHECK(ro != NULL && ro->type == SC_IR_I64);
+    const sc_ir_stmt *items[2] = {
+        sc_ir_decl(&bld, pos, sc_ir_arg_ref(&bld, SC_IR_ARG_POS, 0, 1, SC_IR_I64)),
+        sc_ir_decl(&bld, row, ro)};
+    CHECK(sc_ir_finish(&bld, sc_ir_block(&bld, items, 2)) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) == SC_OK);
+    char t[512];
+    sc_ir_print(&f, t, sizeof t);
+    CHECK(strstr(t, "row_1 = rowof(pos_0, 2, 9, 7)") != NULL);
+    /* used before its array is declared */
+    sc_ir_builder_init(&bld, &ar, &f, "ro2", SC_DTYPE_F32, &err);
+    pos = sc_ir_new_var(&bld, "pos", SC_IR_I32, true, true, false);
+    row = sc_ir_new_var(&bld, "row", SC_IR_I64, false, false, false);
+    CHECK(sc_ir_finish(&bld, sc_ir_decl(&bld, row, sc_ir_rowof(&bld, pos, sc_ir_int(&bld, 0),
+                                                                sc_ir_int(&bld, 0),
+                                                                sc_ir_int(&bld, 1)))) == SC_OK);
+    CHECK(sc_ir_verify(&f, &err) != SC_OK);
+    /* a writable or a float array; a float position or bound */
+    sc_ir_builder_init(&bld, &ar, &f, "ro3", SC_DTYPE_F32, &err);
+    sc_ir_var w = sc_ir_new_var(&bld, "w", SC_IR_I32, true, false, false);
+    sc_ir_var fl = sc_ir_new_var(&bld, "fl", SC_IR_F32, true, true, false);
+    pos = sc_ir_new_var(&bld, "pos", SC_IR_I32, true, true, false);
+    const sc_ir_expr *z = sc_ir_int(&bld, 0), *x = sc_ir_flt(&bld, 1.0, SC_IR_F32);
+    CHECK(sc_ir_rowof(&bld, w, z, z, z) == NULL && strstr(err.msg, "row search over w"));
+    bld.st = SC_OK;
+    CHECK(sc_ir_rowof(&bld, fl, z, z, z) == NULL && strstr(err.msg, "row search over fl"));
+    bld.st = SC_OK;
+    CHECK(sc_ir_rowof(&bld, pos, z, x, z) == NULL);
+    bld.st = SC_OK;
+    CHECK(sc_ir_rowof(&bld, pos, z, z, x) == NULL);
+    sc_arena_release(&ar);
+}
+
 /* VGATHER: a masked gather of half or a quarter of a vector's lanes at a readonly int32
  * coordinate buffer, summed by a partial-width hsum; printed and verified with the
  * coordinate buffer in scope; refused for full or odd widths, int64 or writable
@@ -812,6 +860,7 @@ int main(void)
     test_prefetch_ir();
     test_pairs_ir();
     test_runs_ir();
+    test_rowof_ir();
     test_gather_ir();
     return check_report("test_lower");
 }
