@@ -17,6 +17,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -964,10 +967,62 @@ static void gather_strided(char *restrict d, const char *restrict s, int64_t n, 
 }
 
 /*
+ * d[i * dr + j] = s[j * sr + i] for i < ni, j < nj, elements of vs = 4 or 8 bytes: a
+ * transpose tile.  With SSE2 (every x86-64), 4 x 4 blocks of 4-byte elements and 2 x 2
+ * of 8-byte ones go through registers (a load of each source row's piece, shuffles, a
+ * store of each destination row's: bit moves only, so every value is kept as it is);
+ * the edges and other targets move one element at a time.
+ */
+static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s, int64_t sr,
+                           int64_t ni, int64_t nj, size_t vs)
+{
+    int64_t i = 0;
+#if defined(__SSE2__)
+    if (vs == 4) {
+        float *df = (float *)d;
+        const float *sf = (const float *)s;
+        for (; i + 4 <= ni; i += 4) {
+            int64_t j = 0;
+            for (; j + 4 <= nj; j += 4) {
+                __m128 r0 = _mm_loadu_ps(sf + j * sr + i), r1 = _mm_loadu_ps(sf + (j + 1) * sr + i);
+                __m128 r2 = _mm_loadu_ps(sf + (j + 2) * sr + i), r3 = _mm_loadu_ps(sf + (j + 3) * sr + i);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_storeu_ps(df + i * dr + j, r0);
+                _mm_storeu_ps(df + (i + 1) * dr + j, r1);
+                _mm_storeu_ps(df + (i + 2) * dr + j, r2);
+                _mm_storeu_ps(df + (i + 3) * dr + j, r3);
+            }
+            for (; j < nj; j++)
+                for (int64_t k = i; k < i + 4; k++)
+                    memcpy(d + (size_t)(k * dr + j) * vs, s + (size_t)(j * sr + k) * vs, vs);
+        }
+    } else {
+        double *dd = (double *)d;
+        const double *sd = (const double *)s;
+        for (; i + 2 <= ni; i += 2) {
+            int64_t j = 0;
+            for (; j + 2 <= nj; j += 2) {
+                __m128d r0 = _mm_loadu_pd(sd + j * sr + i), r1 = _mm_loadu_pd(sd + (j + 1) * sr + i);
+                _mm_storeu_pd(dd + i * dr + j, _mm_unpacklo_pd(r0, r1));
+                _mm_storeu_pd(dd + (i + 1) * dr + j, _mm_unpackhi_pd(r0, r1));
+            }
+            for (; j < nj; j++)
+                for (int64_t k = i; k < i + 2; k++)
+                    memcpy(d + (size_t)(k * dr + j) * vs, s + (size_t)(j * sr + k) * vs, vs);
+        }
+    }
+#endif
+    for (; i < ni; i++)
+        gather_strided(d + (size_t)(i * dr) * vs, s + (size_t)i * vs, nj, sr, vs);
+}
+
+/*
  * A dense tensor into another dense level order (a schedule's relaid operand): the
  * values permuted, nothing else stored.  The destination's two innermost levels are
  * copied in square tiles (TILE x TILE elements: both sides' lines stay in L1 while a
- * tile is moved), the tiles spread over the threads.
+ * tile is moved), the tiles spread over the threads.  Where the source's own innermost
+ * dimension is the destination's next-to-last (a transpose: A·Bᵀ's B), a tile is
+ * transpose_tile's; otherwise each destination row of it is gathered at its stride.
  */
 enum { TILE = 32 };
 
@@ -1022,6 +1077,11 @@ static sc_status dense_relaid(const sc_ctx *ctx, const sc_tensor *src, const sc_
         int64_t i1 = i0 + TILE < na ? i0 + TILE : na;
         for (int64_t j0 = 0; j0 < nb; j0 += TILE) {
             int64_t j1 = j0 + TILE < nb ? j0 + TILE : nb;
+            if (a >= 0 && ss[a] == 1 && (vs == 4 || vs == 8)) {
+                transpose_tile(dv + (size_t)(dof + i0 * ds[a] + j0) * vs, ds[a],
+                               sv + (size_t)(so + i0 + j0 * ss[b]) * vs, ss[b], i1 - i0, j1 - j0, vs);
+                continue;
+            }
             for (int64_t i = i0; i < i1; i++) {
                 int64_t si = so + (a >= 0 ? i * ss[a] : 0), di = dof + (a >= 0 ? i * ds[a] : 0);
                 gather_strided(dv + (size_t)(di + j0) * vs, sv + (size_t)(si + j0 * ss[b]) * vs,
