@@ -973,6 +973,18 @@ static void gather_strided(char *restrict d, const char *restrict s, int64_t n, 
  * store of each destination row's: bit moves only, so every value is kept as it is);
  * the edges and other targets move one element at a time.
  */
+#if defined(__SSE2__)
+/* transpose_tile's rows i0 .. i1 - 1 at columns j0 .. nj - 1, an element at a time (the
+ * columns past the last whole block). */
+static void tile_edge(char *restrict d, int64_t dr, const char *restrict s, int64_t sr, int64_t i0,
+                      int64_t i1, int64_t j0, int64_t nj, size_t vs)
+{
+    for (int64_t j = j0; j < nj; j++)
+        for (int64_t k = i0; k < i1; k++)
+            memcpy(d + (size_t)(k * dr + j) * vs, s + (size_t)(j * sr + k) * vs, vs);
+}
+#endif
+
 static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s, int64_t sr,
                            int64_t ni, int64_t nj, size_t vs)
 {
@@ -992,9 +1004,7 @@ static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s,
                 _mm_storeu_ps(df + (i + 2) * dr + j, r2);
                 _mm_storeu_ps(df + (i + 3) * dr + j, r3);
             }
-            for (; j < nj; j++)
-                for (int64_t k = i; k < i + 4; k++)
-                    memcpy(d + (size_t)(k * dr + j) * vs, s + (size_t)(j * sr + k) * vs, vs);
+            tile_edge(d, dr, s, sr, i, i + 4, j, nj, vs);
         }
     } else {
         double *dd = (double *)d;
@@ -1006,9 +1016,7 @@ static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s,
                 _mm_storeu_pd(dd + i * dr + j, _mm_unpacklo_pd(r0, r1));
                 _mm_storeu_pd(dd + (i + 1) * dr + j, _mm_unpackhi_pd(r0, r1));
             }
-            for (; j < nj; j++)
-                for (int64_t k = i; k < i + 2; k++)
-                    memcpy(d + (size_t)(k * dr + j) * vs, s + (size_t)(j * sr + k) * vs, vs);
+            tile_edge(d, dr, s, sr, i, i + 2, j, nj, vs);
         }
     }
 #endif
