@@ -966,15 +966,8 @@ static void gather_strided(char *restrict d, const char *restrict s, int64_t n, 
     }
 }
 
-/*
- * d[i * dr + j] = s[j * sr + i] for i < ni, j < nj, elements of vs = 4 or 8 bytes: a
- * transpose tile.  With SSE2 (every x86-64), 4 x 4 blocks of 4-byte elements and 2 x 2
- * of 8-byte ones go through registers (a load of each source row's piece, shuffles, a
- * store of each destination row's: bit moves only, so every value is kept as it is);
- * the edges and other targets move one element at a time.
- */
 #if defined(__SSE2__)
-/* transpose_tile's rows i0 .. i1 - 1 at columns j0 .. nj - 1, an element at a time (the
+/* relaid_tile's rows i0 .. i1 - 1 at columns j0 .. nj - 1, an element at a time (the
  * columns past the last whole block). */
 static void tile_edge(char *restrict d, int64_t dr, const char *restrict s, int64_t sr, int64_t i0,
                       int64_t i1, int64_t j0, int64_t nj, size_t vs)
@@ -985,12 +978,20 @@ static void tile_edge(char *restrict d, int64_t dr, const char *restrict s, int6
 }
 #endif
 
-static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s, int64_t sr,
-                           int64_t ni, int64_t nj, size_t vs)
+/*
+ * A tile of a dense relayout: d[i * dr + j] = s[i * sa + j * sr] for i < ni, j < nj,
+ * elements of vs bytes, each destination row gathered at the source's stride sr.  Where
+ * the tile is a transpose (sa == 1) of 4- or 8-byte elements and SSE2 is there (every
+ * x86-64), 4 x 4 blocks of 4-byte elements and 2 x 2 of 8-byte ones go through registers
+ * (a load of each source row's piece, shuffles, a store of each destination row's: bit
+ * moves only, so every value is kept as it is); the edges move one element at a time.
+ */
+static void relaid_tile(char *restrict d, int64_t dr, const char *restrict s, int64_t sa,
+                        int64_t sr, int64_t ni, int64_t nj, size_t vs)
 {
     int64_t i = 0;
 #if defined(__SSE2__)
-    if (vs == 4) {
+    if (sa == 1 && vs == 4) {
         float *df = (float *)d;
         const float *sf = (const float *)s;
         for (; i + 4 <= ni; i += 4) {
@@ -1006,7 +1007,7 @@ static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s,
             }
             tile_edge(d, dr, s, sr, i, i + 4, j, nj, vs);
         }
-    } else {
+    } else if (sa == 1 && vs == 8) {
         double *dd = (double *)d;
         const double *sd = (const double *)s;
         for (; i + 2 <= ni; i += 2) {
@@ -1021,16 +1022,16 @@ static void transpose_tile(char *restrict d, int64_t dr, const char *restrict s,
     }
 #endif
     for (; i < ni; i++)
-        gather_strided(d + (size_t)(i * dr) * vs, s + (size_t)i * vs, nj, sr, vs);
+        gather_strided(d + (size_t)(i * dr) * vs, s + (size_t)(i * sa) * vs, nj, sr, vs);
 }
 
 /*
  * A dense tensor into another dense level order (a schedule's relaid operand): the
  * values permuted, nothing else stored.  The destination's two innermost levels are
  * copied in square tiles (TILE x TILE elements: both sides' lines stay in L1 while a
- * tile is moved), the tiles spread over the threads.  Where the source's own innermost
- * dimension is the destination's next-to-last (a transpose: A·Bᵀ's B), a tile is
- * transpose_tile's; otherwise each destination row of it is gathered at its stride.
+ * tile is moved, relaid_tile: through registers where the source's own innermost
+ * dimension is the destination's next-to-last, a transpose such as A·Bᵀ's B), the tiles
+ * spread over the threads.
  */
 enum { TILE = 32 };
 
@@ -1069,6 +1070,8 @@ static sc_status dense_relaid(const sc_ctx *ctx, const sc_tensor *src, const sc_
     /* a = the destination's next-to-last level's dimension (-1 for a vector), b its last */
     const int32_t b = dst->lvl2dim[N - 1], a = N > 1 ? dst->lvl2dim[N - 2] : -1;
     const int64_t nb = src->dims[b], na = a >= 0 ? src->dims[a] : 1;
+    /* a row of the destination tile: its stride there and in the source (none: a vector) */
+    const int64_t da = a >= 0 ? ds[a] : 0, sa = a >= 0 ? ss[a] : 0;
     const int64_t outer = total / (na * nb), ta = (na + TILE - 1) / TILE;
     const int nt = threads_for(ctx, total);
     char *dv = out->vals;
@@ -1085,16 +1088,9 @@ static sc_status dense_relaid(const sc_ctx *ctx, const sc_tensor *src, const sc_
         int64_t i1 = i0 + TILE < na ? i0 + TILE : na;
         for (int64_t j0 = 0; j0 < nb; j0 += TILE) {
             int64_t j1 = j0 + TILE < nb ? j0 + TILE : nb;
-            if (a >= 0 && ss[a] == 1 && (vs == 4 || vs == 8)) {
-                transpose_tile(dv + (size_t)(dof + i0 * ds[a] + j0) * vs, ds[a],
-                               sv + (size_t)(so + i0 + j0 * ss[b]) * vs, ss[b], i1 - i0, j1 - j0, vs);
-                continue;
-            }
-            for (int64_t i = i0; i < i1; i++) {
-                int64_t si = so + (a >= 0 ? i * ss[a] : 0), di = dof + (a >= 0 ? i * ds[a] : 0);
-                gather_strided(dv + (size_t)(di + j0) * vs, sv + (size_t)(si + j0 * ss[b]) * vs,
-                               j1 - j0, ss[b], vs);
-            }
+            relaid_tile(dv + (size_t)(dof + i0 * da + j0) * vs, da,
+                        sv + (size_t)(so + i0 * sa + j0 * ss[b]) * vs, sa, ss[b], i1 - i0,
+                        j1 - j0, vs);
         }
     }
     return SC_OK;

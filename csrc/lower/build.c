@@ -2144,10 +2144,10 @@ static bool run_groups(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
  * The body of a run of short rows cvar .. re - 1 of a balanced row loop (sc_ir_runs):
  * their entries as one segment, pos[cvar] .. pos[re], in groups of grouped_dots that
  * cross row boundaries, each entry's row searched from the group's first row (the
- * cursor; sc_ir_rowof), the last entries' rows found by the stepping cursor.  Rows shorter than a group
- * otherwise take the one-entry path, a lane sum per entry behind each row's mispredicted
- * exit (2-4x the time per entry of long rows).  Applies where the row loop's grouped
- * path applies (SDDMM: order i, j, k; A(i,j) csr-like, the reduction a vector dot
+ * cursor; sc_ir_rowof), the last entries' rows found by the stepping cursor.  Rows
+ * shorter than a group otherwise take the one-entry path, a lane sum per entry behind
+ * each row's mispredicted exit (2-4x the time per entry of long rows).  Applies where
+ * the row loop's grouped path applies (SDDMM: order i, j, k; A(i,j) csr-like, the reduction a vector dot
  * product) and the output shares A's pattern, so that an entry's output position is its
  * own.  NULL where it does not apply; *min: the row length below which rows take it.
  */
