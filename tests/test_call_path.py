@@ -242,24 +242,27 @@ def test_kernel_objects_remember_their_kernel_per_settings():
     torch.testing.assert_close(C.to_dense(), x @ X)
 
 
-def test_freed_large_results_are_reused_without_stale_values():
-    """A freed result of 4 MB or more is kept for the next one of about its size: the
-    next product gets the same memory, and whatever the old values were, rows the new
-    product leaves empty read as zeros."""
+@pytest.mark.parametrize("rows,cols", [(1499, 701), (251, 263)])   # 4.2 MB, 264 KB
+def test_freed_results_are_reused_without_stale_values(rows, cols):
+    """A freed result of 64 KiB or more is kept for the next one of about its size: the
+    next product gets memory a freed result had (sizes no other test uses, so that one
+    of these is the closest fit), and whatever the old values were, rows the new product
+    leaves empty read as zeros."""
     g = torch.Generator().manual_seed(12)
-    full = torch.rand(1500, 200, generator=g) + 1          # every row stored
+    full = torch.rand(rows, 200, generator=g) + 1          # every row stored
     holes = full.clone()
     holes[::3] = 0                                         # every third row empty
-    X = torch.rand(200, 700, generator=g)
+    X = torch.rand(200, cols, generator=g)
     A, H = scorch.to_sparse(full, "csr"), scorch.to_sparse(holes, "dcsr")
-    Y = A @ X
-    first = Y.data_ptr()
-    del Y
+    Ys = [A @ X for _ in range(3)]
+    freed = {y.data_ptr() for y in Ys}
+    assert len(freed) == 3
+    del Ys
     Z = H @ X
-    assert Z.data_ptr() == first                           # the kept block, reused
+    assert Z.data_ptr() in freed                           # a kept block, reused
     torch.testing.assert_close(Z, holes @ X)
     assert Z[::3].abs().max().item() == 0
-    W = A @ X                                              # Z is alive: fresh memory
+    W = A @ X                                              # Z is alive: other memory
     assert W.data_ptr() != Z.data_ptr()
     torch.testing.assert_close(W, full @ X)
 

@@ -23,13 +23,23 @@
  * first touch then faults once per 2 MiB instead of once per 4 KiB page, as NumPy does
  * for its large arrays.  A 256 MB SpMM output is 65536 page faults otherwise.
  *
- * Such a block, once freed, is kept (up to KEEP_BLOCKS blocks, KEEP_BYTES in all) for
- * the next allocation of about its size: a training loop's outputs of the same shape
- * then reuse memory that is already mapped, with no page faults and none of the stalls
- * a huge-page fault can take.  The blocks handed out are listed (up to LIVE_MAX) so
- * that a free knows their size; past that they are ordinary allocations.
+ * Such a block, and any block of at least KEEP_MIN bytes (a SpGEMM's row counts and
+ * workspaces, a sparse output's values), once freed, is kept (up to KEEP_BLOCKS blocks,
+ * KEEP_BYTES in all) for the next allocation of about its size: a training loop's
+ * outputs of the same shape then reuse memory that is already mapped, with no page
+ * faults and none of the stalls a huge-page fault can take.  Below HUGE_ALLOC, malloc's
+ * own reuse of freed memory is at the mercy of what else the process frees: after a
+ * torch.sparse.mm of p2p-Gnutella31, scorch's next SpGEMM of it took 1000 page faults
+ * (usroads 1560), ~1 us each on a VM.  The blocks handed out are listed (up to
+ * LIVE_MAX) so that a free knows their size; past that they are ordinary allocations.
  */
-enum { HUGE_ALLOC = 4 << 20, HUGE_PAGE = 2 << 20, KEEP_BLOCKS = 4, LIVE_MAX = 256 };
+enum {
+    HUGE_ALLOC = 4 << 20,
+    HUGE_PAGE = 2 << 20,
+    KEEP_MIN = 64 << 10,
+    KEEP_BLOCKS = 32,
+    LIVE_MAX = 256
+};
 #define KEEP_BYTES ((size_t)512 << 20)
 
 typedef struct {
@@ -80,6 +90,8 @@ static void *take_kept(size_t n, size_t *got)
     return p;
 }
 
+/* A listed block of n bytes (KEEP_MIN or more): a kept one, else a fresh one, 2 MiB-aligned
+ * huge-page candidate where n is at least HUGE_ALLOC. */
 static void *big_alloc(size_t n)
 {
     size_t got = n;
@@ -90,11 +102,17 @@ static void *big_alloc(size_t n)
     pthread_mutex_unlock(&big_lock);
     if (p)
         return p;
-    if (posix_memalign(&p, HUGE_PAGE, n) != 0)
-        return NULL;
+    if (n < HUGE_ALLOC) {
+        p = malloc(n);
+        if (!p)
+            return NULL;
+    } else {
+        if (posix_memalign(&p, HUGE_PAGE, n) != 0)
+            return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: failure is harmless */
+        madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: failure is harmless */
 #endif
+    }
     lock_big();
     if (n_live < LIVE_MAX)
         big_live[n_live++] = (big_block){p, n};
@@ -137,7 +155,7 @@ static bool keep_big(void *p)
 static void *default_alloc(void *user, size_t n)
 {
     (void)user;
-    return n >= HUGE_ALLOC ? big_alloc(n) : malloc(n);
+    return n >= KEEP_MIN ? big_alloc(n) : malloc(n);
 }
 
 static void default_free(void *user, void *p)

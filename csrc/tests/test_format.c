@@ -344,6 +344,53 @@ static void test_dense_transpose(void)
     }
 }
 
+/* The default allocator keeps a freed block of 64 KiB or more for the next request of
+ * about its size (base.c): the block comes back even after malloc has handed out what
+ * a plain free would have released, and is never given to two live requests. */
+static void test_kept_blocks(void)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    const size_t sizes[] = {(80 << 10) + 136, (300 << 10) + 72, (3 << 20) + 40, (5 << 20) + 8};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        unsigned char *a = ctx.mem.alloc(ctx.mem.user, n);
+        CHECK(a != NULL);
+        memset(a, 0x5a, n);
+        ctx.mem.free(ctx.mem.user, a);
+        void *other = malloc(n); /* takes a's memory, had it gone back to malloc */
+        unsigned char *b = ctx.mem.alloc(ctx.mem.user, n);
+        unsigned char *c = ctx.mem.alloc(ctx.mem.user, n - n / 8);
+        CHECK(b == a);
+        CHECK(c != a && c != NULL);
+        CHECK(b[n - 1] == 0x5a); /* the kept memory, as it was left */
+        memset(c, 0, n - n / 8);
+        ctx.mem.free(ctx.mem.user, c);
+        ctx.mem.free(ctx.mem.user, b);
+        free(other);
+        /* a request for less than 4/5 of the block's size does not take it */
+        unsigned char *d = ctx.mem.alloc(ctx.mem.user, n / 2 + (64 << 10));
+        CHECK(d != a && d != NULL);
+        ctx.mem.free(ctx.mem.user, d);
+    }
+    /* blocks are kept while they fit in the count: a freed run of more than the kept
+     * count returns its later blocks, none of them twice */
+    void *many[40];
+    for (int i = 0; i < 40; i++)
+        many[i] = ctx.mem.alloc(ctx.mem.user, 70 << 10);
+    for (int i = 0; i < 40; i++)
+        ctx.mem.free(ctx.mem.user, many[i]);
+    void *again[40];
+    for (int i = 0; i < 40; i++) {
+        again[i] = ctx.mem.alloc(ctx.mem.user, 70 << 10);
+        CHECK(again[i] != NULL);
+        for (int j = 0; j < i; j++)
+            CHECK(again[j] != again[i]);
+    }
+    for (int i = 0; i < 40; i++)
+        ctx.mem.free(ctx.mem.user, again[i]);
+}
+
 int main(void)
 {
     test_parse();
@@ -351,5 +398,6 @@ int main(void)
     test_validate_errors();
     test_alloc_failure();
     test_dense_transpose();
+    test_kept_blocks();
     return check_report("test_format");
 }
