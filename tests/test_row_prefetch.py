@@ -125,3 +125,29 @@ for dt, K in ((torch.float32, 16), (torch.float64, 8), (torch.float32, 32)):
 print("ok")
 '''
     run_code(code, tmp_path, SCORCH_CACHE_BYTES="1G")
+
+
+def test_short_rows_beyond_the_threads_share(tmp_path):
+    """Rows of at most 256 bytes (K = 64 f32, K = 32 f64) are prefetched from an operand
+    of 1.5 MiB per thread (here 2 threads, an 8 MiB operand) even where the reported cache
+    is larger; a wider row (K = 128 f32, 512 bytes) under the same sizes is not.  Both
+    copies agree with dense, SpMM and SDDMM."""
+    code = r'''
+import torch, scorch
+torch.set_num_threads(2)
+g = torch.Generator().manual_seed(5)
+cols = 1 << 15
+for dt, K in ((torch.float32, 64), (torch.float64, 32), (torch.float32, 128)):
+    src = scorch.explain("ij,jk->ik", scorch.to_sparse(torch.eye(2, dtype=dt), "csr"),
+                         torch.ones(2, K, dtype=dt))
+    assert "(int64_t)nt_ * 1572864" in src, src
+    i = torch.stack([torch.arange(40).repeat_interleave(7), torch.randint(0, cols, (280,), generator=g)])
+    A = torch.sparse_coo_tensor(i, torch.rand(280, dtype=dt, generator=g), (40, cols)).coalesce()
+    S, d = scorch.to_sparse(A, "csr"), A.to_dense()
+    X = torch.rand(cols, K, dtype=dt, generator=g)
+    torch.testing.assert_close(S @ X, d @ X)
+    Q = torch.rand(40, K, dtype=dt, generator=g)
+    torch.testing.assert_close(torch.einsum("ij,ik,jk->ij", S, Q, X).to_dense(), d * (Q @ X.T))
+print("ok")
+'''
+    run_code(code, tmp_path, SCORCH_CACHE_BYTES="1G")

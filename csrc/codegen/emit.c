@@ -859,7 +859,7 @@ static void expr(em *m, const sc_ir_expr *e)
             sc_cg_printf(m->out, "%s->crd_len[%d]", who, (int)e->level);
             break;
         case SC_IR_ARG_THREADS:
-            pr(m, "nt_");
+            pr(m, "(int64_t)nt_");
             break;
         case SC_IR_ARG_CACHE:
             pr(m, "env->cache_bytes");

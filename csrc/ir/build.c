@@ -620,9 +620,10 @@ const sc_ir_expr *sc_ir_arg_ref(sc_ir_builder *b, sc_ir_arg arg, int32_t operand
     e->ival = operand;
     e->level = level;
     e->buffer = arg == SC_IR_ARG_POS || arg == SC_IR_ARG_CRD || arg == SC_IR_ARG_VALS;
-    e->type = arg == SC_IR_ARG_DIM || arg == SC_IR_ARG_CRD_LEN || arg == SC_IR_ARG_CACHE ? SC_IR_I64
-              : arg == SC_IR_ARG_THREADS                        ? SC_IR_BOOL
-                                                                : type;
+    e->type = arg == SC_IR_ARG_DIM || arg == SC_IR_ARG_CRD_LEN || arg == SC_IR_ARG_CACHE ||
+                      arg == SC_IR_ARG_THREADS
+                  ? SC_IR_I64
+                  : type;
     return e;
 }
 

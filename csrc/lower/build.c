@@ -1251,7 +1251,14 @@ static bool unrolled_reduction(lb *L, int32_t d, const sc_lower_node *n, const s
  * prefetch pays one branch, not one per entry: prefetching rows already in cache cost
  * 1.3-1.8x (a flag tested per entry 1.3-1.5x) in earlier measurements.
  */
-enum { ROW_AHEAD = 32, ROW_SPREAD = 4096, ROW_PREFETCH_BYTES = 512, LINE_BYTES = 64 };
+enum {
+    ROW_AHEAD = 32,
+    ROW_SPREAD = 4096,
+    ROW_PREFETCH_BYTES = 512,
+    LINE_BYTES = 64,
+    SHORT_ROW_BYTES = 256,
+    THREAD_CACHE = 3 << 19 /* 1.5 MiB */
+};
 #define LINE_ROW_CACHE ((int64_t)32 << 20)
 
 /* The access of a dense row read at the coordinate of segment i0 over L->order[d] and
@@ -1279,7 +1286,8 @@ static int32_t prefetched_row(const lb *L, int32_t d, const sc_lower_node *n, co
 }
 
 /* flag = (the operand of access a outgrows the cache || its rows are one line each and
- * it outgrows LINE_ROW_CACHE) && the part prefetched is at most ROW_PREFETCH_BYTES &&
+ * it outgrows LINE_ROW_CACHE || its rows are at most SHORT_ROW_BYTES and it outgrows
+ * THREAD_CACHE per thread) && the part prefetched is at most ROW_PREFETCH_BYTES &&
  * (the segment from lo has fewer than two entries || its first and last coordinates lie
  * ROW_SPREAD bytes of rows apart per step); declared in out.
  *
@@ -1290,7 +1298,16 @@ static int32_t prefetched_row(const lb *L, int32_t d, const sc_lower_node *n, co
  * (64 MiB), prefetched against not: SpMM uniform 45-49 -> 37-42 ms, R-MAT 48-51 -> 46-48;
  * SDDMM R-MAT 55-58 -> 53-55.  At K = 64 the same change was level (uniform 5 % slower,
  * R-MAT 5 % faster) and at K = 256 slower (uniform 683 -> 778 ms), so wider rows keep
- * the reported size.  Where the L3 is 32 MiB (the EPYC VMs) nothing changes. */
+ * the reported size.  Where the L3 is 32 MiB (the EPYC VMs) nothing changes.
+ *
+ * Rows of at most 256 bytes, from 1.5 MiB per thread: what a core can count on of a
+ * shared L3 (its slice; the rest is other cores' and, on a VM, other tenants').  The
+ * suite's cache probe finds 0-16 MiB of the 36 MiB this 2-vCPU Xeon VM's sysfs reports.
+ * In its cold order (another library's call between two of scorch's), alternating runs,
+ * ÷ torch: p2p-Gnutella31 SDDMM K = 16 (V 3.8 MiB) 0.33-0.36 -> 0.24-0.30, K = 64 SpMM
+ * 0.49-0.51 -> 0.45-0.47; soc-Slashdot0902 K = 64 (21 MB) SDDMM 0.50 -> 0.37, SpMM
+ * 0.66-0.69 -> 0.58-0.60; K = 256 rows kept out: wiki-Vote SpMM K = 256 (8.5 MB, each
+ * row read 12 times) went 0.46 -> 0.65 with them in. */
 static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_list *out)
 {
     const sc_lower_access *ac = &L->p->acc[a];
@@ -1302,7 +1319,10 @@ static sc_ir_var row_flag(lb *L, const st *S, const iter *i0, int32_t a, sc_ir_l
     const sc_ir_expr *read = BIN(MUL, V(L->ext[ac->var[1]]), I(esz)); /* of each row */
     const sc_ir_expr *line_row = BIN(AND, BIN(LE, read, I(LINE_BYTES)),
                                      BIN(LE, I(LINE_ROW_CACHE), bytes));
-    const sc_ir_expr *flag = BIN(OR, BIN(LE, cache, bytes), line_row);
+    const sc_ir_expr *threads = sc_ir_arg_ref(B, SC_IR_ARG_THREADS, -1, 0, SC_IR_I64);
+    const sc_ir_expr *short_row = BIN(AND, BIN(LE, read, I(SHORT_ROW_BYTES)),
+                                      BIN(LE, BIN(MUL, threads, I(THREAD_CACHE)), bytes));
+    const sc_ir_expr *flag = BIN(OR, BIN(OR, BIN(LE, cache, bytes), line_row), short_row);
     if (S->tvn == 0)
         flag = BIN(AND, flag, BIN(LE, read, I(ROW_PREFETCH_BYTES)));
     sc_ir_var lo = newv(L, "pflo", SC_IR_I64);

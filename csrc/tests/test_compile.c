@@ -519,12 +519,14 @@ static void test_goldens(void)
         "sc_vloadn_f32(&B_vals_", "sc_vstoren_f32(&out_vals_", /* one partial vector tile */
         "sc_k_alloc_raw(env, out_size_",
         " += 2) {", /* one-vector tiles: two accumulators over alternate nonzeros */
-        /* B's rows beyond the cache, or of one line beyond 32 MiB, far apart: the tile's
-         * lines of the row 32 entries on */
-        "int rowpf_", "= (((env->cache_bytes <= (Nj_", "* 4) <= 64) && (33554432 <= (Nj_",
+        /* B's rows beyond the cache, or of one line beyond 32 MiB, or of at most 256
+         * bytes beyond 1.5 MiB a thread, far apart: the tile's lines of the row 32
+         * entries on */
+        "int rowpf_", "= ((((env->cache_bytes <= (Nj_", "* 4) <= 64) && (33554432 <= (Nj_",
+        "* 4) <= 256) && (((int64_t)nt_ * 1572864) <= (Nj_",
         "(4096 * (", "int64_t pfrow_", "= A1_crd_1[sc_min((A1_p_",
         "__builtin_prefetch(&B_vals_4[((pfrow_"};
-    golden(&spmm, g5, 18);
+    golden(&spmm, g5, 19);
     static const char *const g5n[] = {")] += (v_", /* no read-modify-write of out */
                                       "sc_vf32h acc_", "float acc_"}; /* nor narrower tiles */
     absent(&spmm, g5n, 3);
