@@ -10,6 +10,7 @@ SCORCH_CACHE_BYTES to 1 KiB, so far-apart rows take the prefetching copy and ban
 still do not: both copies are checked against dense, for every register tile width, the grouped SDDMM path and
 its runs of short rows, 32- and 64-bit coordinates, f32 and f64, and under
 AddressSanitizer + UBSan (the entry ahead is clamped to the level's last)."""
+import pytest
 import torch
 
 import scorch
@@ -103,51 +104,43 @@ def test_bad_cache_size_falls_back(tmp_path):
         run_code(code, tmp_path, SCORCH_CACHE_BYTES=bad)
 
 
-def test_one_line_rows_beyond_32_mib(tmp_path):
-    """Rows of one 64-byte line (K = 16 f32, K = 8 f64) are prefetched from an operand of
-    32 MiB or more even where the reported cache is larger (a host's shared L3); a wider
-    row (K = 32 f32) under the same sizes is not.  Both copies agree with dense."""
-    code = r'''
-import torch, scorch
-g = torch.Generator().manual_seed(3)
-cols = 1 << 19
-for dt, K in ((torch.float32, 16), (torch.float64, 8), (torch.float32, 32)):
-    src = scorch.explain("ij,jk->ik", scorch.to_sparse(torch.eye(2, dtype=dt), "csr"),
-                         torch.ones(2, K, dtype=dt))
-    assert "33554432" in src, src
-    i = torch.stack([torch.arange(12).repeat_interleave(5), torch.randint(0, cols, (60,), generator=g)])
-    A = torch.sparse_coo_tensor(i, torch.rand(60, dtype=dt, generator=g), (12, cols)).coalesce()
-    S, d = scorch.to_sparse(A, "csr"), A.to_dense()
-    X = torch.rand(cols, K, dtype=dt, generator=g)
-    torch.testing.assert_close(S @ X, d @ X)
-    Q = torch.rand(12, K, dtype=dt, generator=g)
-    torch.testing.assert_close(torch.einsum("ij,ik,jk->ij", S, Q, X).to_dense(), d * (Q @ X.T))
-print("ok")
-'''
-    run_code(code, tmp_path, SCORCH_CACHE_BYTES="1G")
-
-
-def test_short_rows_beyond_the_threads_share(tmp_path):
-    """Rows of at most 256 bytes (K = 64 f32, K = 32 f64) are prefetched from an operand
-    of 1.5 MiB per thread (here 2 threads, an 8 MiB operand) even where the reported cache
-    is larger; a wider row (K = 128 f32, 512 bytes) under the same sizes is not.  Both
-    copies agree with dense, SpMM and SDDMM."""
-    code = r'''
+# Rows prefetched under a lower bound than the reported cache (SCORCH_CACHE_BYTES=1G
+# here): CASES (dtype, K) against a sparse matrix of ROWS rows of PER entries at random
+# columns of COLS, the kernel's source holding NEEDLE; both copies agree with dense.
+_BOUNDED = r'''
 import torch, scorch
 torch.set_num_threads(2)
-g = torch.Generator().manual_seed(5)
-cols = 1 << 15
-for dt, K in ((torch.float32, 64), (torch.float64, 32), (torch.float32, 128)):
+g = torch.Generator().manual_seed(3)
+for dt, K in CASES:
     src = scorch.explain("ij,jk->ik", scorch.to_sparse(torch.eye(2, dtype=dt), "csr"),
                          torch.ones(2, K, dtype=dt))
-    assert "(int64_t)nt_ * 1572864" in src, src
-    i = torch.stack([torch.arange(40).repeat_interleave(7), torch.randint(0, cols, (280,), generator=g)])
-    A = torch.sparse_coo_tensor(i, torch.rand(280, dtype=dt, generator=g), (40, cols)).coalesce()
+    assert NEEDLE in src, src
+    i = torch.stack([torch.arange(ROWS).repeat_interleave(PER),
+                     torch.randint(0, COLS, (ROWS * PER,), generator=g)])
+    A = torch.sparse_coo_tensor(i, torch.rand(ROWS * PER, dtype=dt, generator=g),
+                                (ROWS, COLS)).coalesce()
     S, d = scorch.to_sparse(A, "csr"), A.to_dense()
-    X = torch.rand(cols, K, dtype=dt, generator=g)
+    X = torch.rand(COLS, K, dtype=dt, generator=g)
     torch.testing.assert_close(S @ X, d @ X)
-    Q = torch.rand(40, K, dtype=dt, generator=g)
+    Q = torch.rand(ROWS, K, dtype=dt, generator=g)
     torch.testing.assert_close(torch.einsum("ij,ik,jk->ij", S, Q, X).to_dense(), d * (Q @ X.T))
 print("ok")
 '''
+
+
+@pytest.mark.parametrize("cases,needle,rows,per,cols", [
+    # rows of one 64-byte line (K = 16 f32, K = 8 f64) from an operand of 32 MiB or
+    # more (a host's shared L3); a wider row (K = 32 f32) not
+    ("((torch.float32, 16), (torch.float64, 8), (torch.float32, 32))", "33554432", 12, 5,
+     1 << 19),
+    # rows of at most 256 bytes (K = 64 f32, K = 32 f64) from 1.5 MiB per thread (2
+    # threads, an 8 MiB operand); a row of 512 bytes (K = 128 f32) not
+    ("((torch.float32, 64), (torch.float64, 32), (torch.float32, 128))",
+     "(int64_t)nt_ * 1572864", 40, 7, 1 << 15),
+])
+def test_rows_prefetched_below_the_reported_cache(tmp_path, cases, needle, rows, per, cols):
+    """Rows prefetched from operands smaller than the cache sysfs reports, SpMM and SDDMM:
+    the kernel carries the bound, and both copies agree with dense."""
+    code = (_BOUNDED.replace("CASES", cases).replace("NEEDLE", repr(needle))
+            .replace("ROWS", str(rows)).replace("PER", str(per)).replace("COLS", str(cols)))
     run_code(code, tmp_path, SCORCH_CACHE_BYTES="1G")
