@@ -106,9 +106,9 @@ def test_bad_cache_size_falls_back(tmp_path):
 
 # Rows prefetched under a lower bound than the reported cache (SCORCH_CACHE_BYTES=1G
 # here): CASES (dtype, K) against a sparse matrix of ROWS rows of PER entries at random
-# columns of COLS, the kernel's source holding NEEDLE; both copies agree with dense.
+# columns of COLS, the kernel's source holding NEEDLE (all set before this program);
+# both copies agree with dense.
 _BOUNDED = r'''
-import torch, scorch
 torch.set_num_threads(2)
 g = torch.Generator().manual_seed(3)
 for dt, K in CASES:
@@ -141,6 +141,6 @@ print("ok")
 def test_rows_prefetched_below_the_reported_cache(tmp_path, cases, needle, rows, per, cols):
     """Rows prefetched from operands smaller than the cache sysfs reports, SpMM and SDDMM:
     the kernel carries the bound, and both copies agree with dense."""
-    code = (_BOUNDED.replace("CASES", cases).replace("NEEDLE", repr(needle))
-            .replace("ROWS", str(rows)).replace("PER", str(per)).replace("COLS", str(cols)))
+    code = (f"import torch, scorch\nCASES = {cases}\nNEEDLE = {needle!r}\n"
+            f"ROWS, PER, COLS = {rows}, {per}, {cols}\n" + _BOUNDED)
     run_code(code, tmp_path, SCORCH_CACHE_BYTES="1G")

@@ -2167,9 +2167,10 @@ static bool run_groups(lb *L, const iter *i0, const void *arg, sc_ir_list *out)
  * cursor; sc_ir_rowof), the last entries' rows found by the stepping cursor.  Rows
  * shorter than a group otherwise take the one-entry path, a lane sum per entry behind
  * each row's mispredicted exit (2-4x the time per entry of long rows).  Applies where
- * the row loop's grouped path applies (SDDMM: order i, j, k; A(i,j) csr-like, the reduction a vector dot
- * product) and the output shares A's pattern, so that an entry's output position is its
- * own.  NULL where it does not apply; *min: the row length below which rows take it.
+ * the row loop's grouped path applies (SDDMM: order i, j, k; A(i,j) csr-like, the
+ * reduction a vector dot product) and the output shares A's pattern, so that an entry's
+ * output position is its own.  NULL where it does not apply; *min: the row length below
+ * which rows take it.
  */
 static const sc_ir_stmt *short_rows(lb *L, const sc_lower_node *n, const st *S, sc_ir_var cvar,
                                     sc_ir_var re, sc_ir_var bal, int32_t *min)
