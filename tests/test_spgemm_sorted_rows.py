@@ -1,19 +1,22 @@
-"""SpGEMM rows of 9 to 64 multiply-adds whose columns spread too wide for the dense
+"""SpGEMM rows of 9 to 128 multiply-adds whose columns spread too wide for the dense
 fill (a graph's rows) are appended to the row's slot and sorted, like the rows of at
 most 8, where the output has int32 coordinates and 32-bit values and the target
-AVX-512: the sort runs in vector registers (sc_k_sortsumv_32_*, up to 8 vectors of 8
-keys, each key the coordinate and the value's bits), and equal coordinates are summed
-within and across the vectors.  Elsewhere such rows keep the bitmap.
+AVX-512: the sort runs in vector registers (sc_k_sortsumv_32_*, up to 8 vectors of 16
+keys, each key the coordinate and the entry's place), and equal coordinates are summed
+within and across the vectors.  A row with a coordinate of 2^25 - 1 or more (which the
+32-bit key cannot hold) is sorted by insertion instead.  Elsewhere such rows keep the
+bitmap.
 
-Checked against a reference accumulated entry by entry: rows of 0-72 products (both
-sides of 8, 16, 32 and 64, where the network's size changes, and past the threshold),
-their columns distinct and spread, in two long runs (crossing vectors) with one far
-column, in runs of three, and random with repeats; f32 and int32 values with int32
-indices (the sorted path), f32 with int64 and f64 with int32 (the bitmap), one and two
-threads, and under AddressSanitizer + UBSan."""
+Checked against a reference accumulated entry by entry: rows of 0-136 products (both
+sides of 8, 16, 32, 64 and 128, where the network's size changes, and past the
+threshold), their columns distinct and spread, in two long runs (crossing vectors) with
+one far column, in runs of three, and random with repeats; f32 and int32 values with
+int32 indices (the sorted path), f32 with int64 and f64 with int32 (the bitmap), one and
+two threads, and under AddressSanitizer + UBSan; and rows reaching columns on both sides
+of 2^25 - 1."""
 import torch
 
-from conftest import CHECK_CSR, run_code, sanitized_env
+from conftest import CHECK_CSR, run_code, sanitized_env, with_threads
 
 import pytest
 
@@ -36,14 +39,14 @@ def column(r, t, p, g):
 
 
 def rows_of_products(dt, it, g):
-    """A (n x m) and B (m x N): row r of A·B has r % 73 products; B's rows have one
+    """A (n x m) and B (m x N): row r of A·B has r % 137 products; B's rows have one
     entry each.  The reference adds every product into a dense row."""
-    n = 4 * 73
+    n = 4 * 137
     ai, aj, av, bi, bj, bv = [], [], [], [], [], []
     ref = torch.zeros(n, N, dtype=torch.float64)
     j = 0
     for r in range(n):
-        p = r % 73
+        p = r % 137
         for t in range(p):
             x = float(torch.randint(1, 5, (1,), generator=g))
             y = float(torch.randint(1, 5, (1,), generator=g)) * (-1) ** (t % 3 == 1)
@@ -83,8 +86,8 @@ def test_sorted_rows_sanitized(tmp_path):
     run_code(COMBOS_SAN + CODE, tmp_path, **san)
 
 
-def test_kernel_sorts_rows_up_to_64_products():
-    """With int32 coordinates, 32-bit values and 64-byte vectors, a row of 9 to 64
+def test_kernel_sorts_rows_up_to_128_products():
+    """With int32 coordinates, 32-bit values and 64-byte vectors, a row of 9 to 128
     products that is not dense takes sc_k_sortsumv_32_* before the bitmap; f64 values
     and int64 coordinates keep the bitmap for those rows (no such sort for them)."""
     import scorch
@@ -92,8 +95,42 @@ def test_kernel_sorts_rows_up_to_64_products():
     src = scorch.explain("ij,jk->ik", A, A)
     if "vectors: 64 bytes" not in src:
         pytest.skip("scorch writes narrower vectors on this machine")
-    assert "<= 64) && (bnd_" in src and "= sc_k_sortsumv_32_f32(out_crd_" in src
+    assert "<= 128) && (bnd_" in src and "= sc_k_sortsumv_32_f32(out_crd_" in src
     for dt, it in ((torch.float64, torch.int32), (torch.float32, torch.int64)):
         src = scorch.explain("ij,jk->ik", *[scorch.to_sparse(torch.eye(20, dtype=dt), "csr",
                                                              index_dtype=it)] * 2)
-        assert "<= 64) && (bnd_" not in src and "= sc_k_sortsumv" not in src, (dt, it)
+        assert "<= 128) && (bnd_" not in src and "= sc_k_sortsumv" not in src, (dt, it)
+
+
+def test_coordinates_past_the_key_width_sort_by_insertion():
+    """The vector sort packs coordinate << 7 | place into 32 bits, so a row reaching
+    column 2^25 - 1 or beyond is sorted by insertion: rows of 2-128 products over 2^25 + 2
+    columns, some reaching only 2^25 - 2 (the greatest the keys hold), others 2^25 - 1,
+    2^25 and the last column, with repeats, against a reference summed entry by entry,
+    f32 and int32 values (one thread: the workspace is 2^25 columns)."""
+    import scorch
+    N, edge = 2 ** 25 + 2, 2 ** 25 - 1
+    far = {0: [edge - 1], 1: [edge], 2: [edge, edge - 1, N - 1], 3: [N - 2, edge + 1]}
+    ai, av, bj, bv, ref = [], [], [], [], {}
+    for r, p in enumerate((2, 9, 16, 17, 33, 64, 65, 100, 128, 128, 40, 90)):
+        cols = [(t * 7919 + r) % 5000 * 97 for t in range(p)]
+        cols[-1] = cols[0]                                 # a repeat
+        big = far[r % 4]
+        cols[1:1 + len(big)] = big[:p - 1]
+        cols[p // 2] = big[0]                              # a far column twice
+        for t, c in enumerate(cols):
+            ai.append(r); av.append(1 + r % 3); bj.append(c); bv.append(t % 5 + 1)
+            ref[(r, c)] = ref.get((r, c), 0) + av[-1] * bv[-1]
+    m = len(ai)
+    for dt in (torch.float32, torch.int32):
+        a = torch.sparse_coo_tensor(torch.tensor([ai, range(m)]), torch.tensor(av, dtype=dt), (ai[-1] + 1, m))
+        b = torch.sparse_coo_tensor(torch.tensor([range(m), bj]), torch.tensor(bv, dtype=dt), (m, N))
+        A, B = (scorch.to_sparse(x, "csr", index_dtype=torch.int32) for x in (a, b))
+        C = with_threads(1, lambda: A @ B)
+        pos, crd, val = C._pos[1].long(), C._crd[1].long(), C._values
+        got = {}
+        for r in range(len(pos) - 1):
+            seg = crd[pos[r]:pos[r + 1]].tolist()
+            assert seg == sorted(set(seg)), (dt, r, seg)
+            got.update(((r, c), v) for c, v in zip(seg, val[pos[r]:pos[r + 1]].tolist()))
+        assert got == ref, dt

@@ -746,7 +746,7 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
  * multiply-adds appends its products and sorts them.  A row of SPAN_BOUND_ROW or more
  * multiply-adds is bounded by its span too (span_bound). */
 enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8,
-       SORT_ROW = 64, SPAN_BOUND_ROW = 128 };
+       SORT_ROW = 128, SPAN_BOUND_ROW = 128 };
 
 /* The most multiply-adds of a row that appends and sorts its products: SORT_ROW where
  * the output's coordinates are int32, its values 32 bits wide and the vectors 64 bytes
@@ -876,9 +876,11 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
  * segments it adds up), taken as gus_row takes it.  A banded or FEM product lands most
  * products on a column already touched: banded-1M's rows bound 729 products over a
  * span of 53, and the output reserved 5.5 GB for its 0.4 GB of entries (bcsstk16: 134
- * MB for 8).  The bound stays above small_row() (a small row appends every product to its
- * slot) and at least the span, so the fill takes the row as dense and writes only its
- * entries.  Not from 32 products: on graphs (a span as wide as the matrix) the second
+ * MB for 8).  The bound stays above SMALL_ROW (a row of at most that many appends every
+ * product to its slot, with no span taken) and at least the span, so the fill takes the
+ * row as dense (its span is under its bound, both span factors are at least 1: never the
+ * sorted way either) and writes only its entries.  A floor of SORT_ROW + 1 made
+ * banded-100k's product 10 % slower (a bound of 129 for its 53 entries a row).  Not from 32 products: on graphs (a span as wide as the matrix) the second
  * pass over the row cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %,
  * which a probe of the row's first and last segments takes back (their span is already
  * the products' or more on a graph's heavy row, so the whole row is not walked).
@@ -893,7 +895,7 @@ static void span_bound(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc
     sc_ir_push(B, &probe, sc_ir_decl(B, hi, I(-1)));
     sc_ir_push(B, &probe, span_pass(L, d, n, S, lo, hi, true));
     sc_ir_push(B, &full, span_pass(L, d, n, S, lo, hi, false));
-    const sc_ir_expr *width = BIN(MAX, span, I(small_row(L) + 1));
+    const sc_ir_expr *width = BIN(MAX, span, I(SMALL_ROW + 1));
     sc_ir_push(B, &full, sc_ir_if(B, BIN(LE, V(lo), V(hi)),
                                   sc_ir_assign(B, cnt, false, BIN(MIN, V(cnt), width)), NULL));
     /* the whole row only where its first and last segments span fewer columns than its
