@@ -1,8 +1,8 @@
 """SpGEMM rows of at most 8 multiply-adds (fewer than the output's columns) skip the
 Gustavson workspace: each product is appended, coordinate and value, to the row's slot
 in the output, and the slot is sorted with equal coordinates summed (IR SORTSUM: by
-insertion, or, for int32 coordinates where the target has AVX-512, in vector registers
-by sc_k_sortsum8_32_*).  Checked against dense, with the output's rows ordered and
+insertion, or, for int32 coordinates and 32-bit values where the target has AVX-512, in
+vector registers by sc_k_sortsum8_32_*).  Checked against dense, with the output's rows ordered and
 free of repeats: rows of 0-12 products (both sides of the threshold), products landing
 on one column, on distinct columns and mixed, rows whose product count reaches the
 column count (which must keep the workspace: the slot is only that large), empty and
@@ -83,7 +83,8 @@ def test_small_rows_sanitized(tmp_path):
 def test_kernel_has_the_small_row_path():
     """The generated C takes rows of at most 8 products (and fewer than the columns)
     through SORTSUM: with int32 coordinates the helper for at most 8 entries (vector
-    registers where the target has AVX-512), with int64 ones the insertion sort."""
+    registers where the target has AVX-512 and the values are 32 bits), with int64 ones
+    the insertion sort."""
     import scorch
     for it, call in ((torch.int32, "= sc_k_sortsum8_32_f32(out_crd_"),
                      (torch.int64, "= sc_k_sortsum64_f32(out_crd_")):

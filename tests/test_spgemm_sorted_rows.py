@@ -1,9 +1,10 @@
 """SpGEMM rows of 9 to 128 multiply-adds whose columns spread too wide for the dense
 fill (a graph's rows) are appended to the row's slot and sorted, like the rows of at
 most 8, where the output has int32 coordinates and 32-bit values and the target
-AVX-512: the sort runs in vector registers (sc_k_sortsumv_32_*, up to 8 vectors of 16
+AVX-512: the sort runs in vector registers (sc_k_sortsumv_32_*, up to 16 vectors of 8
 keys, each key the coordinate and the entry's place), and equal coordinates are summed
-within and across the vectors.  A row with a coordinate of 2^25 - 1 or more (which the
+within and across the vectors.  The vectors are 32 bytes: the kernel's machine code has
+no 512-bit instruction (one lowers the core's clock for the whole call).  A row with a coordinate of 2^25 - 1 or more (which the
 32-bit key cannot hold) is sorted by insertion instead.  Elsewhere such rows keep the
 bitmap.
 
@@ -14,6 +15,10 @@ one far column, in runs of three, and random with repeats; f32 and int32 values 
 int32 indices (the sorted path), f32 with int64 and f64 with int32 (the bitmap), one and
 two threads, and under AddressSanitizer + UBSan; and rows reaching columns on both sides
 of 2^25 - 1."""
+import os
+import shutil
+import subprocess
+
 import torch
 
 from conftest import CHECK_CSR, run_code, sanitized_env, with_threads
@@ -134,3 +139,27 @@ def test_coordinates_past_the_key_width_sort_by_insertion():
             assert seg == sorted(set(seg)), (dt, r, seg)
             got.update(((r, c), v) for c, v in zip(seg, val[pos[r]:pos[r + 1]].tolist()))
         assert got == ref, dt
+
+
+def test_spgemm_kernels_have_no_512_bit_instructions(tmp_path):
+    """The SpGEMM kernels (f32 and int32 values, whose rows sort in vector registers, and
+    f64), compiled as the JIT compiles them, use no zmm register: a 512-bit instruction
+    anywhere in the call lowers the core's clock for all of it."""
+    import scorch
+    from scorch import _compiler
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump is not installed")
+    for dt in (torch.float32, torch.int32, torch.float64):
+        A = scorch.to_sparse(torch.eye(20, dtype=dt), "csr", index_dtype=torch.int32)
+        src = scorch.explain("ij,jk->ik", A, A)
+        if "vectors: 64 bytes" not in src:
+            pytest.skip("scorch writes narrower vectors on this machine")
+        c = tmp_path / "k.c"
+        c.write_text(src.split("generated C (", 1)[1].split("):\n", 1)[1])
+        obj = tmp_path / "k.o"
+        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", "-w", "-I",
+                        _compiler._include_dir(), "-c", str(c), "-o", str(obj)], check=True)
+        text = subprocess.run(["objdump", "-d", str(obj)], capture_output=True, text=True,
+                              check=True).stdout
+        assert "sortsum" in text or dt == torch.float64, dt
+        assert "%zmm" not in text, dt

@@ -750,8 +750,9 @@ enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8,
 
 /* The most multiply-adds of a row that appends and sorts its products: SORT_ROW where
  * the output's coordinates are int32, its values 32 bits wide and the vectors 64 bytes
- * (the sort runs in vector registers: 4-5 ns an entry at 32 and 64 entries, where a
- * graph's row through the bitmap costs ~18: p2p-Gnutella31), else SMALL_ROW. */
+ * (AVX-512: the sort runs in 32-byte vector registers, about 4 ns an entry at 32-128
+ * entries, where a graph's row through the bitmap costs ~18: p2p-Gnutella31), else
+ * SMALL_ROW. */
 static int32_t small_row(const lb *L)
 {
     bool sorts = B->fn->vec_bytes == 64 && L->p->out_itype == SC_INDEX_I32 &&
