@@ -2,8 +2,8 @@
 Gustavson workspace: each product is appended, coordinate and value, to the row's slot
 in the output, and the slot is sorted with equal coordinates summed (IR SORTSUM: by
 insertion, or, for int32 coordinates and 32-bit values where the target has AVX-512, in
-vector registers by sc_k_sortsum8_32_*).  Checked against dense, with the output's rows ordered and
-free of repeats: rows of 0-12 products (both sides of the threshold), products landing
+vector registers by sc_k_sortsum8_32_*).  Checked against dense, with the output's rows
+ordered and free of repeats: rows of 0-12 products (both sides of the threshold), products landing
 on one column, on distinct columns and mixed, rows whose product count reaches the
 column count (which must keep the workspace: the slot is only that large), empty and
 1x1 operands, a full output whose last row's products outnumber its slot, f32 and f64, int32 and int64 indices, one and two threads, and under

@@ -123,13 +123,19 @@ def test_coordinates_past_the_key_width_sort_by_insertion():
         big = far[r % 4]
         cols[1:1 + len(big)] = big[:p - 1]
         cols[p // 2] = big[0]                              # a far column twice
-        for t, c in enumerate(cols):
-            ai.append(r); av.append(1 + r % 3); bj.append(c); bv.append(t % 5 + 1)
-            ref[(r, c)] = ref.get((r, c), 0) + av[-1] * bv[-1]
-    m = len(ai)
+        for t, c in enumerate(cols):            # each A entry meets a B row of one entry
+            x, y = 1 + r % 3, t % 5 + 1
+            ai.append(r)
+            av.append(x)
+            bj.append(c)
+            bv.append(y)
+            ref[(r, c)] = ref.get((r, c), 0) + x * y
+    n, m = ai[-1] + 1, len(ai)
     for dt in (torch.float32, torch.int32):
-        a = torch.sparse_coo_tensor(torch.tensor([ai, range(m)]), torch.tensor(av, dtype=dt), (ai[-1] + 1, m))
-        b = torch.sparse_coo_tensor(torch.tensor([range(m), bj]), torch.tensor(bv, dtype=dt), (m, N))
+        a = torch.sparse_coo_tensor(torch.tensor([ai, range(m)]), torch.tensor(av, dtype=dt),
+                                    (n, m))
+        b = torch.sparse_coo_tensor(torch.tensor([range(m), bj]), torch.tensor(bv, dtype=dt),
+                                    (m, N))
         A, B = (scorch.to_sparse(x, "csr", index_dtype=torch.int32) for x in (a, b))
         C = with_threads(1, lambda: A @ B)
         pos, crd, val = C._pos[1].long(), C._crd[1].long(), C._values

@@ -881,8 +881,9 @@ static void gus_row(lb *L, int32_t d, const sc_lower_node *n, const st *S, sc_ir
  * product to its slot, with no span taken) and at least the span, so the fill takes the
  * row as dense (its span is under its bound, both span factors are at least 1: never the
  * sorted way either) and writes only its entries.  A floor of SORT_ROW + 1 made
- * banded-100k's product 10 % slower (a bound of 129 for its 53 entries a row).  Not from 32 products: on graphs (a span as wide as the matrix) the second
- * pass over the row cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %,
+ * banded-100k's product 10 % slower (a bound of 129 for its 53 entries a row).  Not from
+ * 32 products: on graphs (a span as wide as the matrix) the second pass over the row
+ * cost p2p-Gnutella31 8 % and wiki-Vote 9 %; from 128, wiki-Vote ~4 %,
  * which a probe of the row's first and last segments takes back (their span is already
  * the products' or more on a graph's heavy row, so the whole row is not walked).
  */
