@@ -190,8 +190,7 @@ static const char *const PRELUDE[] = {
     "SC_K_SORTSUM(sc_k_sortsum32_i32, int32_t, uint32_t)\n"
     "SC_K_SORTSUM(sc_k_sortsum32_i64, int32_t, uint64_t)\n"
     "SC_K_SORTSUM(sc_k_sortsum64_i32, int64_t, uint32_t)\n"
-    "SC_K_SORTSUM(sc_k_sortsum64_i64, int64_t, uint64_t)\n"
-    "#define sc_k_sortsum8_32_i64 sc_k_sortsum32_i64\n",
+    "SC_K_SORTSUM(sc_k_sortsum64_i64, int64_t, uint64_t)\n",
     /* SORTSUM with int32 coordinates and 32-bit values (a one-pass SpGEMM's rows of up to
      * 128 products) where AVX-512 (VL) and gcc's vector builtins are there: no branch per
      * entry.  32-bit keys (coordinate << 7 | the entry's place) through a bitonic network
@@ -201,7 +200,7 @@ static const char *const PRELUDE[] = {
      * sort does; longer ones pairwise), those lanes kept by a compressing store.  The
      * vectors are 32 bytes: a 512-bit instruction anywhere in a kernel lowers the core's
      * clock for the whole call (a few such sorts slowed wiki-Vote's product 7-12 %).
-     * Elsewhere, and for float64 values, the insertion sort. */
+     * Elsewhere the insertion sort. */
     "#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__GNUC__) && !defined(__clang__)\n"
     "typedef int32_t sc_k_d8 __attribute__((vector_size(32)));\n"
     "typedef uint32_t sc_k_w8 __attribute__((vector_size(32)));\n"
@@ -244,7 +243,8 @@ static const char *const PRELUDE[] = {
     " * inlined): each vector by the network of 8, then blocks of b = 2 .. R vectors merged:\n"
     " * the block's lower half meets its upper half mirrored, then each vector the ones b/4 ..\n"
     " * 1 on, then lanes 4, 2, 1 apart.  False where a coordinate is SC_K_SORT_MAX or more. */\n"
-    "#define SC_K_SORT_MAX ((1 << 25) - 1)\n"
+    "#define SC_K_PLACE 7 /* the bits of a key's place: SC_IR_SORT_VECTOR_MOST entries */\n"
+    "#define SC_K_SORT_MAX ((1 << (32 - SC_K_PLACE)) - 1)\n"
     "static inline __attribute__((always_inline)) int sc_k_sortk(sc_k_d8 *k, const int32_t *c,\n"
     "                                                            int64_t n, int R)\n"
     "{\n"
@@ -253,7 +253,8 @@ static const char *const PRELUDE[] = {
     "        unsigned char f = sc_k_first8(n - 8 * r);\n"
     "        sc_k_d8 x = __builtin_ia32_loaddqusi256_mask(c + 8 * r, (sc_k_d8){0}, f);\n"
     "        big |= __builtin_ia32_pcmpgtd256_mask(x, (sc_k_d8){0} + (SC_K_SORT_MAX - 1), 0xff);\n"
-    "        x = (sc_k_d8)((sc_k_w8)x << 7) | ((sc_k_d8){0, 1, 2, 3, 4, 5, 6, 7} + 8 * r);\n"
+    "        x = (sc_k_d8)((sc_k_w8)x << SC_K_PLACE) |\n"
+    "            ((sc_k_d8){0, 1, 2, 3, 4, 5, 6, 7} + 8 * r);\n"
     "        k[r] = sc_k_sort8v(__builtin_ia32_blendmd_256_mask((sc_k_d8){0} - 1, x, f));\n"
     "    }\n"
     "    if (__builtin_expect(big != 0, 0))\n"
@@ -306,12 +307,13 @@ static const char *const PRELUDE[] = {
     "        return FALLBACK(c, v, lo, lo + n);                                     \\\n"
     "    for (int r = 0; r < R; r++)                                                \\\n"
     "        x[r] = (VT)__builtin_ia32_gather3siv8si((sc_k_d8){0}, (const int *)(v + lo), \\\n"
-    "                                                k[r] & 127, sc_k_first8(n - 8 * r), 4); \\\n"
+    "                                                k[r] & ((1 << SC_K_PLACE) - 1),         \\\n"
+    "                                                sc_k_first8(n - 8 * r), 4);             \\\n"
     "    int64_t u = lo;                                                            \\\n"
     "    int32_t ck = -1;                                                           \\\n"
     "    V carry = 0;                                                               \\\n"
     "    for (int r = 0; r < R; r++) {                                              \\\n"
-    "        sc_k_d8 ks = (sc_k_d8)((sc_k_w8)k[r] >> 7);                            \\\n"
+    "        sc_k_d8 ks = (sc_k_d8)((sc_k_w8)k[r] >> SC_K_PLACE);                   \\\n"
     "        VT vs = x[r];                                                          \\\n"
     "        if (ks[0] == ck)                                                       \\\n"
     "            vs[0] += carry;                                                    \\\n"
@@ -319,7 +321,7 @@ static const char *const PRELUDE[] = {
     "        SC_K_RUNSUM(vs, ks, VT, 0xfc, 0, 1, 0, 1, 2, 3, 4, 5)                  \\\n"
     "        SC_K_RUNSUM(vs, ks, VT, 0xf0, 0, 1, 2, 3, 0, 1, 2, 3)                  \\\n"
     "        sc_k_d8 nk = __builtin_shuffle(ks, (sc_k_d8){1, 2, 3, 4, 5, 6, 7, 0});  \\\n"
-    "        nk[7] = r + 1 < R ? (int32_t)((uint32_t)k[r + 1][0] >> 7) : 0x7fffffff; \\\n"
+    "        nk[7] = r + 1 < R ? (int32_t)((uint32_t)k[r + 1][0] >> SC_K_PLACE) : 0x7fffffff; \\\n"
     "        unsigned char keep = (unsigned char)(~__builtin_ia32_pcmpeqd256_mask(ks, nk, 0xff) & \\\n"
     "                                             sc_k_first8(n - 8 * r));          \\\n"
     "        __builtin_ia32_compressstoresi256_mask((sc_k_d8 *)(c + u), ks, keep);   \\\n"
@@ -359,8 +361,7 @@ static const char *const PRELUDE[] = {
     "#define sc_k_sortsum8_32_i32 sc_k_sortsum32_i32\n"
     "#define sc_k_sortsumv_32_f32 sc_k_sortsum32_f32\n"
     "#define sc_k_sortsumv_32_i32 sc_k_sortsum32_i32\n"
-    "#endif\n"
-    "#define sc_k_sortsum8_32_f64 sc_k_sortsum32_f64\n",
+    "#endif\n",
     /* Whether a parallel loop of n iterations doing `work` in all is worth waking the
      * other threads for (a balanced loop); one of n iterations each of work w
      * (sc_ir_for_weighed) also from SC_IR_PAR_MIN iterations. */
@@ -1202,10 +1203,11 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
         static const char *const vtags[SC_IR_TYPE_COUNT] = {
             [SC_IR_F32] = "f32", [SC_IR_F64] = "f64", [SC_IR_VI32] = "i32", [SC_IR_VI64] = "i64"};
         bool narrow = vals->type == SC_IR_F32 || vals->type == SC_IR_VI32;
-        const char *way = v->type != SC_IR_I32 || s->level <= 0 ? ""
-                          : s->level <= 8                       ? "8_"
-                          : s->level <= 128 && narrow           ? "v_"
-                                                                : "";
+        const char *way = v->type != SC_IR_I32 || !narrow || s->level <= 0 ||
+                                  s->level > SC_IR_SORT_VECTOR_MOST
+                              ? ""
+                          : s->level <= 8 ? "8_"
+                                          : "v_";
         sc_cg_printf(m->out, "%s = sc_k_sortsum%s%s_%s(%s, %s, ", t, way,
                      v->type == SC_IR_I32 ? "32" : "64", vtags[vals->type], v->name, vals->name);
         expr(m, s->b);

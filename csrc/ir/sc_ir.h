@@ -480,10 +480,10 @@ const sc_ir_stmt *sc_ir_scan(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *
  * coordinate, equal coordinates merged into one entry whose value is their sum (added
  * in their order before), and total (an int64 variable) set to the new end: start + the
  * number of distinct coordinates.  By insertion: for a handful of entries.  most > 0
- * promises at most that many entries: from 8 down (from 64 down with 32-bit values),
- * int32 coordinates are sorted in vector registers where the target has AVX-512 (runs
- * of three or more equal coordinates then summed pairwise, not in order; with 32-bit
- * values, equal coordinates add in the order of their values' bits). */
+ * promises at most that many entries: from SC_IR_SORT_VECTOR_MOST down, int32
+ * coordinates with 32-bit values are sorted in vector registers where the target has
+ * AVX-512 (runs of three or more equal coordinates then summed pairwise, not in order). */
+#define SC_IR_SORT_VECTOR_MOST 128
 const sc_ir_stmt *sc_ir_sortsum(sc_ir_builder *b, sc_ir_var buf, sc_ir_var vals,
                                 const sc_ir_expr *start, sc_ir_var total, int32_t most);
 /* A hint to fetch buf[idx] into the cache (no access: idx may be one past the end);

@@ -746,7 +746,7 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
  * multiply-adds appends its products and sorts them.  A row of SPAN_BOUND_ROW or more
  * multiply-adds is bounded by its span too (span_bound). */
 enum { DENSE_ROW_SPAN = 4, SHORT_ROW = 32, SHORT_ROW_SPAN = 16, SMALL_ROW = 8,
-       SORT_ROW = 128, SPAN_BOUND_ROW = 128 };
+       SORT_ROW = SC_IR_SORT_VECTOR_MOST, SPAN_BOUND_ROW = 128 };
 
 /* The most multiply-adds of a row that appends and sorts its products: SORT_ROW where
  * the output's coordinates are int32, its values 32 bits wide and the vectors 64 bytes
