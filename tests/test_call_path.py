@@ -1,8 +1,9 @@
 """The warm call path into the extension: SparseTensors cross as operands parsed once per
 tensor (_C.prepare), contiguous dense tensors as themselves (the extension reads their data
-pointer, shape and dtype through torch's Python API), and dense results come back as torch
-tensors owning the kernel's array.  What could go wrong there: a stale prepared operand,
-a dense operand read with the wrong layout, dtype or offset, a result that aliases."""
+pointer, shape and dtype through torch's DLPack exchange table, or its Python API:
+test_dlpack_exchange.py runs both), and dense results come back as torch tensors owning
+the kernel's array.  What could go wrong there: a stale prepared operand, a dense operand
+read with the wrong layout, dtype or offset, a result that aliases."""
 import numpy as np
 import pytest
 import torch

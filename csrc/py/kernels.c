@@ -20,6 +20,7 @@ int sc_py_kernels_init(sc_py_state *st)
     st->aot_path = NULL;
     st->aot_loaded = 0;
     st->aot_why = NULL;
+    st->dl = NULL;
     return 0;
 }
 
@@ -140,16 +141,35 @@ PyObject *sc_py_prepare(PyObject *module, PyObject *args)
     return cap;
 }
 
+/* torch.Tensor's DLPack exchange table (type.__dlpack_c_exchange_api__), or NULL where
+ * it publishes none, another major version, or no non-owning view. */
+static const sc_dl_exchange *dl_exchange_of(PyObject *type)
+{
+    PyObject *cap = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
+    const sc_dl_exchange *api = NULL;
+    if (cap && PyCapsule_IsValid(cap, SC_DL_EXCHANGE_CAPSULE))
+        api = PyCapsule_GetPointer(cap, SC_DL_EXCHANGE_CAPSULE);
+    Py_XDECREF(cap);
+    PyErr_Clear();
+    if (!api || api->header.version.major != SC_DL_MAJOR ||
+        !api->managed_tensor_to_py_object_no_sync || !api->dltensor_from_py_object_no_sync)
+        return NULL;
+    return api;   /* (the table lives as long as the process) */
+}
+
 /* set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
  *           torch.Tensor, scorch.SparseTensor, torch.is_grad_enabled,
- *           torch.get_num_threads) */
+ *           torch.get_num_threads, dlpack=True): with dlpack, dense torch.Tensor operands
+ * and dense results cross through torch's DLPack exchange table where it has one. */
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
 {
     PyObject *refs[SC_PY_TORCH_REFS] = {NULL};
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &refs[SC_PY_T_F32], &refs[SC_PY_T_F64],
+    int dlpack = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO|p", &refs[SC_PY_T_F32], &refs[SC_PY_T_F64],
                           &refs[SC_PY_T_I32], &refs[SC_PY_T_I64], &refs[SC_PY_T_FROM_NUMPY],
                           &refs[SC_PY_T_TENSOR], &refs[SC_PY_T_SPARSE],
-                          &refs[SC_PY_T_IS_GRAD_ENABLED], &refs[SC_PY_T_GET_NUM_THREADS]))
+                          &refs[SC_PY_T_IS_GRAD_ENABLED], &refs[SC_PY_T_GET_NUM_THREADS],
+                          &dlpack))
         return NULL;
     if (!PyType_Check(refs[SC_PY_T_TENSOR]) || !PyType_Check(refs[SC_PY_T_SPARSE])) {
         PyErr_SetString(PyExc_TypeError, "set_torch: torch.Tensor and SparseTensor are types");
@@ -172,6 +192,7 @@ PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
             Py_INCREF(refs[i]);
         Py_XSETREF(st->torch[i], refs[i]);
     }
+    st->dl = dlpack ? dl_exchange_of(refs[SC_PY_T_TENSOR]) : NULL;
     Py_RETURN_NONE;
 }
 
@@ -186,82 +207,145 @@ static int torch_flag(PyObject *x, PyObject *name, bool call)
     return v;
 }
 
-/* A dense, contiguous CPU torch.Tensor of float32/float64 → t (all-dense levels in
- * order), its data borrowed from x, read through torch's Python API (scorch does not
- * link against torch). */
+/* What parse_torch_dense reads of a tensor, by either route. */
+typedef struct dense_facts {
+    int usable;          /* CPU, contiguous, no negative view bit: 1, 0, or -1 (error set) */
+    int dtype;           /* an sc_dtype, or -1 for one scorch does not take */
+    int32_t order;       /* dimensions, SC_MAX_ORDER + 1 for more than scorch takes */
+    int64_t dims[SC_MAX_ORDER];
+    void *data;
+} dense_facts;
+
+/* x's facts through torch's Python attributes (scorch does not link against torch). */
+static int dense_facts_attrs(PyObject *const *T, PyObject *x, dense_facts *f)
+{
+    /* (a negated view's memory holds the values before negation) */
+    f->usable = torch_flag(x, T[SC_PY_T_IS_CPU], false);
+    f->usable = f->usable == 1 ? torch_flag(x, T[SC_PY_T_IS_CONTIGUOUS], true) : f->usable;
+    f->usable = f->usable == 1 ? !torch_flag(x, T[SC_PY_T_IS_NEG], true) : f->usable;
+    if (f->usable != 1)
+        return 0;
+    PyObject *dtype = PyObject_GetAttr(x, T[SC_PY_T_DTYPE]);
+    if (!dtype)
+        return -1;
+    Py_DECREF(dtype); /* (the dtype objects are singletons that torch keeps alive) */
+    f->dtype = dtype == T[SC_PY_T_F32] ? SC_DTYPE_F32 : dtype == T[SC_PY_T_F64] ? SC_DTYPE_F64
+             : dtype == T[SC_PY_T_I32] ? SC_DTYPE_I32 : dtype == T[SC_PY_T_I64] ? SC_DTYPE_I64
+             : -1;
+    if (f->dtype < 0)
+        return 0;
+    PyObject *shape = PyObject_GetAttr(x, T[SC_PY_T_SHAPE]);
+    if (!shape)
+        return -1;
+    Py_ssize_t n = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : SC_MAX_ORDER + 1;
+    f->order = (int32_t)(n <= SC_MAX_ORDER ? n : SC_MAX_ORDER + 1);
+    for (int32_t d = 0; d < f->order && d < SC_MAX_ORDER; d++) {
+        f->dims[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        if (PyErr_Occurred()) {
+            Py_DECREF(shape);
+            return -1;
+        }
+    }
+    Py_DECREF(shape);
+    PyObject *ptr = PyObject_CallMethodNoArgs(x, T[SC_PY_T_DATA_PTR]);
+    if (!ptr)
+        return -1;
+    f->data = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* x's facts through torch's DLPack exchange table (x exactly a torch.Tensor): one call
+ * into torch where the attribute route makes six, which matters on a cold cache. */
+static int dense_facts_dl(PyObject *const *T, const sc_dl_exchange *dl, PyObject *x,
+                          dense_facts *f)
+{
+    sc_dl_tensor v;
+    if (dl->dltensor_from_py_object_no_sync(x, &v) < 0)
+        return -1;
+    /* row-major as torch's is_contiguous() has it: a dimension of size 1 may have any
+     * stride, and an empty tensor is contiguous */
+    int64_t want = 1;
+    bool contiguous = true;
+    for (int32_t d = v.ndim - 1; d >= 0 && v.strides; d--) {
+        contiguous = contiguous && (v.shape[d] == 1 || v.strides[d] == want);
+        if (!sc_mul_ok(want, v.shape[d], &want))
+            contiguous = false;
+    }
+    f->usable = v.device.type == SC_DL_CPU && (contiguous || want == 0);
+    /* (the view does not carry torch's negative bit) */
+    f->usable = f->usable == 1 ? !torch_flag(x, T[SC_PY_T_IS_NEG], true) : f->usable;
+    if (f->usable != 1)
+        return 0;
+    bool wide = v.dtype.bits == 64;
+    f->dtype = v.dtype.lanes != 1 || (v.dtype.bits != 32 && !wide) ? -1
+             : v.dtype.code == SC_DL_FLOAT ? (wide ? SC_DTYPE_F64 : SC_DTYPE_F32)
+             : v.dtype.code == SC_DL_INT ? (wide ? SC_DTYPE_I64 : SC_DTYPE_I32) : -1;
+    f->order = v.ndim <= SC_MAX_ORDER ? v.ndim : SC_MAX_ORDER + 1;
+    for (int32_t d = 0; d < f->order && d < SC_MAX_ORDER; d++)
+        f->dims[d] = v.shape[d];
+    f->data = (char *)v.data + v.byte_offset;
+    return 0;
+}
+
+/* A dense, contiguous CPU torch.Tensor of float32/float64/int32/int64 → t (all-dense
+ * levels in order), its data borrowed from x; read through torch's DLPack exchange table
+ * where torch has one and x is a plain torch.Tensor, else through its attributes. */
 static int parse_torch_dense(PyObject *module, Py_ssize_t i, PyObject *x, sc_tensor *t)
 {
-    PyObject *const *T = sc_py_state_of(module)->torch;
+    const sc_py_state *st = sc_py_state_of(module);
+    PyObject *const *T = st->torch;
     if (!T[SC_PY_T_F32]) {
         PyErr_SetString(PyExc_RuntimeError, "scorch._C.set_torch was not called");
         return -1;
     }
     memset(t, 0, sizeof *t);
-    /* (a negated view's memory holds the values before negation) */
-    int ok = torch_flag(x, T[SC_PY_T_IS_CPU], false);
-    ok = ok == 1 ? torch_flag(x, T[SC_PY_T_IS_CONTIGUOUS], true) : ok;
-    ok = ok == 1 ? !torch_flag(x, T[SC_PY_T_IS_NEG], true) : ok;
-    if (ok != 1) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "operand %zd: a dense operand must be a contiguous "
-                         "CPU tensor without a negative view bit", i);
+    dense_facts f = {.usable = 0, .dtype = -1, .order = -1, .data = NULL};
+    int rc = 1;
+    if (st->dl && Py_TYPE(x) == (PyTypeObject *)T[SC_PY_T_TENSOR]) {
+        rc = dense_facts_dl(T, st->dl, x, &f);
+        if (rc < 0 && PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyErr_Clear();   /* (what DLPack cannot describe, a meta tensor: the attributes
+                                say what is wrong as for any tensor) */
+            rc = 1;
+        }
+    }
+    if (rc == 1)
+        rc = dense_facts_attrs(T, x, &f);
+    if (rc < 0 || f.usable < 0)
+        return -1;
+    if (!f.usable) {
+        PyErr_Format(PyExc_ValueError, "operand %zd: a dense operand must be a contiguous "
+                     "CPU tensor without a negative view bit", i);
         return -1;
     }
-    PyObject *dtype = PyObject_GetAttr(x, T[SC_PY_T_DTYPE]);
-    if (!dtype)
-        return -1;
-    Py_DECREF(dtype); /* (the dtype objects are singletons that torch keeps alive) */
-    if (dtype == T[SC_PY_T_F32]) {
-        t->dtype = SC_DTYPE_F32;
-    } else if (dtype == T[SC_PY_T_F64]) {
-        t->dtype = SC_DTYPE_F64;
-    } else if (dtype == T[SC_PY_T_I32]) {
-        t->dtype = SC_DTYPE_I32;
-    } else if (dtype == T[SC_PY_T_I64]) {
-        t->dtype = SC_DTYPE_I64;
-    } else {
+    if (f.dtype < 0) {
         PyErr_Format(PyExc_TypeError, "operand %zd: values must be float32, float64, int32 "
                      "or int64", i);
         return -1;
     }
-    PyObject *shape = PyObject_GetAttr(x, T[SC_PY_T_SHAPE]);
-    if (!shape)
-        return -1;
-    int32_t order = 0;
-    int64_t total = 1;
-    int rc = 0;
-    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) < 1 ||
-        PyTuple_GET_SIZE(shape) > SC_MAX_ORDER) {
+    if (f.order < 1 || f.order > SC_MAX_ORDER) {
         PyErr_Format(PyExc_ValueError, "operand %zd: a dense operand needs 1..%d dimensions",
                      i, SC_MAX_ORDER);
-        rc = -1;
-    } else {
-        order = (int32_t)PyTuple_GET_SIZE(shape);
-        for (int32_t d = 0; d < order && rc == 0; d++) {
-            long long n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
-            if (n < 0 && !PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "operand %zd: negative size", i);
-            if (PyErr_Occurred() || !sc_mul_ok(total, n, &total)) {
-                if (!PyErr_Occurred())
-                    PyErr_Format(PyExc_ValueError, "operand %zd: size overflows", i);
-                rc = -1;
-            }
-            t->dims[d] = n;
-        }
+        return -1;
     }
-    Py_DECREF(shape);
-    if (rc < 0)
-        return -1;
-    PyObject *ptr = PyObject_CallMethodNoArgs(x, T[SC_PY_T_DATA_PTR]);
-    if (!ptr)
-        return -1;
-    t->vals = PyLong_AsVoidPtr(ptr);
-    Py_DECREF(ptr);
-    if (PyErr_Occurred())
-        return -1;
+    int64_t total = 1;
+    for (int32_t d = 0; d < f.order; d++) {
+        if (f.dims[d] < 0) {
+            PyErr_Format(PyExc_ValueError, "operand %zd: negative size", i);
+            return -1;
+        }
+        if (!sc_mul_ok(total, f.dims[d], &total)) {
+            PyErr_Format(PyExc_ValueError, "operand %zd: size overflows", i);
+            return -1;
+        }
+        t->dims[d] = f.dims[d];
+    }
+    t->dtype = (sc_dtype)f.dtype;
+    t->vals = f.data;
     t->nvals = total;
     t->index_type = SC_INDEX_I32;
-    sc_fmt_dense(order, &t->fmt);
+    sc_fmt_dense(f.order, &t->fmt);
     return 0;
 }
 
@@ -527,11 +611,13 @@ static PyObject *run_parsed(PyObject *module, const sc_kernel *k, PyObject *cons
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    PyObject *from_numpy = sc_py_state_of(module)->torch[SC_PY_T_FROM_NUMPY];
+    const sc_py_state *state = sc_py_state_of(module);
+    PyObject *from_numpy = state->torch[SC_PY_T_FROM_NUMPY];
+    const sc_dl_exchange *dl = as_torch ? state->dl : NULL;
     if (as_torch && from_numpy && row_major_dense(&out.fmt)) {
-        PyObject *arr = sc_py_dense_result(&out); /* takes out's arrays */
-        if (!arr)
-            return NULL;
+        PyObject *arr = sc_py_dense_result(&out, dl); /* takes out's arrays */
+        if (!arr || Py_TYPE(arr) == (PyTypeObject *)state->torch[SC_PY_T_TENSOR])
+            return arr;
         PyObject *r = PyObject_CallOneArg(from_numpy, arr);
         Py_DECREF(arr);
         return r;
@@ -546,7 +632,7 @@ static PyObject *run_parsed(PyObject *module, const sc_kernel *k, PyObject *cons
     PyObject *lent[2 * SC_MAX_ORDER] = {NULL};
     if (out.borrowed)
         lend_arrays(descs, tp, n, &out, lent);
-    PyObject *arrays = sc_py_tensor_result(&out, lent); /* takes out's own arrays */
+    PyObject *arrays = sc_py_tensor_result(&out, lent, dl); /* takes out's own arrays */
     for (int32_t i = 0; i < 2 * SC_MAX_ORDER; i++)
         Py_XDECREF(lent[i]);
     if (!arrays) {

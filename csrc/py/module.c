@@ -91,10 +91,80 @@ static PyObject *owning_array_nd(void *p, int nd, npy_intp *dims, int typenum)
     return arr;
 }
 
-static PyObject *owning_array(void *p, int64_t n, int typenum)
+/* An array handed to torch through DLPack: p (allocated by the core's default ctx, so
+ * freed through it) with its shape, freed when the torch tensor dies, on whatever
+ * thread that happens (sc_mem_free locks). */
+typedef struct dl_result {
+    sc_dl_managed m;
+    int64_t shape[SC_MAX_ORDER];
+    int64_t strides[SC_MAX_ORDER];
+    int *freed;   /* set while torch's import runs: whether torch let go of it */
+} dl_result;
+
+static void dl_result_free(sc_dl_managed *m)
+{
+    dl_result *r = (dl_result *)m;
+    if (r->freed)
+        *r->freed = 1;
+    sc_mem_free(m->tensor.data);
+    free(r);
+}
+
+/* A torch tensor of nd dims that owns p, made through torch's exchange table dl (one call
+ * into torch, no NumPy array); NULL with no error set where this route does not apply
+ * (no table, no p, a typenum it has no code for here: p then still the caller's), NULL
+ * with an error set on failure (p freed).  New reference. */
+static PyObject *owning_tensor_dl(const sc_dl_exchange *dl, void *p, int nd,
+                                  const npy_intp *dims, int typenum)
+{
+    bool is_float = typenum == NPY_FLOAT32 || typenum == NPY_FLOAT64;
+    bool is_int = typenum == NPY_INT32 || typenum == NPY_INT64;
+    if (!dl || !p || (!is_float && !is_int) || nd > SC_MAX_ORDER)
+        return NULL;
+    dl_result *r = calloc(1, sizeof *r);
+    if (!r) {
+        sc_mem_free(p);
+        return PyErr_NoMemory();
+    }
+    int64_t stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        r->shape[d] = dims[d];
+        r->strides[d] = stride;
+        stride *= dims[d];
+    }
+    uint8_t bits = typenum == NPY_FLOAT32 || typenum == NPY_INT32 ? 32 : 64;
+    r->m.version = (sc_dl_version){SC_DL_MAJOR, 0};
+    r->m.deleter = dl_result_free;
+    r->m.tensor = (sc_dl_tensor){.data = p, .device = {SC_DL_CPU, 0}, .ndim = nd,
+                                 .dtype = {is_float ? SC_DL_FLOAT : SC_DL_INT, bits, 1},
+                                 .shape = r->shape, .strides = r->strides};
+    int freed = 0;
+    r->freed = &freed;
+    void *py = NULL;
+    if (dl->managed_tensor_to_py_object_no_sync(&r->m, &py) < 0 || !py) {
+        if (!freed)   /* (torch failed before taking it) */
+            dl_result_free(&r->m);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "torch made no tensor of a DLPack result");
+        return NULL;
+    }
+    r->freed = NULL;   /* (r lives as long as py) */
+    return py;
+}
+
+/* An array of nd dims owning p: a torch tensor through dl where that route applies, else
+ * a NumPy array.  On failure p is freed and NULL returned.  New reference. */
+static PyObject *owning_result(const sc_dl_exchange *dl, void *p, int nd, npy_intp *dims,
+                               int typenum)
+{
+    PyObject *r = owning_tensor_dl(dl, p, nd, dims, typenum);
+    return r || PyErr_Occurred() ? r : owning_array_nd(p, nd, dims, typenum);
+}
+
+static PyObject *owning_vector(const sc_dl_exchange *dl, void *p, int64_t n, int typenum)
 {
     npy_intp dims[1] = {(npy_intp)n};
-    return owning_array_nd(p, 1, dims, typenum);
+    return owning_result(dl, p, 1, dims, typenum);
 }
 
 int sc_py_npy_of_dtype(sc_dtype t)
@@ -246,7 +316,7 @@ fail:
 
 /* (pos list, crd list, vals) from a tensor built by the core; takes ownership of t's
  * arrays (released on failure).  New reference. */
-PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent)
+PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent, const sc_dl_exchange *dl)
 {
     sc_ctx ctx;
     sc_ctx_init(&ctx);
@@ -271,7 +341,7 @@ PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent)
             continue;
         }
         if (sc_level_has_pos((sc_level_kind)t->fmt.kind[k])) {
-            p = owning_array(t->pos[k], t->pos_len[k], it);
+            p = owning_vector(dl, t->pos[k], t->pos_len[k], it);
             t->pos[k] = NULL;
             if (!p)
                 goto fail;
@@ -280,7 +350,7 @@ PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent)
         }
         PyList_SET_ITEM(pos, k, p);
         if (sc_level_has_crd((sc_level_kind)t->fmt.kind[k])) {
-            c = owning_array(t->crd[k], t->crd_len[k], it);
+            c = owning_vector(dl, t->crd[k], t->crd_len[k], it);
             t->crd[k] = NULL;
             if (!c)
                 goto fail;
@@ -289,7 +359,7 @@ PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent)
         }
         PyList_SET_ITEM(crd, k, c);
     }
-    vals = owning_array(t->vals, t->nvals, sc_py_npy_of_dtype(t->dtype));
+    vals = owning_vector(dl, t->vals, t->nvals, sc_py_npy_of_dtype(t->dtype));
     t->vals = NULL;
     if (!vals)
         goto fail;
@@ -303,7 +373,7 @@ fail:
     return NULL;
 }
 
-PyObject *sc_py_dense_result(sc_tensor *t)
+PyObject *sc_py_dense_result(sc_tensor *t, const sc_dl_exchange *dl)
 {
     sc_ctx ctx;
     sc_ctx_init(&ctx);
@@ -318,7 +388,7 @@ PyObject *sc_py_dense_result(sc_tensor *t)
         PyErr_SetString(PyExc_RuntimeError, "a dense result has the wrong number of values");
         return NULL;
     }
-    PyObject *arr = owning_array_nd(t->vals, t->fmt.order, dims, sc_py_npy_of_dtype(t->dtype));
+    PyObject *arr = owning_result(dl, t->vals, t->fmt.order, dims, sc_py_npy_of_dtype(t->dtype));
     t->vals = NULL;
     sc_tensor_release(&ctx, t);
     return arr;
@@ -468,7 +538,7 @@ static PyObject *py_from_coords(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    return sc_py_tensor_result(&out, NULL);
+    return sc_py_tensor_result(&out, NULL, sc_py_state_of(module)->dl);
 }
 
 /* from_dense(array, fmt, index, threads) */
@@ -509,7 +579,7 @@ static PyObject *py_from_dense(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    return sc_py_tensor_result(&out, NULL);
+    return sc_py_tensor_result(&out, NULL, sc_py_state_of(module)->dl);
 }
 
 /* convert(shape, fmt, pos, crd, vals, index, dst_fmt, dst_index, drop_zeros, threads) */
@@ -537,7 +607,7 @@ static PyObject *py_convert(PyObject *module, PyObject *args)
     Py_END_ALLOW_THREADS
     if (st != SC_OK)
         return sc_py_raise(module, &err);
-    return sc_py_tensor_result(&out, NULL);
+    return sc_py_tensor_result(&out, NULL, sc_py_state_of(module)->dl);
 }
 
 /* to_dense(shape, fmt, pos, crd, vals, index, out) writes into out (C-contiguous). */

@@ -22,6 +22,7 @@
 
 #include "../driver/sc_driver.h"
 #include "../format/sc_format.h"
+#include "dlpack_abi.h"
 
 typedef struct sc_py_state {
     PyObject *compile_error;
@@ -39,6 +40,10 @@ typedef struct sc_py_state {
      * tensor (interned). */
 #define SC_PY_TORCH_REFS 20
     PyObject *torch[SC_PY_TORCH_REFS];
+    /* torch.Tensor's DLPack exchange table (set_torch), or NULL where torch publishes
+     * none: dense torch.Tensor operands are then read through attributes and results
+     * wrapped by torch.from_numpy */
+    const sc_dl_exchange *dl;
 } sc_py_state;
 
 enum { SC_PY_T_F32, SC_PY_T_F64, SC_PY_T_I32, SC_PY_T_I64, SC_PY_T_FROM_NUMPY,
@@ -61,11 +66,14 @@ int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObjec
                        PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t);
 /* (pos list, crd list, vals) owning t's arrays (malloc'd); t is emptied.  A level that
  * t borrows (t->borrowed) gets lent[2k] and lent[2k + 1] (borrowed references: the
- * owner's arrays) as its pos and crd instead; lent may be NULL when t borrows none. */
-PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent);
+ * owner's arrays) as its pos and crd instead; lent may be NULL when t borrows none.  The
+ * arrays are torch tensors made through dl (torch's DLPack exchange table) where it is
+ * given and applies (an array with memory, of a dtype it has a code for), else NumPy
+ * arrays. */
+PyObject *sc_py_tensor_result(sc_tensor *t, PyObject *const *lent, const sc_dl_exchange *dl);
 /* An N-D array (t's dims, C order) owning t's values; t (all-dense, level order = dims)
- * is emptied. */
-PyObject *sc_py_dense_result(sc_tensor *t);
+ * is emptied.  A torch tensor through dl as in sc_py_tensor_result, else NumPy. */
+PyObject *sc_py_dense_result(sc_tensor *t, const sc_dl_exchange *dl);
 
 /* kernels.c */
 #define SC_PY_MAX_OPERANDS 16

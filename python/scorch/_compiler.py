@@ -18,7 +18,7 @@ import torch
 from . import _C
 from ._format import Format, _format_from_tuple
 from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
-                      _wrap)
+                      _torch, _wrap)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -236,12 +236,12 @@ def _finish(entry, raw):
     if how == _OUT_SPARSE:
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
     if how == _OUT_SCALAR:
-        return torch.from_numpy(vals).reshape(())
+        return _torch(vals).reshape(())
     order = fmt.order
     inv = [0] * len(order)
     for k, d in enumerate(order):
         inv[d] = k
-    return torch.from_numpy(vals.reshape([shape[d] for d in order])).permute(inv)
+    return _torch(vals).reshape([shape[d] for d in order]).permute(inv)
 
 
 def _out_kind(fmt) -> int:

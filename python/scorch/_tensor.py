@@ -366,10 +366,10 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
 
 
 def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:
-    """A SparseTensor around arrays the C core returned (NumPy arrays owning their memory,
-    or an operand's index tensors where the result shares its pattern); ``dtype`` narrows
-    the values to a WIDENED dtype they were computed for."""
-    v = torch.from_numpy(vals)
+    """A SparseTensor around arrays the C core returned (torch tensors or NumPy arrays
+    owning their memory, or an operand's index tensors where the result shares its
+    pattern); ``dtype`` narrows the values to a WIDENED dtype they were computed for."""
+    v = _torch(vals)
     if dtype is not None and dtype is not v.dtype:
         v = v.to(dtype)
     return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd], v,
