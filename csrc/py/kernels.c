@@ -160,7 +160,8 @@ static const sc_dl_exchange *dl_exchange_of(PyObject *type)
 /* set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
  *           torch.Tensor, scorch.SparseTensor, torch.is_grad_enabled,
  *           torch.get_num_threads, dlpack=True): with dlpack, dense torch.Tensor operands
- * and dense results cross through torch's DLPack exchange table where it has one. */
+ * and the arrays of results cross through torch's DLPack exchange table where torch has
+ * one (dlpack=False: the attribute and NumPy route, which the tests also run). */
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
 {
     PyObject *refs[SC_PY_TORCH_REFS] = {NULL};

@@ -41,8 +41,8 @@ typedef struct sc_py_state {
 #define SC_PY_TORCH_REFS 20
     PyObject *torch[SC_PY_TORCH_REFS];
     /* torch.Tensor's DLPack exchange table (set_torch), or NULL where torch publishes
-     * none: dense torch.Tensor operands are then read through attributes and results
-     * wrapped by torch.from_numpy */
+     * none: dense torch.Tensor operands are then read through attributes, and result
+     * arrays come back as NumPy arrays that torch.from_numpy wraps */
     const sc_dl_exchange *dl;
 } sc_py_state;
 
