@@ -6,6 +6,7 @@ that own their memory and free it (on any thread) when torch is done with them."
 import gc
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -159,3 +160,29 @@ def test_freed_result_goes_back_to_the_allocator(route, where):
 def test_torch_publishes_the_table_scorch_reads():
     cap = torch.Tensor.__dlpack_c_exchange_api__
     assert type(cap).__name__ == "PyCapsule" and "dlpack_exchange_api" in repr(cap)
+
+
+def test_empty_arrays_of_results_are_tensors(route):
+    """The core allocates nothing for an empty array; the result still holds torch tensors
+    (the Python layer builds SparseTensors from the DLPack route's arrays as they are)."""
+    for x in (torch.zeros(4, 4), torch.zeros(0, 0), torch.zeros(3, 5)[:, :3]):
+        A = scorch.to_sparse(x, "csr")
+        U, V = torch.rand(x.shape[0], 2), torch.rand(x.shape[1], 2)
+        for _ in range(2):
+            for out in (A @ A, scorch.einsum("ij,ik,jk->ij", A, U, V), A):
+                arrays = out._pos + out._crd + [out._values]
+                assert all(a is None or type(a) is torch.Tensor for a in arrays)
+                assert out.nnz == 0
+                torch.testing.assert_close(out.to_dense(), torch.zeros(x.shape))
+
+
+def test_raw_result_arrays_take_the_route(route):
+    x = torch.zeros(4, 4)
+    x[1, 2] = 1
+    for y in (x, torch.zeros(4, 4)):
+        A = scorch.to_sparse(y, "csr")
+        entry, descs, _ = scorch._compiler._compile(scorch._compiler._LANG_EINSUM,
+                                                    "ij,jk->ik", (A, A), None, None)
+        shape, (pos, crd, vals) = _C.run(entry[0], descs, 1, True)
+        kinds = {type(a) for a in pos + crd + [vals] if a is not None}
+        assert kinds == ({torch.Tensor} if route and HAS_TABLE else {np.ndarray})

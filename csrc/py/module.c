@@ -112,15 +112,24 @@ static void dl_result_free(sc_dl_managed *m)
 
 /* A torch tensor of nd dims that owns p, made through torch's exchange table dl (one call
  * into torch, no NumPy array); NULL with no error set where this route does not apply
- * (no table, no p, a typenum it has no code for here: p then still the caller's), NULL
- * with an error set on failure (p freed).  New reference. */
+ * (no table, a typenum it has no code for here, no p for a nonempty array: p then still
+ * the caller's), NULL with an error set on failure (p freed).  The core's dtypes and
+ * index widths all have codes, so with a table every array of a result is a tensor
+ * (what _compiler._finish relies on).  New reference. */
 static PyObject *owning_tensor_dl(const sc_dl_exchange *dl, void *p, int nd,
                                   const npy_intp *dims, int typenum)
 {
     bool is_float = typenum == NPY_FLOAT32 || typenum == NPY_FLOAT64;
     bool is_int = typenum == NPY_INT32 || typenum == NPY_INT64;
-    if (!dl || !p || (!is_float && !is_int) || nd > SC_MAX_ORDER)
+    if (!dl || (!is_float && !is_int) || nd > SC_MAX_ORDER)
         return NULL;
+    if (!p) {   /* an empty array (the core allocates nothing for it) */
+        for (int d = 0; d < nd; d++)
+            if (dims[d] != 0)
+                return NULL;
+        if (!(p = malloc(1)))   /* (sc_mem_free frees a block it did not list by free) */
+            return PyErr_NoMemory();
+    }
     dl_result *r = calloc(1, sizeof *r);
     if (!r) {
         sc_mem_free(p);
