@@ -193,6 +193,21 @@ def test_maps_and_reductions_follow_torch(dtype):
 
 
 @pytest.mark.parametrize("dtype", INTS, ids=_ids)
+def test_one_operand_einsum_sums_as_torch_einsum(dtype):
+    """torch.einsum of one integer operand sums an index in int64 (as torch.sum does) and
+    keeps the dtype where it sums none; a row of int32 values near 2^30 overflows int32."""
+    x = make_dense((5, 6), dtype, seed_of("int-einsum", _ids(dtype)), "random")
+    if dtype is torch.int32:
+        x[2] = 2**30
+    for fmt in ("csr", "coo"):
+        A = scorch.to_sparse(x, fmt)
+        for expr in ("ij->i", "ij->j", "ij->", "ji->j", "ij->ji", "ij"):
+            for _ in range(2):                  # (the second call: the remembered route)
+                same(scorch.einsum(expr, A), torch.einsum(expr, x))
+                same(torch.einsum(expr, A), torch.einsum(expr, x))
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=_ids)
 def test_casts_and_interchange(dtype):
     x = make_dense((5, 4), dtype, seed_of("int-to", _ids(dtype)), "random")
     A = scorch.to_sparse(x, "csr")

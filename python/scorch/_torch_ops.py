@@ -372,6 +372,8 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     operands and through dense operands, as for ``torch.einsum``; the backward kernels
     are scheduled automatically, so ``schedule`` is refused while autograd records.
     """
+    if len(ops) == 1 and type(expr) is str:
+        ops = _widened_for_sum(expr, ops[0])
     if out_format is None and schedule is None and type(expr) is str:
         r = remembered(expr, ops)
         if r is not None:
@@ -385,6 +387,22 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
                              "it under torch.no_grad() or drop schedule=")
         return _einsum_autograd(*_parse(expr), ops, out_format)
     return _einsum_run(expr, ops, out_format, schedule)   # (errors quote the caller's text)
+
+
+def _widened_for_sum(expr, a):
+    """``(a,)``, its integer values as int64 where the expression sums one of its indices:
+    torch.einsum of one integer operand sums in int64 as torch.sum does ("ij->i" gives
+    int64; "ii->i" and "ij->ji" sum nothing and keep the dtype).  Repeated coordinates
+    are summed in the tensor's own dtype first, as _sum does."""
+    dtype = (a._values if type(a) is SparseTensor else a).dtype
+    if dtype.is_floating_point or dtype is torch.int64 or dtype is torch.bool:
+        return (a,)
+    ins, out, _ = _parse(expr)
+    if len(ins) != 1 or all(c in out for c in ins[0]):
+        return (a,)
+    if isinstance(a, SparseTensor):
+        return (_map_values(_coalesced(a), lambda v: v.to(torch.int64)),)
+    return (a.to(torch.int64),)
 
 
 def _contract(expr, ops):
@@ -934,6 +952,8 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
     r = einsum(f"{ix}->{kept}", src, out_format="dense")
     if _is_sparse(r):
         r = r.to_dense()
+    if r.dtype is not src.dtype:   # (an integer sum asked in int32 or narrower: einsum
+        r = r.to(src.dtype)        # summed it in int64, the same modulo the narrower width)
     if keepdim:
         r = r.reshape([1 if d in dims else a.shape[d] for d in range(n)])
     return r
