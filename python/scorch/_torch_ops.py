@@ -389,15 +389,21 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     return _einsum_run(expr, ops, out_format, schedule)   # (errors quote the caller's text)
 
 
+_SUMS_IN_INT64 = (torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 def _widened_for_sum(expr, a):
     """``(a,)``, its integer values as int64 where the expression sums one of its indices:
     torch.einsum of one integer operand sums in int64 as torch.sum does ("ij->i" gives
-    int64; "ii->i" and "ij->ji" sum nothing and keep the dtype).  Repeated coordinates
-    are summed in the tensor's own dtype first, as _sum does."""
-    dtype = (a._values if type(a) is SparseTensor else a).dtype
-    if dtype.is_floating_point or dtype is torch.int64 or dtype is torch.bool:
+    int64; "ij->ji" sums nothing and keeps the dtype).  Repeated coordinates are summed
+    in the tensor's own dtype first, as _sum does."""
+    if not isinstance(a, torch.Tensor) or (
+            (a._values if type(a) is SparseTensor else a).dtype not in _SUMS_IN_INT64):
         return (a,)
-    ins, out, _ = _parse(expr)
+    try:
+        ins, out, _ = _parse(expr)
+    except NotImplementedError:   # (the compiler's parser reports it, with the column)
+        return (a,)
     if len(ins) != 1 or all(c in out for c in ins[0]):
         return (a,)
     if isinstance(a, SparseTensor):
