@@ -11,22 +11,16 @@ import pytest
 import torch
 
 import scorch
-from scorch import _C, _tensor
+from scorch import _C, _compiler
 
 HAS_TABLE = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 
 
-def _set_route(dlpack):
-    _C.set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
-                 torch.Tensor, _tensor.SparseTensor, torch.is_grad_enabled,
-                 torch.get_num_threads, dlpack)
-
-
 @pytest.fixture(params=[True, False], ids=["dlpack", "attributes"])
 def route(request):
-    _set_route(request.param)
+    _compiler._set_torch(request.param)
     yield request.param
-    _set_route(True)
+    _compiler._set_torch(True)
 
 
 def _sample(n, m, dtype, seed=0):
@@ -89,8 +83,8 @@ def test_both_routes_refuse_the_same_operands(route, bad, err, match):
     x = _sample(7, 5, torch.float32)
     A = scorch.to_sparse(x, "csr")
     X = _sample(5, 3, torch.float32, 1)
-    entry, descs, _ = scorch._compiler._compile(scorch._compiler._LANG_EINSUM, "ij,jk->ik",
-                                                (A, X), None, None)
+    entry, descs, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,jk->ik", (A, X), None,
+                                         None)
     with pytest.raises(err, match=match):
         _C.run(entry[0], [descs[0], bad(X)], 1, True)
 
@@ -182,8 +176,8 @@ def test_raw_result_arrays_take_the_route(route):
     x[1, 2] = 1
     for y in (x, torch.zeros(4, 4)):
         A = scorch.to_sparse(y, "csr")
-        entry, descs, _ = scorch._compiler._compile(scorch._compiler._LANG_EINSUM,
-                                                    "ij,jk->ik", (A, A), None, None)
+        entry, descs, _ = _compiler._compile(_compiler._LANG_EINSUM, "ij,jk->ik", (A, A),
+                                             None, None)
         shape, (pos, crd, vals) = _C.run(entry[0], descs, 1, True)
         kinds = {type(a) for a in pos + crd + [vals] if a is not None}
         assert kinds == ({torch.Tensor} if route and HAS_TABLE else {np.ndarray})

@@ -47,8 +47,18 @@ def _aot_path():
 
 _C.set_include_dir(_include_dir())
 _C.set_aot(_aot_path())
-_C.set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
-             torch.Tensor, SparseTensor, torch.is_grad_enabled, torch.get_num_threads)
+
+
+def _set_torch(dlpack=True):
+    """Hand the extension the torch objects it uses.  dlpack=False keeps it off torch's
+    DLPack exchange table: the attribute and NumPy route a torch without the table takes
+    (tests/test_dlpack_exchange.py runs both)."""
+    _C.set_torch(torch.float32, torch.float64, torch.int32, torch.int64, torch.from_numpy,
+                 torch.Tensor, SparseTensor, torch.is_grad_enabled, torch.get_num_threads,
+                 dlpack)
+
+
+_set_torch()
 
 
 class Schedule:
