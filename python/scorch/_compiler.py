@@ -244,8 +244,6 @@ def _finish(entry, raw):
     _, how, fmt, index_dtype = entry[:4]
     shape, (pos, crd, vals) = raw
     if how == _OUT_SPARSE:
-        if type(vals) is torch.Tensor:   # (the DLPack route: every array is a tensor)
-            return SparseTensor(shape, fmt, pos, crd, vals, index_dtype=index_dtype)
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
     if how == _OUT_SCALAR:
         return _torch(vals).reshape(())

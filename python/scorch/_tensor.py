@@ -369,6 +369,9 @@ def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:
     """A SparseTensor around arrays the C core returned (torch tensors or NumPy arrays
     owning their memory, or an operand's index tensors where the result shares its
     pattern); ``dtype`` narrows the values to a WIDENED dtype they were computed for."""
+    if type(vals) is torch.Tensor and (dtype is None or dtype is vals.dtype):
+        # the DLPack route: every array is a tensor already (csrc/py owning_tensor_dl)
+        return SparseTensor(shape, fmt, pos, crd, vals, index_dtype=index_dtype)
     v = _torch(vals)
     if dtype is not None and dtype is not v.dtype:
         v = v.to(dtype)
