@@ -396,7 +396,7 @@ def _widened_for_sum(expr, a):
     """``(a,)``, its integer values as int64 where the expression sums one of its indices:
     torch.einsum of one integer operand sums in int64 as torch.sum does ("ij->i" gives
     int64; "ij->ji" sums nothing and keeps the dtype).  Repeated coordinates are summed
-    in the tensor's own dtype first, as _sum does."""
+    in the tensor's own dtype first (_summed_as)."""
     if not isinstance(a, torch.Tensor) or (
             (a._values if type(a) is SparseTensor else a).dtype not in _SUMS_IN_INT64):
         return (a,)
@@ -406,9 +406,7 @@ def _widened_for_sum(expr, a):
         return (a,)
     if len(ins) != 1 or all(c in out for c in ins[0]):
         return (a,)
-    if isinstance(a, SparseTensor):
-        return (_map_values(_coalesced(a), lambda v: v.to(torch.int64)),)
-    return (a.to(torch.int64),)
+    return (_summed_as(a, torch.int64) if isinstance(a, SparseTensor) else a.to(torch.int64),)
 
 
 def _contract(expr, ops):
@@ -947,9 +945,7 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
     dims = _norm_dims(dim, n)
     if dtype is None and not a.dtype.is_floating_point and a.dtype is not torch.int64:
         dtype = torch.int64   # (torch sums integers in int64)
-    # (repeated coordinates summed in the tensor's own dtype first, wrapping as torch's
-    # coalesce does, before the values widen)
-    src = a if dtype is None else _map_values(_coalesced(a), lambda v: v.to(dtype))
+    src = a if dtype is None else _summed_as(a, dtype)
     if len(dims) == n:
         r = src._values.sum(dtype=src.dtype)   # (an int8 sum asked in int8 stays int8)
         return r.reshape([1] * n) if keepdim else r
@@ -989,6 +985,12 @@ def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
 
 def _coalesced(a: SparseTensor) -> SparseTensor:
     return _coalesce(a) if has_duplicates(a) else a
+
+
+def _summed_as(a: SparseTensor, dtype) -> SparseTensor:
+    """a with its values as ``dtype`` for a sum in that dtype: repeated coordinates are
+    summed in a's own dtype first (wrapping, as torch's coalesce does), then converted."""
+    return _map_values(_coalesced(a), lambda v: v.to(dtype))
 
 
 def _extreme(name, a: SparseTensor, dim, keepdim, largest):
