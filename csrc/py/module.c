@@ -115,7 +115,7 @@ static void dl_result_free(sc_dl_managed *m)
  * (no table, a typenum it has no code for here, no p for a nonempty array: p then still
  * the caller's), NULL with an error set on failure (p freed).  The core's dtypes and
  * index widths all have codes, so with a table every array of a result is a tensor
- * (what _compiler._finish relies on).  New reference. */
+ * (what _tensor._wrap relies on).  New reference. */
 static PyObject *owning_tensor_dl(const sc_dl_exchange *dl, void *p, int nd,
                                   const npy_intp *dims, int typenum)
 {
