@@ -119,7 +119,8 @@ sc_status sc_lower_prepare(sc_arena *arena, const sc_expr *e, int32_t nops,
             for (int32_t d2 = d + 1; d2 < ac->order; d2++)
                 if (ac->var[d] == ac->var[d2]) {
                     sc_fail(err, SC_UNSUPPORTED, "lower",
-                            "sparse operand %s uses index %s twice (a diagonal); convert it to dense",
+                            "sparse operand %s uses index %s twice (a diagonal), which a kernel "
+                            "cannot read; scorch.einsum takes the diagonal first (\"ii->i\")",
                             e->operands[ac->operand].name, e->vars[ac->var[d]].name);
                     if (err)
                         err->pos = ac->pos;

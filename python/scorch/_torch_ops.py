@@ -308,11 +308,8 @@ _EinsumFn._c_apply = super(torch.autograd.Function, _EinsumFn).apply
 
 def _einsum_grad(spec, i, ops, G, v):
     """d(sum(G * einsum(ops)))/d ops[i]: another einsum; sampled at the pattern of a
-    sparse operand."""
+    sparse operand.  (No term repeats an index: einsum took those diagonals first.)"""
     mine = spec.ins[i]
-    if len(set(mine)) != len(mine):
-        raise NotImplementedError(f"scorch: no gradient for an operand with a repeated index "
-                                  f"({mine!r})")
     # An output that kept another sparse operand's pattern, duplicates and all, pairs
     # entry by entry with that operand: G joins its values (G_e * v_e), since as two
     # operands each duplicate of one would meet every duplicate of the other.
@@ -380,6 +377,9 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
             return r
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
+    taken = _diagonals_taken(expr, ops)
+    if taken is not None:
+        expr, ops = taken
     if _recording(ops):
         if schedule is not None:
             raise ValueError("scorch.einsum: schedule= sets one kernel's schedule, but autograd "
@@ -387,6 +387,79 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
                              "it under torch.no_grad() or drop schedule=")
         return _einsum_autograd(*_parse(expr), ops, out_format)
     return _einsum_run(expr, ops, out_format, schedule)   # (errors quote the caller's text)
+
+
+def _diagonals_taken(expr, ops):
+    """``(expr, ops)`` with each operand whose term repeats an index ("ii", "iji")
+    replaced by its diagonal over those dimensions, the term keeping the index once; None
+    where no term repeats one (the kernel then sees the call as it is).  torch.einsum
+    reads a repeated index so ("ii->i" is the diagonal, "ii->" the trace).  A
+    SparseTensor's diagonal is a SparseTensor of its stored entries whose coordinates
+    agree (_sparse_diagonal); a dense operand's is torch.diagonal's view.  Both are
+    differentiable, so the gradient reaches the operand through them.  Where the repeated
+    dimensions' sizes differ the call goes on unchanged, for the compiler to report it."""
+    try:
+        ins, out, _ = _parse(expr)
+    except NotImplementedError:   # (the compiler reports it, with the column)
+        return None
+    if len(ins) != len(ops) or all(len(set(t)) == len(t) for t in ins) or \
+            not all(t.isascii() and t.isalpha() for t in ins if t):
+        return None   # (nothing repeated, or an equation the compiler reports)
+    terms, taken = [], []
+    for t, o in zip(ins, ops):
+        if len(set(t)) != len(t) and isinstance(o, torch.Tensor) and o.dim() == len(t) and \
+                (_is_sparse(o) or o.layout is _STRIDED) and \
+                all(o.shape[t.index(c)] == o.shape[d] for d, c in enumerate(t)):
+            t, o = _sparse_diagonal(o, t) if _is_sparse(o) else _dense_diagonal(o, t)
+        terms.append(t)
+        taken.append(o)
+    return ",".join(terms) + "->" + out, tuple(taken)
+
+
+def _dense_diagonal(x: torch.Tensor, term: str):
+    """(term with each index once, x's diagonal over the repeats: a view)."""
+    while len(set(term)) != len(term):
+        d2 = next(d for d, c in enumerate(term) if term.index(c) != d)
+        d1 = term.index(term[d2])
+        x = torch.diagonal(x, 0, d1, d2)   # (the diagonal becomes the last dimension)
+        term = "".join(c for d, c in enumerate(term) if d not in (d1, d2)) + term[d1]
+    return term, x
+
+
+def _sparse_diagonal(a: SparseTensor, term: str):
+    """(term with each index once in order of first appearance, the stored entries of
+    ``a`` whose coordinates agree wherever term repeats an index, over the dimensions of
+    each index's first appearance).  Its levels are a's of those dimensions in a's order;
+    an index is compressed where any of its dimensions' levels is not dense (the diagonal
+    of a csr matrix is a sparse vector).  Duplicates are summed; differentiable w.r.t. the
+    values."""
+    coords = dim_coords(a)
+    first, keep = {}, None
+    for d, c in enumerate(term):
+        if c not in first:
+            first[c] = d
+            continue
+        agree = coords[d] == coords[first[c]]
+        keep = agree if keep is None else keep & agree
+    dims = list(first.values())
+    fmt = a._format
+    sparse = {first[term[fmt.order[k]]] for k in range(a.dim()) if fmt.kinds[k] != 0}
+    kept = _format_of_dims(fmt, dims, sparse)
+    from ._convert import _from_coords
+
+    cols = torch.stack([coords[d][keep] for d in dims])
+    return "".join(first), _from_coords(
+        [a.shape[d] for d in dims], cols, a._values[keep], kept,
+        a.index_dtype if a.index_dtype == torch.int64 else None)
+
+
+def _format_of_dims(fmt: Format, dims, sparse) -> Format:
+    """The format of a tensor of some of ``fmt``'s dimensions (``dims``, in their new
+    order): their levels in fmt's order, compressed where the dimension is in ``sparse``,
+    dense elsewhere (levels every order can assemble from coordinates)."""
+    levels = [k for k, d in enumerate(fmt.order) if d in dims]
+    return Format("".join("c" if fmt.order[k] in sparse else "d" for k in levels),
+                  order=[dims.index(fmt.order[k]) for k in levels])
 
 
 _SUMS_IN_INT64 = (torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -1422,9 +1495,8 @@ def select(a: SparseTensor, dim: int, i: int):
     vals = a._values[keep]
     if n == 1:
         return vals.sum()
-    levels = [k for k in range(n) if fmt.order[k] != dim]
-    kept = Format("".join("d" if fmt.kinds[k] == 0 else "c" for k in levels),
-                  order=[fmt.order[k] - (fmt.order[k] > dim) for k in levels])
+    dims = [d for d in range(n) if d != dim]
+    kept = _format_of_dims(fmt, dims, {fmt.order[k] for k in range(n) if fmt.kinds[k] != 0})
     from ._convert import _from_coords
 
     cols = torch.stack([c[keep] for d, c in enumerate(coords) if d != dim])
@@ -1489,6 +1561,15 @@ def _diagonal(a, offset=0, dim1=0, dim2=1, *, diagonal=None, out=None):
     on = cols - rows == offset
     at = rows[on] if offset >= 0 else cols[on]
     return _index_sum(length, at, a._values[on])
+
+
+@_register(torch.trace, torch.Tensor.trace)
+def _trace(a):
+    """The sum of a matrix's diagonal (of a rectangular one too, as torch's), a 0-D dense
+    tensor, differentiable w.r.t. the values; integer values sum in int64 as torch's do."""
+    if a.dim() != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {a.dim()}")
+    return _diagonal(a).sum()
 
 
 @_register(torch.hstack)
