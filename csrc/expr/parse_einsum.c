@@ -30,7 +30,8 @@ static sc_status check_char(const char *s, int32_t i, sc_error *err)
         return SC_OK;
     if (c == '.')
         return sc_expr_fail_at(err, SC_UNSUPPORTED, i,
-                               "ellipsis ('...') in einsum equations is not supported yet");
+                               "ellipsis ('...'): scorch.einsum spells it out from the "
+                               "operands' dimensions; the compiler takes letters only");
     if ((unsigned char)c >= 0x20 && (unsigned char)c < 0x7f)
         return sc_expr_fail_at(err, SC_USER, i,
                                "invalid character '%c' in einsum equation "

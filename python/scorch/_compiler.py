@@ -107,7 +107,7 @@ def _dense_operand(x: torch.Tensor, dtype):
             raise ValueError(_SCALAR_OPERAND)
         if x.is_neg():   # (a negated view: its memory holds the values before negation)
             x = x.resolve_neg()
-        return x, _DENSE_SIG[n]
+        return x, _DENSE_SIG[n] if 1 not in x.shape else _with_ones(_DENSE_SIG[n], x)
     if x.requires_grad:
         x = x.detach()
     n = x.dim()
@@ -120,7 +120,16 @@ def _dense_operand(x: torch.Tensor, dtype):
         perm, xp = tuple(range(n)), x.contiguous()
     data = xp.reshape(-1)
     fmt, levels, sig = _dense_kind(n, perm)
+    if 1 in x.shape:
+        sig = _with_ones(sig, x)
     return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig
+
+
+def _with_ones(sig, x):
+    """A dense operand's signature with its dimensions of size 1 added: a kernel compiled
+    where such a dimension was broadcast (stretched to another operand's size) runs only
+    operands of size 1 there, and one compiled where it was not, only the full size."""
+    return sig + (tuple(d for d, n in enumerate(x.shape) if n == 1),)
 
 
 _SCALAR_OPERAND = "scalar (0-D) operands are not supported; use a 1-element tensor"
@@ -648,8 +657,10 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
     """What scorch compiles for ``fn(*operands)``: the expression, operand and output
     formats, the loop order, the schedule and the generated C.  ``fn`` is an einsum string
     or one of torch.mm / torch.mv / torch.bmm / torch.matmul."""
-    if isinstance(fn, str):
-        expr = fn
+    if isinstance(fn, str):   # (the equation einsum compiles: '...' spelled, diagonals taken)
+        from ._torch_ops import as_compiled
+
+        expr, operands = as_compiled(fn, operands)
     else:
         name = getattr(fn, "__name__", "")
         if name == "matmul" and len(operands) == 2:

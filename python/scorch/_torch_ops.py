@@ -229,9 +229,6 @@ def _parse(expr: str):
     if hit is not None:
         return hit
     text = expr.replace(" ", "")
-    if "." in text:
-        raise NotImplementedError("scorch.einsum does not support '...' (ellipsis); spell "
-                                  "the indices out")
     if "->" in text:
         lhs, out = text.split("->", 1)
     else:
@@ -369,6 +366,10 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     operands and through dense operands, as for ``torch.einsum``; the backward kernels
     are scheduled automatically, so ``schedule`` is refused while autograd records.
     """
+    if type(expr) is str and "." in expr:
+        spelled = _ellipsis_spelled(expr, ops)
+        return _as_written(expr, lambda: einsum(spelled, *ops, out_format=out_format,
+                                                schedule=schedule))
     if len(ops) == 1 and type(expr) is str:
         ops = _widened_for_sum(expr, ops[0])
     if out_format is None and schedule is None and type(expr) is str:
@@ -379,7 +380,8 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     taken = _diagonals_taken(expr, ops)
     if taken is not None:
-        expr, ops = taken
+        return _as_written(expr, lambda: einsum(taken[0], *taken[1], out_format=out_format,
+                                                schedule=schedule))
     if _recording(ops):
         if schedule is not None:
             raise ValueError("scorch.einsum: schedule= sets one kernel's schedule, but autograd "
@@ -387,6 +389,74 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
                              "it under torch.no_grad() or drop schedule=")
         return _einsum_autograd(*_parse(expr), ops, out_format)
     return _einsum_run(expr, ops, out_format, schedule)   # (errors quote the caller's text)
+
+
+def as_compiled(expr: str, ops):
+    """(equation, operands) that einsum compiles for ``expr`` over ``ops``: its '...'
+    spelled out, its diagonals taken (scorch.explain shows that kernel)."""
+    if "." in expr:
+        expr = _ellipsis_spelled(expr, ops)
+    taken = _diagonals_taken(expr, ops)
+    return taken if taken is not None else (expr, tuple(ops))
+
+
+def _as_written(given: str, run):
+    """``run()``, which computes the caller's equation ``given`` as another one (its
+    '...' spelled out, its diagonals taken); an error of the compiler's, which quotes
+    the equation it compiled, names the caller's too."""
+    try:
+        return run()
+    except (ValueError, NotImplementedError) as e:
+        if type(e) not in (ValueError, NotImplementedError) or given in str(e):
+            raise
+        raise type(e)(f"{e}\n  (compiled from the equation {given!r})") from None
+
+
+def _ellipsis_spelled(expr: str, ops) -> str:
+    """``expr`` with each '...' spelled out in letters it does not use, as torch.einsum
+    reads it: an operand's '...' stands for the dimensions its letters do not name; the
+    ellipses of all operands align at the right (so they broadcast as any index does);
+    an implicit output puts them first, and an explicit output without '...' sums them."""
+    text = expr.replace(" ", "")
+    lhs, arrow, out = text.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(ops):
+        raise ValueError(f"einsum(): the equation {expr!r} has {len(ins)} operands, "
+                         f"{len(ops)} were given")
+    for i, o in enumerate(ops):
+        if not isinstance(o, torch.Tensor):
+            raise TypeError(f"einsum(): operand {i} is a {type(o).__name__}, not a tensor")
+
+    def checked(term, what):
+        if "." in term and (term.count(".") != 3 or "..." not in term):
+            raise ValueError(f"einsum(): {what} {term!r} has a '.' that is not part of one "
+                             f"ellipsis ('...')")
+        return term
+
+    widths = []
+    for i, (t, o) in enumerate(zip(ins, ops)):
+        if "." not in checked(t, f"the subscripts of operand {i}"):
+            widths.append(None)
+            continue
+        w = o.dim() - (len(t) - 3)
+        if w < 0:
+            raise ValueError(f"einsum(): operand {i} has {o.dim()} dimensions, fewer than "
+                             f"its subscripts {t!r} name")
+        widths.append(w)
+    free = [c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
+            if c not in text]
+    width = max((w for w in widths if w is not None), default=0)
+    if width > len(free):
+        raise ValueError(f"einsum(): the ellipsis stands for {width} dimensions, more than "
+                         f"the {len(free)} letters the equation leaves")
+    dims = "".join(free[:width][::-1])
+    ins = [t if w is None else t.replace("...", dims[width - w:]) for t, w in zip(ins, widths)]
+    if arrow:
+        out = checked(out, "the output").replace("...", dims)
+    else:
+        joined = "".join(t.replace("...", "") for t in lhs.split(","))
+        out = dims + "".join(sorted(c for c in set(joined) if joined.count(c) == 1))
+    return ",".join(ins) + "->" + out
 
 
 def _diagonals_taken(expr, ops):
@@ -398,22 +468,20 @@ def _diagonals_taken(expr, ops):
     agree (_sparse_diagonal); a dense operand's is torch.diagonal's view.  Both are
     differentiable, so the gradient reaches the operand through them.  Where the repeated
     dimensions' sizes differ the call goes on unchanged, for the compiler to report it."""
-    try:
-        ins, out, _ = _parse(expr)
-    except NotImplementedError:   # (the compiler reports it, with the column)
-        return None
+    ins, out, _ = _parse(expr)
     if len(ins) != len(ops) or all(len(set(t)) == len(t) for t in ins) or \
             not all(t.isascii() and t.isalpha() for t in ins if t):
         return None   # (nothing repeated, or an equation the compiler reports)
-    terms, taken = [], []
+    terms, taken, changed = [], [], False
     for t, o in zip(ins, ops):
         if len(set(t)) != len(t) and isinstance(o, torch.Tensor) and o.dim() == len(t) and \
                 (_is_sparse(o) or o.layout is _STRIDED) and \
                 all(o.shape[t.index(c)] == o.shape[d] for d, c in enumerate(t)):
             t, o = _sparse_diagonal(o, t) if _is_sparse(o) else _dense_diagonal(o, t)
+            changed = True
         terms.append(t)
         taken.append(o)
-    return ",".join(terms) + "->" + out, tuple(taken)
+    return (",".join(terms) + "->" + out, tuple(taken)) if changed else None
 
 
 def _dense_diagonal(x: torch.Tensor, term: str):
@@ -473,10 +541,7 @@ def _widened_for_sum(expr, a):
     if not isinstance(a, torch.Tensor) or (
             (a._values if type(a) is SparseTensor else a).dtype not in _SUMS_IN_INT64):
         return (a,)
-    try:
-        ins, out, _ = _parse(expr)
-    except NotImplementedError:   # (the compiler's parser reports it, with the column)
-        return (a,)
+    ins, out, _ = _parse(expr)
     if len(ins) != 1 or all(c in out for c in ins[0]):
         return (a,)
     return (_summed_as(a, torch.int64) if isinstance(a, SparseTensor) else a.to(torch.int64),)

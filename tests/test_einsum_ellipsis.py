@@ -1,0 +1,137 @@
+"""'...' in an einsum equation, as torch.einsum reads it: the dimensions an operand's
+letters do not name, aligned at the right across operands; first in an implicit output,
+summed where an explicit output has none.  Against torch.einsum on the dense tensors."""
+import pytest
+import torch
+
+import scorch
+from conftest import make_dense, seed_of
+
+
+def dense_of(x):
+    return x.to_dense() if isinstance(x, scorch.SparseTensor) else x
+
+
+def check(expr, *ops, einsum=torch.einsum):
+    got = einsum(expr, *ops)
+    ref = torch.einsum(expr, *[dense_of(o) for o in ops])
+    g = dense_of(got)
+    assert g.dtype == ref.dtype and g.shape == ref.shape, (expr, g.shape, ref.shape)
+    torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-4)
+    return got
+
+
+CASES = [
+    # (expression, shapes of the operands; the first one sparse)
+    ("...j,jk->...k", [(3, 4), (4, 5)]),
+    ("...j,jk->...k", [(2, 3, 4), (4, 5)]),
+    ("...j,jk", [(2, 3, 4), (4, 5)]),            # implicit output: the ellipsis first
+    ("...j,jk->k", [(2, 3, 4), (4, 5)]),         # explicit output without it: summed
+    ("...j,jk->k...", [(2, 3, 4), (4, 5)]),
+    ("b...j,jk->...bk", [(2, 3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)]),  # widths 1 and 0: aligned at the right
+    ("...ij,...jk->...ik", [(2, 3, 4), (1, 4, 5)]),   # a dense size-1 batch broadcast
+    ("...ij,...j->...i", [(2, 3, 4), (4,)]),
+    ("...", [(2, 3, 4)]),
+    ("...->", [(2, 3)]),
+    ("i...", [(3, 4, 2)]),
+    ("...i->i", [(3, 4, 2)]),
+    ("ij,jk->...", [(3, 4), (4, 5)]),              # an output ellipsis of no dimensions
+    ("...ii->...i", [(2, 4, 4)]),                  # with a repeated index
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("fmt", ["csr-like", "coo"])
+@pytest.mark.parametrize("expr,shapes", CASES)
+def test_ellipsis_as_torch(expr, shapes, fmt, dtype):
+    s = seed_of("ellipsis", expr, shapes, fmt, dtype)
+    first = make_dense(shapes[0], dtype, s)
+    if len(shapes[0]) >= 2 and shapes[0][-1] == shapes[0][-2]:
+        first = first + torch.diag_embed(torch.ones(shapes[0][:-1], dtype=dtype))
+    name = ("csr" if len(shapes[0]) == 2 else "csf" if len(shapes[0]) == 3 else "c") \
+        if fmt == "csr-like" else "coo"
+    ops = [scorch.to_sparse(first, name)]
+    ops += [make_dense(sh, dtype, s + k, "full") for k, sh in enumerate(shapes[1:], 1)]
+    for einsum in (torch.einsum, scorch.einsum):
+        check(expr, *ops, einsum=einsum)
+
+
+def test_sublist_form_with_ellipsis():
+    A = scorch.to_sparse(make_dense((2, 3, 4), torch.float64, 1), "csf")
+    X = make_dense((4, 5), torch.float64, 2, "full")
+    got = torch.einsum(A, [..., 0], X, [0, 1], [..., 1])
+    torch.testing.assert_close(got, torch.einsum(A.to_dense(), [..., 0], X, [0, 1], [..., 1]))
+
+
+def test_gradients_through_ellipsis():
+    x = make_dense((2, 3, 4), torch.float64, 3)
+    A = scorch.to_sparse(x, "csf").requires_grad_()
+    X = make_dense((4, 5), torch.float64, 4, "full").requires_grad_()
+    xr, Xr = x.clone().requires_grad_(), X.detach().clone().requires_grad_()
+    w = torch.arange(30.0, dtype=torch.float64).reshape(2, 3, 5)
+    (torch.einsum("...j,jk->...k", A, X) * w).sum().backward()
+    (torch.einsum("...j,jk->...k", xr, Xr) * w).sum().backward()
+    torch.testing.assert_close(A.grad._values, xr.grad[tuple(A.indices())])
+    torch.testing.assert_close(X.grad, Xr.grad)
+
+
+@pytest.mark.parametrize("expr,match", [
+    ("..j,jk->k", "not part of one ellipsis"),
+    ("....j,jk->k", "not part of one ellipsis"),
+    ("...j...,jk->k", "not part of one ellipsis"),
+    ("...j,jk->k.", "not part of one ellipsis"),
+    ("...ijkl,jk->k", "operand 0 has 3 dimensions, fewer"),
+])
+def test_malformed_ellipsis(expr, match):
+    A = scorch.to_sparse(make_dense((2, 3, 4), torch.float32, 5), "csf")
+    with pytest.raises(ValueError, match=match):
+        scorch.einsum(expr, A, torch.ones(4, 5))
+
+
+def test_sparse_operand_is_not_broadcast():
+    """A size-1 ellipsis dimension of the sparse operand would be stretched: refused, as
+    any broadcast of a sparse operand is."""
+    A = scorch.to_sparse(make_dense((1, 3, 4), torch.float32, 6), "csf")
+    with pytest.raises(NotImplementedError, match="cannot be broadcast"):
+        scorch.einsum("...ij,...jk->...ik", A, torch.ones(2, 4, 5))
+
+
+def test_broadcast_and_full_dense_operands_get_their_own_kernels():
+    """A dense operand's size-1 dimension that is broadcast and the same dimension at full
+    size compile to different kernels: calls alternating between them (each twice, the
+    second on the remembered route) all match torch, in either order of first use."""
+    for first in (1, 2):
+        A = scorch.to_sparse(make_dense((2, 3, 4), torch.float64, 7 + first), "csf")
+        for b in (first, 3 - first, first):
+            X = make_dense((b, 4, 5), torch.float64, 20 + b, "full")
+            for _ in range(2):
+                check("zij,zjk->zik", A, X, einsum=scorch.einsum)
+                check("...ij,...jk->...ik", A, X)
+
+
+def test_errors_name_the_callers_equation():
+    """An error of the compiler's about the equation it compiled from a rewritten one
+    ('...' spelled out, a diagonal taken) names the caller's equation too."""
+    A = scorch.to_sparse(make_dense((1, 3, 4), torch.float32, 6), "csf")
+    with pytest.raises(NotImplementedError, match=r"compiled from the equation '\.\.\.ij"):
+        scorch.einsum("...ij,...jk->...ik", A, torch.ones(2, 4, 5))
+    B = scorch.to_sparse(make_dense((3, 3, 4), torch.float32, 7), "csf")
+    with pytest.raises(ValueError, match="reduction index(.|\n)*compiled from the equation 'iij->i'"):
+        scorch.einsum("iij->i", B, schedule="parallel(j)")
+    with pytest.raises(ValueError, match="index 'i' is repeated in A .* size 1 .* size 3"):
+        scorch.einsum("iij->i", A)             # sizes differ: the call reaches the compiler
+    with pytest.raises(ValueError, match="has 2 operands, 1 were given"):
+        scorch.einsum("...ij,...jk->...ik", A)
+    with pytest.raises(TypeError, match="operand 1 is a list"):
+        scorch.einsum("...ij,jk", A, [[1.0]])
+
+
+def test_explain_shows_the_equation_einsum_compiles():
+    A = scorch.to_sparse(make_dense((2, 3, 4), torch.float32, 8), "csf")
+    text = scorch.explain("...j,jk->...k", A, torch.ones(4, 5))
+    assert text.startswith("expression: out(y,z,k) = A(y,z,j) * B(j,k)\n"), text[:80]
+    B = scorch.to_sparse(make_dense((3, 3, 4), torch.float32, 9), "csf")
+    text = scorch.explain("iij->j", B)
+    assert text.startswith("expression: out(j) = A(i,j)\n"), text[:80]
