@@ -90,12 +90,39 @@ def test_malformed_ellipsis(expr, match):
         scorch.einsum(expr, A, torch.ones(4, 5))
 
 
-def test_sparse_operand_is_not_broadcast():
-    """A size-1 ellipsis dimension of the sparse operand would be stretched: refused, as
-    any broadcast of a sparse operand is."""
-    A = scorch.to_sparse(make_dense((1, 3, 4), torch.float32, 6), "csf")
+@pytest.mark.parametrize("fmt", ["csf", "coo", "dense", scorch.Format("ccc", order=(2, 0, 1))])
+def test_sparse_operand_is_broadcast(fmt):
+    """A size-1 dimension of the sparse operand that another operand stretches is
+    broadcast as torch's is (the kernel reads the tensor without that dimension), with
+    gradients to both operands."""
+    x = make_dense((1, 3, 4), torch.float64, 6)
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    X = make_dense((2, 4, 5), torch.float64, 7, "full").requires_grad_()
+    xr, Xr = x.clone().requires_grad_(), X.detach().clone().requires_grad_()
+    got = torch.einsum("...ij,...jk->...ik", A, X)
+    ref = torch.einsum("...ij,...jk->...ik", xr, Xr)
+    torch.testing.assert_close(got, ref)
+    w = torch.arange(30.0, dtype=torch.float64).reshape(2, 3, 5)
+    (got * w).sum().backward()
+    (ref * w).sum().backward()
+    torch.testing.assert_close(A.grad._values, xr.grad[tuple(A.indices())])
+    torch.testing.assert_close(X.grad, Xr.grad)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_sparse_column_and_row_broadcast(fmt):
+    col = scorch.to_sparse(make_dense((5, 1), torch.float32, 8), fmt)
+    row = scorch.to_sparse(make_dense((1, 4), torch.float32, 9), fmt)
+    D = make_dense((5, 4), torch.float32, 10, "full")
+    for expr, ops in [("ij,ij->ij", (col, D)), ("ij,ij->ij", (row, D)), ("ij,ij->i", (D, row)),
+                      ("ij,ij", (col, row)), ("ij,jk->ik", (col, row.to_dense()))]:
+        check(expr, *ops)
+
+
+def test_one_dimensional_sparse_broadcast_is_refused():
+    a = scorch.to_sparse(torch.ones(1), "c")
     with pytest.raises(NotImplementedError, match="cannot be broadcast"):
-        scorch.einsum("...ij,...jk->...ik", A, torch.ones(2, 4, 5))
+        scorch.einsum("i,i->i", a, torch.ones(3))
 
 
 def test_broadcast_and_full_dense_operands_get_their_own_kernels():
@@ -115,8 +142,9 @@ def test_errors_name_the_callers_equation():
     """An error of the compiler's about the equation it compiled from a rewritten one
     ('...' spelled out, a diagonal taken) names the caller's equation too."""
     A = scorch.to_sparse(make_dense((1, 3, 4), torch.float32, 6), "csf")
-    with pytest.raises(NotImplementedError, match=r"compiled from the equation '\.\.\.ij"):
-        scorch.einsum("...ij,...jk->...ik", A, torch.ones(2, 4, 5))
+    with pytest.raises(ValueError, match=r"is illegal(.|\n)*compiled from the equation "
+                                         r"'\.\.\.ij[^\n]*$"):
+        scorch.einsum("...ij,...jk->...ik", A, torch.ones(2, 4, 5), schedule="parallel(j)")
     B = scorch.to_sparse(make_dense((3, 3, 4), torch.float32, 7), "csf")
     with pytest.raises(ValueError, match="reduction index(.|\n)*compiled from the equation 'iij->i'"):
         scorch.einsum("iij->i", B, schedule="parallel(j)")

@@ -378,7 +378,7 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
             return r
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
-    taken = _diagonals_taken(expr, ops)
+    taken = _rewritten(expr, ops)
     if taken is not None:
         return _as_written(expr, lambda: einsum(taken[0], *taken[1], out_format=out_format,
                                                 schedule=schedule))
@@ -393,23 +393,29 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
 
 def as_compiled(expr: str, ops):
     """(equation, operands) that einsum compiles for ``expr`` over ``ops``: its '...'
-    spelled out, its diagonals taken (scorch.explain shows that kernel)."""
+    spelled out, diagonals taken, broadcast dimensions of sparse operands dropped
+    (scorch.explain shows that kernel)."""
     if "." in expr:
         expr = _ellipsis_spelled(expr, ops)
-    taken = _diagonals_taken(expr, ops)
+    taken = _rewritten(expr, ops)
     return taken if taken is not None else (expr, tuple(ops))
 
 
 def _as_written(given: str, run):
     """``run()``, which computes the caller's equation ``given`` as another one (its
-    '...' spelled out, its diagonals taken); an error of the compiler's, which quotes
+    '...' spelled out, diagonals taken, ...: as_compiled); an error of the compiler's, which quotes
     the equation it compiled, names the caller's too."""
     try:
         return run()
     except (ValueError, NotImplementedError) as e:
-        if type(e) not in (ValueError, NotImplementedError) or given in str(e):
+        text = str(e)
+        if type(e) not in (ValueError, NotImplementedError) or given in text:
             raise
-        raise type(e)(f"{e}\n  (compiled from the equation {given!r})") from None
+        text = text.split(_COMPILED_FROM)[0]   # (a rewritten rewrite: name the first only)
+        raise type(e)(f"{text}{_COMPILED_FROM}{given!r})") from None
+
+
+_COMPILED_FROM = "\n  (compiled from the equation "
 
 
 def _ellipsis_spelled(expr: str, ops) -> str:
@@ -459,29 +465,57 @@ def _ellipsis_spelled(expr: str, ops) -> str:
     return ",".join(ins) + "->" + out
 
 
-def _diagonals_taken(expr, ops):
-    """``(expr, ops)`` with each operand whose term repeats an index ("ii", "iji")
-    replaced by its diagonal over those dimensions, the term keeping the index once; None
-    where no term repeats one (the kernel then sees the call as it is).  torch.einsum
-    reads a repeated index so ("ii->i" is the diagonal, "ii->" the trace).  A
-    SparseTensor's diagonal is a SparseTensor of its stored entries whose coordinates
-    agree (_sparse_diagonal); a dense operand's is torch.diagonal's view.  Both are
-    differentiable, so the gradient reaches the operand through them.  Where the repeated
-    dimensions' sizes differ the call goes on unchanged, for the compiler to report it."""
+def _rewritten(expr, ops):
+    """``(expr, ops)`` as the kernel computes them, or None where that is the call as it
+    is.  Two things torch.einsum reads that a kernel cannot:
+
+    - an operand whose term repeats an index ("ii", "iji"): its diagonal over those
+      dimensions, the term keeping the index once ("ii->i" is the diagonal, "ii->" the
+      trace).  A SparseTensor's is a SparseTensor of its stored entries whose
+      coordinates agree (_sparse_diagonal), a dense operand's torch.diagonal's view.
+      Where the repeated dimensions' sizes differ the call goes on unchanged, for the
+      compiler to report it;
+    - a SparseTensor's dimension of size 1 that another operand's size for the index
+      stretches (broadcasts): the tensor at position 0 of it (``select``, which keeps
+      its other levels), the term losing the index, as a broadcast operand does not
+      depend on it.  (A dense operand is broadcast by the kernel itself.)
+
+    Both are differentiable, so the gradient reaches the operand through them."""
+    repeats = _REPEATS.get(expr)
+    if repeats is None:
+        if len(_REPEATS) >= 4096:
+            _REPEATS.clear()
+        repeats = _REPEATS[expr] = any(len(set(t)) != len(t) for t in _parse(expr)[0])
+    if not repeats:   # (the common case, on every call autograd records: kept cheap)
+        for o in ops:
+            if type(o) is SparseTensor and 1 in o._shape:
+                break
+        else:
+            return None
     ins, out, _ = _parse(expr)
-    if len(ins) != len(ops) or all(len(set(t)) == len(t) for t in ins) or \
-            not all(t.isascii() and t.isalpha() for t in ins if t):
-        return None   # (nothing repeated, or an equation the compiler reports)
-    terms, taken, changed = [], [], False
-    for t, o in zip(ins, ops):
-        if len(set(t)) != len(t) and isinstance(o, torch.Tensor) and o.dim() == len(t) and \
-                (_is_sparse(o) or o.layout is _STRIDED) and \
+    if len(ins) != len(ops) or not all(t.isascii() and t.isalpha() for t in ins if t) or \
+            not all(isinstance(o, torch.Tensor) and o.dim() == len(t) for t, o in zip(ins, ops)):
+        return None   # (an equation or operands the compiler reports)
+    terms, taken, changed = list(ins), list(ops), False
+    for k, (t, o) in enumerate(zip(ins, ops)):
+        if len(set(t)) != len(t) and (_is_sparse(o) or o.layout is _STRIDED) and \
                 all(o.shape[t.index(c)] == o.shape[d] for d, c in enumerate(t)):
-            t, o = _sparse_diagonal(o, t) if _is_sparse(o) else _dense_diagonal(o, t)
+            terms[k], taken[k] = _sparse_diagonal(o, t) if _is_sparse(o) else \
+                _dense_diagonal(o, t)
             changed = True
-        terms.append(t)
-        taken.append(o)
+    for k, (t, o) in enumerate(zip(terms, taken)):
+        if not _is_sparse(o) or o.dim() < 2 or 1 not in o.shape:
+            continue
+        for d in reversed(range(len(t))):
+            if o.shape[d] == 1 and o.dim() > 1 and any(
+                    x.shape[u.index(t[d])] != 1 for u, x in zip(terms, taken) if t[d] in u):
+                o, t = select(o, d, 0), t[:d] + t[d + 1:]
+                changed = True
+        terms[k], taken[k] = t, o
     return (",".join(terms) + "->" + out, tuple(taken)) if changed else None
+
+
+_REPEATS: dict = {}   # equation text -> whether a term repeats an index
 
 
 def _dense_diagonal(x: torch.Tensor, term: str):
