@@ -163,3 +163,20 @@ def test_explain_shows_the_equation_einsum_compiles():
     B = scorch.to_sparse(make_dense((3, 3, 4), torch.float32, 9), "csf")
     text = scorch.explain("iij->j", B)
     assert text.startswith("expression: out(j) = A(i,j)\n"), text[:80]
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_zero_dimensional_operands(fmt, dtype):
+    """A 0-D operand (an empty term) is a scalar factor, as in torch.einsum, with its
+    gradient."""
+    A = scorch.to_sparse(make_dense((4, 5), dtype, 11), fmt)
+    s, t = torch.tensor(3, dtype=dtype), torch.tensor(-2, dtype=dtype)
+    x = make_dense((5,), dtype, 12, "full")
+    for expr, ops in [("ij,->ij", (A, s)), (",ij->ji", (s, A)), ("ij,,j->i", (A, s, x)),
+                      ("ij,,->", (A, s, t)), ("...j,->...", (A, s))]:
+        check(expr, *ops)
+    if dtype.is_floating_point:
+        s = s.clone().requires_grad_()
+        torch.einsum("ij,,j->i", A, s, x).sum().backward()
+        torch.testing.assert_close(s.grad, (A.to_dense() @ x).sum())

@@ -467,7 +467,7 @@ def _ellipsis_spelled(expr: str, ops) -> str:
 
 def _rewritten(expr, ops):
     """``(expr, ops)`` as the kernel computes them, or None where that is the call as it
-    is.  Two things torch.einsum reads that a kernel cannot:
+    is.  Three things torch.einsum reads that a kernel cannot:
 
     - an operand whose term repeats an index ("ii", "iji"): its diagonal over those
       dimensions, the term keeping the index once ("ii->i" is the diagonal, "ii->" the
@@ -479,13 +479,16 @@ def _rewritten(expr, ops):
       stretches (broadcasts): the tensor at position 0 of it (``select``, which keeps
       its other levels), the term losing the index, as a broadcast operand does not
       depend on it.  (A dense operand is broadcast by the kernel itself.)
+    - a 0-D operand (an empty term, a scalar factor: "ij,->ij"): the same value as a
+      1-element tensor under an index of its own, of size 1, which the kernel sums.
 
-    Both are differentiable, so the gradient reaches the operand through them."""
+    All are differentiable, so the gradient reaches the operand through them."""
     repeats = _REPEATS.get(expr)
     if repeats is None:
         if len(_REPEATS) >= 4096:
             _REPEATS.clear()
-        repeats = _REPEATS[expr] = any(len(set(t)) != len(t) for t in _parse(expr)[0])
+        repeats = _REPEATS[expr] = any(len(set(t)) != len(t) or not t
+                                       for t in _parse(expr)[0])
     if not repeats:   # (the common case, on every call autograd records: kept cheap)
         for o in ops:
             if type(o) is SparseTensor and 1 in o._shape:
@@ -497,7 +500,12 @@ def _rewritten(expr, ops):
             not all(isinstance(o, torch.Tensor) and o.dim() == len(t) for t, o in zip(ins, ops)):
         return None   # (an equation or operands the compiler reports)
     terms, taken, changed = list(ins), list(ops), False
+    free = (c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
+            if c not in expr)
     for k, (t, o) in enumerate(zip(ins, ops)):
+        if not t and o.layout is _STRIDED:
+            terms[k], taken[k] = next(free, ""), o.reshape(1)
+            changed = True
         if len(set(t)) != len(t) and (_is_sparse(o) or o.layout is _STRIDED) and \
                 all(o.shape[t.index(c)] == o.shape[d] for d, c in enumerate(t)):
             terms[k], taken[k] = _sparse_diagonal(o, t) if _is_sparse(o) else \
