@@ -1021,10 +1021,9 @@ def _bmm(a, b, *, out=None):
     return _product("torch.bmm", _BMM, a, b)
 
 
-@_register(torch.addmm, torch.Tensor.addmm)
-def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
-    refuse_out("torch.addmm", out, inp, mat1, mat2)
-    p = _mm(mat1, mat2)
+def _added(name, inp, p, beta, alpha):
+    """``beta * inp + alpha * p`` as torch's add-products compute it (``inp`` is not read
+    where beta is 0, so its nan and inf do not reach the result)."""
     if alpha != 1:
         p = _mul(p, alpha)
     if beta == 0:
@@ -1032,7 +1031,25 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
     i = inp if beta == 1 else _mul(inp, beta)
     if not _is_sparse(i) and not _is_sparse(p):
         return i + p              # dense input broadcast onto a dense product, as torch
-    return _add("torch.addmm", i, p, 1)
+    return _add(name, i, p, 1)
+
+
+@_register(torch.addmm, torch.Tensor.addmm)
+def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
+    refuse_out("torch.addmm", out, inp, mat1, mat2)
+    return _added("torch.addmm", inp, _mm(mat1, mat2), beta, alpha)
+
+
+@_register(torch.addmv, torch.Tensor.addmv)
+def _addmv(inp, mat, vec, *, beta=1, alpha=1, out=None):
+    refuse_out("torch.addmv", out, inp, mat, vec)
+    return _added("torch.addmv", inp, _mv(mat, vec), beta, alpha)
+
+
+@_register(torch.baddbmm, torch.Tensor.baddbmm)
+def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
+    refuse_out("torch.baddbmm", out, inp, batch1, batch2)
+    return _added("torch.baddbmm", inp, _bmm(batch1, batch2), beta, alpha)
 
 
 @_register(torch.sparse.addmm)
@@ -1677,6 +1694,33 @@ def _trace(a):
     if a.dim() != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {a.dim()}")
     return _diagonal(a).sum()
+
+
+def _triangle(name, a, diagonal, lower, out):
+    """The stored entries of ``a`` on or below (``lower``) / on or above the diagonal of
+    its last two dimensions, ``diagonal`` above the main one: a SparseTensor in a's
+    format (duplicates summed), differentiable w.r.t. the values.  A causal mask of
+    sparse attention scores is ``S.tril()``."""
+    refuse_out(name, out, a)
+    if a.dim() < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+    coords = dim_coords(a)
+    off = coords[-1] - coords[-2]
+    keep = off <= diagonal if lower else off >= diagonal
+    from ._convert import _from_coords
+
+    return _from_coords(a.shape, torch.stack([c[keep] for c in coords]), a._values[keep],
+                        a._format, a.index_dtype if a.index_dtype == torch.int64 else None)
+
+
+@_register(torch.tril, torch.Tensor.tril)
+def _tril(a, diagonal=0, *, out=None):
+    return _triangle("torch.tril", a, int(diagonal), True, out)
+
+
+@_register(torch.triu, torch.Tensor.triu)
+def _triu(a, diagonal=0, *, out=None):
+    return _triangle("torch.triu", a, int(diagonal), False, out)
 
 
 @_register(torch.hstack)

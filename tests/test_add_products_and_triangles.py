@@ -1,0 +1,103 @@
+"""torch.addmv and torch.baddbmm with a SparseTensor (beta * input + alpha * product),
+and torch.tril / torch.triu of a SparseTensor (the stored entries on one side of a
+diagonal, in the tensor's format), against torch on the dense tensors."""
+import pytest
+import torch
+
+import scorch
+from conftest import coo_pair_with_duplicates, make_dense, seed_of
+
+FORMATS = ["csr", "csc", "coo", "dcsr", "dcsc", "dense", "cd"]
+DTYPES = [torch.float32, torch.float64, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2), (0, 3), (2, 0)])
+def test_addmv(beta, alpha, fmt, dtype):
+    if not dtype.is_floating_point:
+        beta, alpha = int(beta * 2), int(alpha)
+    s = seed_of("addmv", fmt, dtype, beta, alpha)
+    x = make_dense((5, 4), dtype, s)
+    A = scorch.to_sparse(x, fmt)
+    v = make_dense((4,), dtype, s + 1, "full")
+    b = make_dense((5,), dtype, s + 2, "full")
+    got = torch.addmv(b, A, v, beta=beta, alpha=alpha)
+    assert not isinstance(got, scorch.SparseTensor)
+    torch.testing.assert_close(got, torch.addmv(b, x, v, beta=beta, alpha=alpha))
+    torch.testing.assert_close(b.addmv(A, v), b.addmv(x, v))
+
+
+def test_addmv_ignores_input_where_beta_is_zero():
+    A = scorch.to_sparse(make_dense((3, 3), torch.float64, 1), "csr")
+    b = torch.full((3,), float("nan"), dtype=torch.float64)
+    v = torch.ones(3, dtype=torch.float64)
+    assert not torch.isnan(torch.addmv(b, A, v, beta=0)).any()
+
+
+def test_addmv_gradients():
+    x = make_dense((5, 4), torch.float64, 3)
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    v = make_dense((4,), torch.float64, 4, "full").requires_grad_()
+    b = make_dense((5,), torch.float64, 5, "full").requires_grad_()
+    xr = x.clone().requires_grad_()
+    vr, br = v.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    w = torch.arange(1.0, 6.0, dtype=torch.float64)
+    (torch.addmv(b, A, v, beta=0.5, alpha=2) * w).sum().backward()
+    (torch.addmv(br, xr, vr, beta=0.5, alpha=2) * w).sum().backward()
+    torch.testing.assert_close(A.grad._values, xr.grad[tuple(A.indices())])
+    torch.testing.assert_close(v.grad, vr.grad)
+    torch.testing.assert_close(b.grad, br.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inp_shape", [(2, 3, 4), (3, 4), (4,)])
+def test_baddbmm(inp_shape, dtype):
+    s = seed_of("baddbmm", inp_shape, dtype)
+    x = make_dense((2, 3, 5), dtype, s)
+    B = scorch.to_sparse(x, "csf")
+    Y = make_dense((2, 5, 4), dtype, s + 1, "full")
+    inp = make_dense(inp_shape, dtype, s + 2, "full")
+    got = torch.baddbmm(inp, B, Y, beta=2, alpha=3)
+    torch.testing.assert_close(got, torch.baddbmm(inp, x, Y, beta=2, alpha=3))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(4, 6), (6, 4), (5, 5), (1, 1), (0, 3)])
+def test_tril_triu(shape, fmt, dtype):
+    x = make_dense(shape, dtype, seed_of("tri", shape, fmt, dtype))
+    A = scorch.to_sparse(x, fmt)
+    for k in range(-6, 7):
+        lo, up = torch.tril(A, k), A.triu(k)
+        assert lo.format == A.format and up.format == A.format
+        assert torch.equal(lo.to_dense(), x.tril(k)), k
+        assert torch.equal(up.to_dense(), x.triu(k)), k
+    assert torch.equal(A.tril(diagonal=1).to_dense(), x.tril(1))
+    assert torch.equal(A.to_dense(), x)          # the input is unchanged
+
+
+@pytest.mark.parametrize("fmt", ["csf", "coo", "dcc"])
+def test_tril_of_a_batch_takes_the_last_two_dimensions(fmt):
+    x = make_dense((2, 4, 5), torch.float32, 9)
+    A = scorch.to_sparse(x, fmt)
+    assert torch.equal(A.tril(-1).to_dense(), x.tril(-1))
+    assert torch.equal(A.triu(2).to_dense(), x.triu(2))
+
+
+def test_tril_sums_duplicates_and_has_gradients():
+    ref = make_dense((5, 5), torch.float64, 10)
+    _, A = coo_pair_with_duplicates(ref, 4, torch.float64)
+    assert torch.equal(A.tril().to_dense(), ref.tril())
+    x = make_dense((5, 5), torch.float64, 11)
+    B = scorch.to_sparse(x, "csr").requires_grad_()
+    xr = x.clone().requires_grad_()
+    w = torch.arange(25.0, dtype=torch.float64).reshape(5, 5)
+    (B.triu(1).to_dense() * w).sum().backward()
+    (xr.triu(1) * w).sum().backward()
+    torch.testing.assert_close(B.grad._values, xr.grad[tuple(B.indices())])
+
+
+def test_tril_of_a_vector_is_refused():
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.tril(scorch.to_sparse(torch.ones(3), "c"))
