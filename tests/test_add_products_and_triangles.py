@@ -101,3 +101,30 @@ def test_tril_sums_duplicates_and_has_gradients():
 def test_tril_of_a_vector_is_refused():
     with pytest.raises(RuntimeError, match="at least 2 dimensions"):
         torch.tril(scorch.to_sparse(torch.ones(3), "c"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_like_factories(fmt):
+    """zeros_like stores nothing; ones_like, full_like and empty_like keep the pattern
+    (as for torch's CSR tensors); each a SparseTensor in the input's format and shape."""
+    x = make_dense((4, 5), torch.float32, 12)
+    A = scorch.to_sparse(x, fmt)
+    z = torch.zeros_like(A)
+    assert isinstance(z, scorch.SparseTensor) and z.format == A.format
+    assert torch.equal(z.to_dense(), torch.zeros(4, 5))
+    assert fmt == "dense" or z.nnz == 0
+    o = torch.ones_like(A, dtype=torch.float64)
+    assert o.dtype == torch.float64 and o.format == A.format
+    stored = torch.zeros(4, 5, dtype=torch.float64)
+    stored[tuple(A.indices())] = 1.0             # (a dense level stores its zeros too)
+    assert torch.equal(o.to_dense(), stored)
+    f = torch.full_like(A, 2.5)
+    assert torch.equal(f.to_dense(), o.to_dense().float() * 2.5)
+    e = torch.empty_like(A)
+    assert e.nnz == A.nnz and e.shape == A.shape and e.format == A.format
+    assert torch.zeros_like(A, requires_grad=True).requires_grad
+    assert torch.equal(A.to_dense(), x)
+    with pytest.raises(NotImplementedError, match="CPU"):
+        torch.ones_like(A, device="meta")
+    with pytest.raises(NotImplementedError, match="SparseTensor like the input"):
+        torch.ones_like(A, layout=torch.sparse_csr)

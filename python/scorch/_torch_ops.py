@@ -1905,6 +1905,57 @@ for _method, _dtype in ((torch.Tensor.double, torch.float64), (torch.Tensor.floa
     _register(_method)(_cast(_dtype))
 
 
+def _like(name, a, values_of, dtype, layout, device, requires_grad):
+    """A SparseTensor like ``a`` (its shape and format) for torch's ``*_like``
+    factories: ``values_of(dtype)`` gives its values over a's pattern, or None for no
+    stored entries.  As for torch's CSR tensors: zeros_like stores nothing, ones_like,
+    full_like and empty_like keep a's pattern."""
+    if device is not None and torch.device(device).type != "cpu":
+        refuse(f"{name}(device={device})", a, why="scorch tensors live on the CPU")
+    if layout is not None and layout is not a.layout:
+        refuse(f"{name}(layout={layout})", a, why="the result is a SparseTensor like the "
+                                                  "input; use .to_dense() for a dense one")
+    dtype = a.dtype if dtype is None else dtype
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}")
+    vals = values_of(dtype)
+    if vals is None:
+        from ._convert import _from_coords
+
+        r = _from_coords(a.shape, torch.zeros((a.dim(), 0), dtype=torch.int64),
+                         torch.zeros(0, dtype=dtype), a._format,
+                         a.index_dtype if a.index_dtype == torch.int64 else None)
+        return r.requires_grad_() if requires_grad else r
+    return a._rewrap(vals, requires_grad=requires_grad)
+
+
+@_register(torch.zeros_like)
+def _zeros_like(a, *, dtype=None, layout=None, device=None, pin_memory=None,
+                requires_grad=False, memory_format=None):
+    return _like("torch.zeros_like", a, lambda d: None, dtype, layout, device, requires_grad)
+
+
+@_register(torch.ones_like)
+def _ones_like(a, *, dtype=None, layout=None, device=None, pin_memory=None,
+               requires_grad=False, memory_format=None):
+    return _like("torch.ones_like", a, lambda d: torch.ones(a.nnz, dtype=d), dtype, layout,
+                 device, requires_grad)
+
+
+@_register(torch.full_like)
+def _full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
+               requires_grad=False, memory_format=None):
+    return _like("torch.full_like", a, lambda d: torch.full((a.nnz,), fill_value, dtype=d),
+                 dtype, layout, device, requires_grad)
+
+
+@_register(torch.empty_like)
+def _empty_like(a, *, dtype=None, layout=None, device=None, pin_memory=None,
+                requires_grad=False, memory_format=None):
+    return _like("torch.empty_like", a, lambda d: torch.empty(a.nnz, dtype=d), dtype, layout,
+                 device, requires_grad)
+
+
 @_register(torch.Tensor.type_as)
 def _type_as(a, other):
     return _to(a, other.dtype)
