@@ -180,3 +180,25 @@ def test_coo_runs_that_cover_the_split_points(rows):
     V = torch.rand(600, 16, generator=g, dtype=torch.float64)
     out = _coo_sddmm_on_two_threads(A, U, V)
     torch.testing.assert_close(out.to_dense(), d * (U @ V.T))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("n", [5, 3000])
+def test_one_dimensional_coo_duplicates_each_written(n, dtype):
+    """A 1-D coo (one non-unique level: its first and last) whose pattern the output
+    shares, times a dense factor over another index: every duplicate is an entry of its
+    own, written at its position (the run of duplicates had been summed into its first
+    entry and the others left unwritten: garbage values)."""
+    g = torch.Generator().manual_seed(n)
+    crd = torch.sort(torch.randint(0, max(1, n // 4), (n,), generator=g)).values
+    vals = torch.randint(-5, 6, (n,), generator=g).to(dtype)
+    A = scorch.from_components((max(1, n // 4),), "coo", pos=[torch.tensor([0, n])],
+                               crd=[crd], values=vals)
+    z = torch.tensor([2, 3, -1], dtype=dtype)
+    for expr, ops, per_entry in [("k,z->k", (A, z), vals * z.sum()),
+                                 ("k,->k", (A, torch.tensor(3, dtype=dtype)), vals * 3)]:
+        r = scorch.einsum(expr, *ops)
+        assert isinstance(r, scorch.SparseTensor) and r.nnz == n
+        assert torch.equal(r.values(), per_entry)
+        torch.testing.assert_close(r.to_dense(), torch.einsum(expr, *[
+            o.to_dense() if isinstance(o, scorch.SparseTensor) else o for o in ops]))

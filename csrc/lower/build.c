@@ -2484,12 +2484,13 @@ static const sc_ir_stmt *lower_at(lb *L, int32_t d, const sc_lower_node *n, cons
         const sc_lower_access *ac = &p->acc[a];
         int32_t k = S->nbound[a], t = ac->operand;
         const sc_format *f = &p->ops[t].fmt;
-        /* the last level of a whole-pattern output's operand below its first (COO's
-         * column level): each position is an entry of its own, duplicates too, since the
-         * output's value is linear in the operand's (a product with it the one sparse
-         * factor): duplicates' values add up as the operand's do, without a run loop,
-         * and the level's segment is a plain one (segment: grouped dots, tiles) */
-        bool own = a == L->whole && k > 0 && k == ac->order - 1;
+        /* the last level of a whole-pattern output's operand (COO's column level, a
+         * 1-D coo's one level): each position is an entry of its own, duplicates too,
+         * since the output's value is linear in the operand's (a product with it the
+         * one sparse factor): duplicates' values add up as the operand's do, without a
+         * run loop, and the level's segment is a plain one (segment: grouped dots,
+         * tiles) */
+        bool own = a == L->whole && k == ac->order - 1;
         it[i] = (iter){a, k, t, f->unique[k] != 0 || own, -1, -1, -1, -1, NULL};
         const sc_ir_expr *lo, *hi;
         if (f->kind[k] == SC_LEVEL_COMPRESSED) {

@@ -18,7 +18,7 @@ import torch
 from . import _C
 from ._format import Format, _format_from_tuple
 from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
-                      _torch, _wrap)
+                      _compiling, _torch, _wrap, outside, outside_graph)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -628,6 +628,8 @@ class Kernel:
                 raise ValueError(f"operand {name} was declared {want} but is {x.format}")
 
     def __call__(self, *operands):
+        if _compiling():   # (torch.compile tracing: the call runs outside its graph)
+            return outside(Kernel.__call__)(self, *operands)
         self._check(operands)
         key = (_LANG_INDEX, self.notation, _out_key(self.out_format), self.schedule)
         return _remembered_run(key, _LANG_INDEX, self.notation, operands, self.out_format,
@@ -653,6 +655,7 @@ _TORCH_EXPR = {
 }
 
 
+@outside_graph
 def explain(fn, *operands, out_format=None, schedule=None) -> str:
     """What scorch compiles for ``fn(*operands)``: the expression, operand and output
     formats, the loop order, the schedule and the generated C.  ``fn`` is an einsum string

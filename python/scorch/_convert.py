@@ -11,7 +11,7 @@ import torch
 from . import _C
 from ._format import Format
 from ._tensor import (_INDEX_NAMES, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor,
-                      _resolve_index_dtype, _threads, _wrap, c_values)
+                      _resolve_index_dtype, _threads, _wrap, c_values, outside_graph)
 
 
 def _check_cpu(t: torch.Tensor, what: str):
@@ -45,6 +45,7 @@ def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_d
     return out
 
 
+@outside_graph
 def to_sparse(x, format="csr", index_dtype=None) -> SparseTensor:
     """Convert ``x`` to a scorch SparseTensor in ``format`` (a name such as "csr", a level
     string such as "dc", or a ``scorch.Format``).
@@ -142,6 +143,7 @@ def _from_scipy(x, format, index_dtype) -> SparseTensor:
                         format, index_dtype)
 
 
+@outside_graph
 def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
                     index_dtype=None) -> SparseTensor:
     """The num_nodes x num_nodes adjacency matrix of a PyG-style ``edge_index`` (a [2, E]
@@ -173,6 +175,7 @@ def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
     return _from_coords((num_nodes, num_nodes), edge_index, values, format, index_dtype)
 
 
+@outside_graph
 def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTensor:
     """A SparseTensor from level arrays you already hold, checked in O(nnz).
 

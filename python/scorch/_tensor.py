@@ -7,6 +7,7 @@ storage; torch sees its shape, dtype and device.  Every conversion runs in the C
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import warnings
 
@@ -89,6 +90,36 @@ def _after_fork_in_child():
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
+# Under torch.compile, Dynamo inlines scorch's Python code and would reach the
+# extension's functions, which it cannot trace: each is a graph break with a warning of
+# its own.  Where Dynamo is tracing (is_compiling() is True only then), scorch's ops and
+# public functions go through a function torch.compiler.disable wraps instead: one graph
+# break, no warning, the call run eagerly as outside torch.compile.
+_compiling = torch.compiler.is_compiling
+
+
+def outside(fn):
+    """``fn`` wrapped by torch.compiler.disable, made on first use (under tracing, when
+    torch._dynamo is loaded already: importing it costs 0.8 s, which an import of scorch
+    should not pay)."""
+    off = _OUTSIDE.get(fn)
+    if off is None:
+        off = _OUTSIDE[fn] = torch.compiler.disable(fn)
+    return off
+
+
+_OUTSIDE: dict = {}
+
+
+def outside_graph(fn):
+    """``fn``, which torch.compile runs outside the graph it traces (a graph break) and
+    everything else calls as it is (the check costs ~0.05 us a call)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return outside(fn)(*args, **kwargs) if _compiling() else fn(*args, **kwargs)
+    return call
+
+
 class SparseTensor(torch.Tensor):
     """A sparse tensor in any per-level format.  Build one with ``scorch.to_sparse``,
     ``scorch.from_edge_index`` or ``scorch.from_components``."""
@@ -124,6 +155,8 @@ class SparseTensor(torch.Tensor):
         """Routes the high-level torch API (scorch/_torch_ops.py) before torch decomposes
         it; metadata queries and everything else go on to __torch_dispatch__."""
         fn = _HANDLERS.get(func, func)
+        if fn is not func and _compiling():   # (torch.compile tracing: one of scorch's
+            return outside(_torch_function)(func, types, args, kwargs)  # ops runs outside)
         with _NO_SUBCLASS_TF():
             # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
             return fn(*args, **kwargs) if kwargs else fn(*args)
@@ -133,7 +166,7 @@ class SparseTensor(torch.Tensor):
         __torch_function__ (~0.8 us), where that protocol would make exactly this call:
         torch functions enabled, no mode active, only SparseTensors and plain tensors."""
         if (type(other) in _PLAIN and type(self) is SparseTensor and _tf_enabled()
-                and not _tf_mode()):
+                and not _tf_mode() and not _compiling()):
             if type(other) is torch.Tensor:
                 r = _SPARSE_DENSE_MATMUL(self, other)
                 if r is not None:
@@ -147,7 +180,7 @@ class SparseTensor(torch.Tensor):
         NotImplemented so that Python goes on to ``torch.Tensor.__matmul__(X, A)`` (the
         protocol, as without the short cut)."""
         if (type(other) is torch.Tensor and type(self) is SparseTensor and _tf_enabled()
-                and not _tf_mode()):
+                and not _tf_mode() and not _compiling()):
             with _NO_SUBCLASS_TF():
                 return _HANDLERS[_RMATMUL](self, other)
         return NotImplemented
@@ -195,6 +228,7 @@ class SparseTensor(torch.Tensor):
         """The 1-D tensor of stored values, in storage order (the tensor itself, no copy)."""
         return self._values
 
+    @outside_graph
     def indices(self, level=None):
         """``(pos, crd)`` of a level: each a 1-D tensor or None where the level has none.
         Without a level, as torch's COO ``indices()``: the (ndim, nnz) int64 coordinates
@@ -213,6 +247,7 @@ class SparseTensor(torch.Tensor):
         t._has_dups = self._has_dups   # (the same index arrays)
         return t
 
+    @outside_graph
     def with_values(self, values: torch.Tensor) -> "SparseTensor":
         """The same pattern around new values (a 1-D tensor of length nnz)."""
         if not isinstance(values, torch.Tensor):
@@ -232,6 +267,7 @@ class SparseTensor(torch.Tensor):
         return ([_np(p) for p in self._pos], [_np(c) for c in self._crd],
                 c_values(self._values))
 
+    @outside_graph
     def to_dense(self, dtype=None, *, masked_grad=None) -> torch.Tensor:
         """A dense torch.Tensor with the same values (duplicates summed); differentiable
         w.r.t. the values."""
@@ -244,6 +280,7 @@ class SparseTensor(torch.Tensor):
                     _INDEX_NAMES[self.index_dtype], out.numpy())
         return out.to(self.dtype if dtype is None else dtype)
 
+    @outside_graph
     def to_format(self, format, index_dtype=None, *, drop_zeros=None) -> "SparseTensor":
         """This tensor in another format (a new tensor; this one is unchanged).
 
@@ -266,6 +303,7 @@ class SparseTensor(torch.Tensor):
             out = _ops().summed_onto(out, _ops().dim_coords(self), self._values)
         return out
 
+    @outside_graph
     def to_torch(self, layout=None) -> torch.Tensor:
         """A torch sparse tensor: CSR for csr, CSC for csc, COO (coalesced) otherwise, or
         the ``layout`` asked for (torch.sparse_coo / sparse_csr / sparse_csc)."""
@@ -290,6 +328,7 @@ class SparseTensor(torch.Tensor):
         return torch.sparse_coo_tensor(idx, t._values.detach().clone(), tuple(self.shape),
                                        is_coalesced=True, check_invariants=False)
 
+    @outside_graph
     def to_scipy(self):
         """A scipy.sparse array (csr_array / csc_array, else coo_array); arrays are copied."""
         import scipy.sparse as sp
@@ -308,6 +347,7 @@ class SparseTensor(torch.Tensor):
         coords = tuple(c.numpy().astype(np.int64) for c in t._crd)
         return sp.coo_array((t._values.detach().numpy().copy(), coords), shape=shape)
 
+    @outside_graph
     def clone(self, *, memory_format=None) -> "SparseTensor":
         return SparseTensor(
             self.shape, self._format,
@@ -348,6 +388,13 @@ _MATMUL, _RMATMUL = torch.Tensor.__matmul__, torch.Tensor.__rmatmul__
 _PLAIN = (torch.Tensor, SparseTensor)
 _tf_enabled = torch._C._is_torch_function_enabled
 _tf_mode = torch._C._is_torch_function_mode_enabled
+
+
+
+def _torch_function(func, types, args, kwargs):
+    """SparseTensor.__torch_function__ as a function: what torch.compile runs outside
+    its graph (``outside``) where it traces an op on a SparseTensor."""
+    return SparseTensor.__torch_function__(func, types, args, kwargs)
 
 
 def _ops():

@@ -27,7 +27,8 @@ from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remem
 from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _C, _tensor
-from ._tensor import _HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, compute_dtype
+from ._tensor import (_HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, _compiling,
+                      compute_dtype, outside)
 
 HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
 _LETTERS = "abcdefghlmnopqrstuvwxyz"   # batch / generic dims (no i, j, k clash below)
@@ -366,6 +367,8 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     operands and through dense operands, as for ``torch.einsum``; the backward kernels
     are scheduled automatically, so ``schedule`` is refused while autograd records.
     """
+    if _compiling():   # (torch.compile tracing: the call runs outside its graph)
+        return outside(einsum)(expr, *ops, out_format=out_format, schedule=schedule)
     if type(expr) is str and "." in expr:
         spelled = _ellipsis_spelled(expr, ops)
         return _as_written(expr, lambda: einsum(spelled, *ops, out_format=out_format,

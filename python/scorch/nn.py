@@ -15,7 +15,7 @@ from torch import nn
 
 from ._convert import _from_coords
 from ._format import Format
-from ._tensor import SparseTensor
+from ._tensor import SparseTensor, outside_graph
 
 __all__ = ["SparseLinear"]
 
@@ -91,6 +91,7 @@ class SparseLinear(nn.Module):
     def density(self) -> float:
         return self.values.numel() / (self.in_features * self.out_features)
 
+    @outside_graph   # (under torch.compile: one graph break, see _tensor.outside_graph)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
 

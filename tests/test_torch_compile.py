@@ -1,0 +1,71 @@
+"""torch.compile over code that uses SparseTensors: scorch's ops run outside the traced
+graph (a graph break each, without the warnings Dynamo gives for an extension function
+it cannot trace), with the eager results and gradients; importing scorch does not load
+torch._dynamo."""
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scorch
+from conftest import make_dense
+
+
+def model(A, X, W, k):
+    h = F.relu(A @ (X @ W))                           # SparseTensor.__matmul__
+    S = torch.einsum("ij,ik,jk->ij", A, h, h)          # __torch_function__
+    P = torch.softmax(S, 1)
+    out = torch.mm(P, h).sum() + scorch.einsum("ij->", A)   # scorch's own function
+    out = out + A.to_dense().sum() + k(A, h).sum()     # a SparseTensor method, a Kernel
+    return out + (scorch.to_sparse(X @ W, "coo") * 2).sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_function_matches_eager_without_warnings(backend):
+    x = make_dense((6, 6), torch.float64, 1) + torch.eye(6, dtype=torch.float64)
+    X = make_dense((6, 4), torch.float64, 2, "full").requires_grad_()
+    W = make_dense((4, 3), torch.float64, 3, "full")
+    k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)")
+    results = []
+    for fn in (model, torch.compile(model, backend=backend)):
+        A = scorch.to_sparse(x, "csr").requires_grad_()
+        X.grad = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = fn(A, X, W, k)
+            r.backward()
+        ours = [str(w.message) for w in caught
+                if "scorch" in str(w.message) or "Dynamo does not know" in str(w.message)]
+        assert not ours, ours
+        results.append((r.detach(), A.grad._values.clone(), X.grad.clone()))
+    for eager, compiled in zip(*results):
+        torch.testing.assert_close(compiled, eager)
+
+
+def test_import_does_not_load_dynamo():
+    """torch.compiler.disable imports torch._dynamo (0.8 s); scorch makes its wrappers
+    only when torch.compile is tracing."""
+    code = "import sys, scorch; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_compiled_module_with_a_sparse_linear_layer():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(scorch.nn.SparseLinear(16, 8, density=0.3), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 2))
+    x = torch.randn(5, 16)
+    grads = []
+    for fn in (net, torch.compile(net, backend="eager")):
+        net.zero_grad()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = fn(x)
+            y.square().sum().backward()
+        assert not [w for w in caught if "Dynamo does not know" in str(w.message)]
+        grads.append((y.detach(), net[0].values.grad.clone()))
+    torch.testing.assert_close(grads[1], grads[0])
