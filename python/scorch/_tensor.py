@@ -390,7 +390,6 @@ _tf_enabled = torch._C._is_torch_function_enabled
 _tf_mode = torch._C._is_torch_function_mode_enabled
 
 
-
 def _torch_function(func, types, args, kwargs):
     """SparseTensor.__torch_function__ as a function: what torch.compile runs outside
     its graph (``outside``) where it traces an op on a SparseTensor."""
