@@ -69,3 +69,22 @@ def test_compiled_module_with_a_sparse_linear_layer():
         assert not [w for w in caught if "Dynamo does not know" in str(w.message)]
         grads.append((y.detach(), net[0].values.grad.clone()))
     torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("dynamo_first", [False, True])
+def test_checks_armed_once_dynamo_is_loaded(dynamo_first):
+    """Until torch._dynamo is loaded nothing can be tracing, and scorch's check is a
+    builtin returning False; loading it (before or after scorch) arms the real check in
+    every module that makes it."""
+    code = (("import torch._dynamo\n" if dynamo_first else "") +
+            "import sys, torch, scorch\n"
+            "mods = [sys.modules[n] for n in scorch._tensor._CHECKED]\n"
+            "before = [m._compiling is torch.compiler.is_compiling for m in mods]\n"
+            "import torch._dynamo\n"
+            "after = [m._compiling is torch.compiler.is_compiling for m in mods]\n"
+            "print(before, after)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("] [")
+    before, after = out[0] + "]", "[" + out[1].strip()
+    assert after == "[True, True, True]"
+    assert before == ("[True, True, True]" if dynamo_first else "[False, False, False]")

@@ -14,6 +14,7 @@ from ._C import CompileError
 from ._convert import from_components, from_edge_index, to_sparse
 from ._format import Format
 from ._tensor import SparseTensor, _rebuild
+from . import _tensor
 from ._compiler import Kernel, Schedule, explain, kernel
 from . import _torch_ops  # noqa: F401  (the torch-op routing SparseTensor uses)
 from ._torch_ops import einsum
@@ -43,3 +44,6 @@ __all__ = [
 
 # torch.load(weights_only=True) may rebuild SparseTensors and Formats.
 _torch.serialization.add_safe_globals([_rebuild, SparseTensor])
+
+# torch.compile: scorch's ops check whether Dynamo is tracing once torch._dynamo is loaded.
+_tensor.watch_for_dynamo()

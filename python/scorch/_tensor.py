@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -95,7 +96,41 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 # its own.  Where Dynamo is tracing (is_compiling() is True only then), scorch's ops and
 # public functions go through a function torch.compiler.disable wraps instead: one graph
 # break, no warning, the call run eagerly as outside torch.compile.
-_compiling = torch.compiler.is_compiling
+#
+# Nothing can be tracing until something loads torch._dynamo (torch.compile does; an
+# import of torch or scorch does not), so until then the check is ``bool()``: False from
+# a builtin, no Python frame (torch.compiler.is_compiling is two, 1.5-2.7 us of a cold
+# SDDMM call after a 64 MB sweep).  A finder on sys.meta_path that finds nothing sees
+# torch._dynamo's import go by and arms the real check (_arm_compile_checks).
+_compiling = bool
+_CHECKED = ("scorch._tensor", "scorch._torch_ops", "scorch._compiler")   # (their _compiling)
+
+
+def _arm_compile_checks():
+    for name in _CHECKED:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            mod._compiling = torch.compiler.is_compiling
+
+
+class _DynamoWatch:
+    """A sys.meta_path finder that finds nothing: it arms the torch.compile checks when
+    torch._dynamo is first imported."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "torch._dynamo":
+            _arm_compile_checks()
+        return None
+
+
+def watch_for_dynamo():
+    """Arm the torch.compile checks now where torch._dynamo is loaded, else when it is
+    (the package calls this once its modules are imported)."""
+    if "torch._dynamo" in sys.modules:
+        _arm_compile_checks()
+    elif _DynamoWatch not in sys.meta_path:
+        sys.meta_path.insert(0, _DynamoWatch)
 
 
 def outside(fn):
