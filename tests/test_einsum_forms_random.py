@@ -1,7 +1,7 @@
 """Random einsum equations in the forms torch.einsum reads and a kernel cannot (an
 ellipsis over batch dimensions, size-1 dimensions broadcast, a repeated index, 0-D
-operands) over a sparse first operand in a random format and dense others, against
-torch.einsum on the float64 references."""
+operands) over a sparse first operand in a random format and others dense or, now and
+then, sparse too, against torch.einsum on the float64 references."""
 import random
 
 import pytest
@@ -57,7 +57,7 @@ def run_case(seed):
     dtype = rng.choice([torch.float32, torch.float64])
     ops, refs = [], []
     for k, shape in enumerate(shapes):
-        if k == 0 and len(shape) >= 1:
+        if len(shape) >= 1 and (k == 0 or rng.random() < 0.25):   # (sparse × sparse too)
             x, ref, _ = random_sparse(g, rng, list(shape), random_format(rng, len(shape)),
                                       dtype, rng.choice([torch.int32, torch.int64]),
                                       rng.choice([0.0, 0.3, 0.7, 1.0]))
