@@ -1,6 +1,7 @@
 """torch.addmv and torch.baddbmm with a SparseTensor (beta * input + alpha * product),
-and torch.tril / torch.triu of a SparseTensor (the stored entries on one side of a
-diagonal, in the tensor's format), against torch on the dense tensors."""
+torch.sparse.mm's reduce= ("mean", "amax", "amin" over each row's stored entries),
+torch.tril / torch.triu of a SparseTensor (the stored entries on one side of a diagonal,
+in the tensor's format) and the *_like factories, against torch."""
 import pytest
 import torch
 
@@ -128,3 +129,63 @@ def test_like_factories(fmt):
         torch.ones_like(A, device="meta")
     with pytest.raises(NotImplementedError, match="SparseTensor like the input"):
         torch.ones_like(A, layout=torch.sparse_csr)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr", "cd"])
+@pytest.mark.parametrize("shape", [(7, 5), (1, 1), (0, 3), (4, 0)])
+def test_sparse_mm_reduce_as_torch_csr(shape, fmt, reduce):
+    """torch.sparse.mm(A, X, reduce=...) against torch's CSR kernel on the same matrix
+    (rows without entries give 0; "mean" divides by the row's stored entries)."""
+    x = make_dense(shape, torch.float64, seed_of("reduce", shape, fmt, reduce), "empty_rows"
+                   if shape[0] > 2 else "random")
+    A = scorch.to_sparse(x, fmt)
+    stored = torch.zeros(shape, dtype=torch.bool)
+    stored[tuple(A.indices())] = True
+    X = torch.randn(shape[1], 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    # torch's CSR of the same stored entries (a dense level stores zeros too)
+    ref_A = torch.sparse_coo_tensor(A.indices(), A.values().detach(), shape).coalesce()
+    want = torch.sparse.mm(ref_A.to_sparse_csr(), X, reduce=reduce)
+    got = torch.sparse.mm(A, X, reduce=reduce)
+    assert not isinstance(got, scorch.SparseTensor)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("reduce", ["mean", "amax", "amin"])
+def test_sparse_mm_reduce_gradients(reduce):
+    x = make_dense((6, 5), torch.float64, 21) * torch.rand(6, 5, dtype=torch.float64)
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    X = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    T = x.to_sparse_csr().requires_grad_()
+    Xr = X.detach().clone().requires_grad_()
+    w = torch.arange(18.0, dtype=torch.float64).reshape(6, 3)
+    (torch.sparse.mm(A, X, reduce=reduce) * w).sum().backward()
+    (torch.sparse.mm(T, Xr, reduce=reduce) * w).sum().backward()
+    torch.testing.assert_close(A.grad._values, T.grad.values())
+    torch.testing.assert_close(X.grad, Xr.grad)
+
+
+def test_sparse_mm_reduce_with_duplicates_sums_them_first():
+    ref = make_dense((5, 4), torch.float64, 22)
+    _, A = coo_pair_with_duplicates(ref, 3, torch.float64)
+    X = torch.randn(4, 2, dtype=torch.float64)
+    for reduce in ("mean", "amax", "amin"):
+        coalesced = A.coalesce()
+        want = torch.sparse.mm(torch.sparse_coo_tensor(coalesced.indices(), coalesced.values(),
+                                                       (5, 4)).to_sparse_csr(), X, reduce=reduce)
+        torch.testing.assert_close(torch.sparse.mm(A, X, reduce=reduce), want)
+
+
+def test_sparse_mm_reduce_errors():
+    A = scorch.to_sparse(make_dense((3, 4), torch.float32, 23), "csr")
+    with pytest.raises(ValueError, match="reduce must be"):
+        torch.sparse.mm(A, torch.ones(4, 2), reduce="max")
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.sparse.mm(A, torch.ones(3, 2), reduce="mean")
+    with pytest.raises(NotImplementedError, match="a dense matrix"):
+        torch.sparse.mm(A, A.t(), reduce="amax")
+    I = scorch.to_sparse(make_dense((3, 4), torch.int64, 24), "csr")
+    with pytest.raises(TypeError, match="floating-point"):
+        torch.sparse.mm(I, torch.ones(4, 2, dtype=torch.int64), reduce="mean")
+    r = torch.sparse.mm(I, torch.ones(4, 2, dtype=torch.int64), reduce="amax")
+    assert r.dtype == torch.int64

@@ -994,11 +994,44 @@ def _product(name, exprs, a, b):
 _tensor._SPARSE_DENSE_MATMUL = functools.partial(sparse_dense_product, _MATMUL)
 
 
-@_register(torch.mm, torch.Tensor.mm, torch.sparse.mm)
+@_register(torch.mm, torch.Tensor.mm)
 def _mm(a, b, *args, out=None):
     if out is not None or args:
-        refuse("torch.mm", a, b, why="out= / reduce= are not supported")
+        refuse("torch.mm", a, b, why="out= is not supported")
     return _product("torch.mm", _MM, a, b)
+
+
+@_register(torch.sparse.mm)
+def _sparse_mm(a, b, reduce="sum"):
+    """torch.sparse.mm, with ``reduce`` over each row's stored entries as torch's for a
+    CSR matrix and a dense one (GNN mean / max aggregation): "sum" is the product; "mean"
+    divides each row of it by the row's stored entries (duplicates summed first); "amax"
+    / "amin" take the extreme of the row's products A[i,j] * B[j,:] (torch.scatter_reduce
+    over them: an nnz × K temporary).  A row with no entries gives 0; differentiable."""
+    if reduce == "sum":
+        return _mm(a, b)
+    if reduce not in ("mean", "amax", "amin"):
+        raise ValueError(f"torch.sparse.mm: reduce must be 'sum', 'mean', 'amax' or 'amin', "
+                         f"not {reduce!r}")
+    if not (_is_sparse(a) and a.dim() == 2 and isinstance(b, torch.Tensor) and
+            not _is_sparse(b) and b.dim() == 2 and b.layout is _STRIDED):
+        refuse(f"torch.sparse.mm(reduce={reduce!r})", a, b,
+               why="reduce= takes a sparse matrix and a dense matrix")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"torch.sparse.mm: mat1 and mat2 shapes cannot be multiplied "
+                           f"({a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
+    c = _coalesced(a)
+    rows, cols = dim_coords(c)
+    if reduce == "mean":
+        if not torch.promote_types(a.dtype, b.dtype).is_floating_point:
+            raise TypeError(f"torch.sparse.mm(reduce='mean') needs floating-point values, "
+                            f"got {a.dtype} and {b.dtype}")
+        count = torch.bincount(rows, minlength=a.shape[0]).clamp_(min=1)
+        return _mm(c, b) / count.to(b.dtype if b.is_floating_point() else a.dtype)[:, None]
+    prod = c._values[:, None] * b[cols]
+    out = torch.zeros(a.shape[0], b.shape[1], dtype=prod.dtype)
+    return out.scatter_reduce(0, rows[:, None].expand_as(prod), prod, reduce,
+                              include_self=False)
 
 
 @_register(torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
