@@ -588,7 +588,14 @@ def remembered(key, operands):
     it takes as they are); None where the general route must run the call.  The hot
     route of scorch.einsum, the torch products and scorch.kernel."""
     r = _C.remembered(key, operands)
-    return r if type(r) is not tuple else _finish(*r)
+    if type(r) is not tuple:
+        return r
+    entry, (shape, (pos, crd, vals)) = r
+    if entry[1] == _OUT_SPARSE and type(vals) is torch.Tensor:
+        # (_finish's sparse case without its two calls: on a cold cache, after other
+        # work has swept it, each Python call costs 2-3 us of a small SDDMM's ~65)
+        return SparseTensor(shape, entry[2], pos, crd, vals, index_dtype=entry[3])
+    return _finish(*r)
 
 
 class Kernel:
