@@ -406,8 +406,8 @@ def as_compiled(expr: str, ops):
 
 def _as_written(given: str, run):
     """``run()``, which computes the caller's equation ``given`` as another one (its
-    '...' spelled out, diagonals taken, ...: as_compiled); an error of the compiler's, which quotes
-    the equation it compiled, names the caller's too."""
+    '...' spelled out, diagonals taken, ...: as_compiled); an error of the compiler's,
+    which quotes the equation it compiled, names the caller's too."""
     try:
         return run()
     except (ValueError, NotImplementedError) as e:
@@ -419,6 +419,9 @@ def _as_written(given: str, run):
 
 
 _COMPILED_FROM = "\n  (compiled from the equation "
+# the letters a rewrite gives the indices it adds ('...', a 0-D operand's), those the
+# equation does not use taken from z down
+_SPARE_LETTERS = "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
 
 
 def _ellipsis_spelled(expr: str, ops) -> str:
@@ -452,8 +455,7 @@ def _ellipsis_spelled(expr: str, ops) -> str:
             raise ValueError(f"einsum(): operand {i} has {o.dim()} dimensions, fewer than "
                              f"its subscripts {t!r} name")
         widths.append(w)
-    free = [c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
-            if c not in text]
+    free = [c for c in _SPARE_LETTERS if c not in text]
     width = max((w for w in widths if w is not None), default=0)
     if width > len(free):
         raise ValueError(f"einsum(): the ellipsis stands for {width} dimensions, more than "
@@ -503,8 +505,7 @@ def _rewritten(expr, ops):
             not all(isinstance(o, torch.Tensor) and o.dim() == len(t) for t, o in zip(ins, ops)):
         return None   # (an equation or operands the compiler reports)
     terms, taken, changed = list(ins), list(ops), False
-    free = (c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
-            if c not in expr)
+    free = (c for c in _SPARE_LETTERS if c not in expr)
     for k, (t, o) in enumerate(zip(ins, ops)):
         if not t and o.layout is _STRIDED:
             terms[k], taken[k] = next(free, ""), o.reshape(1)
@@ -526,7 +527,7 @@ def _rewritten(expr, ops):
     return (",".join(terms) + "->" + out, tuple(taken)) if changed else None
 
 
-_REPEATS: dict = {}   # equation text -> whether a term repeats an index
+_REPEATS: dict = {}   # equation text -> whether a term repeats an index or is empty
 
 
 def _dense_diagonal(x: torch.Tensor, term: str):
