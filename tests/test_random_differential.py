@@ -73,8 +73,8 @@ def tol(dtype):
         return dict(rtol=1e-5, atol=1e-5)
     if dtype == torch.bfloat16:   # (against the reference rounded to bfloat16 once: compare)
         return dict(rtol=1.6e-2, atol=1e-5)
-    if dtype == torch.float16:
-        return dict(rtol=1e-3, atol=1e-5)
+    if dtype == torch.float16:   # (two units in the last place, as bfloat16's: a loss
+        return dict(rtol=2e-3, atol=1e-5)   # summed in float16 after the op rounds twice)
     return dict(rtol=1e-12, atol=1e-12)
 
 
