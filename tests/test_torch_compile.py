@@ -88,3 +88,17 @@ def test_checks_armed_once_dynamo_is_loaded(dynamo_first):
     before, after = out[0] + "]", "[" + out[1].strip()
     assert after == "[True, True, True]"
     assert before == ("[True, True, True]" if dynamo_first else "[False, False, False]")
+
+
+def test_reading_a_gradient_inside_a_compiled_function():
+    A = scorch.to_sparse(make_dense((4, 4), torch.float64, 5), "csr").requires_grad_()
+    (A @ torch.ones(4, 2, dtype=torch.float64)).sum().backward()
+
+    def f(A):
+        return A.grad.to_dense().sum() * 2
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="eager")(A)
+    assert not [w for w in caught if "Dynamo does not know" in str(w.message)]
+    torch.testing.assert_close(got, f(A))

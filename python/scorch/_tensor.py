@@ -247,6 +247,7 @@ class SparseTensor(torch.Tensor):
         return self._index_dtype or torch.int32
 
     @property
+    @outside_graph
     def grad(self):
         """The gradient of the stored values, as a SparseTensor with this pattern (None
         before a backward pass)."""
