@@ -559,12 +559,19 @@ def _sparse_diagonal(a: SparseTensor, term: str):
     fmt = a._format
     sparse = {first[term[fmt.order[k]]] for k in range(a.dim()) if fmt.kinds[k] != 0}
     kept = _format_of_dims(fmt, dims, sparse)
+    cols = torch.stack([coords[d][keep] for d in dims])
+    return "".join(first), _entries_of(a, [a.shape[d] for d in dims], cols,
+                                       a._values[keep], kept)
+
+
+def _entries_of(a: SparseTensor, shape, cols, values, fmt) -> SparseTensor:
+    """A SparseTensor of ``shape`` in ``fmt`` holding entries taken from ``a``
+    (coordinates ``cols`` [ndim, E], ``values``): duplicates summed, differentiable
+    w.r.t. the values, int64 indices where a has them (else the narrowest that fits)."""
     from ._convert import _from_coords
 
-    cols = torch.stack([coords[d][keep] for d in dims])
-    return "".join(first), _from_coords(
-        [a.shape[d] for d in dims], cols, a._values[keep], kept,
-        a.index_dtype if a.index_dtype == torch.int64 else None)
+    return _from_coords(shape, cols, values, fmt,
+                        a.index_dtype if a.index_dtype == torch.int64 else None)
 
 
 def _format_of_dims(fmt: Format, dims, sparse) -> Format:
@@ -1028,7 +1035,7 @@ def _sparse_mm(a, b, reduce="sum"):
             raise TypeError(f"torch.sparse.mm(reduce='mean') needs floating-point values, "
                             f"got {a.dtype} and {b.dtype}")
         count = torch.bincount(rows, minlength=a.shape[0]).clamp_(min=1)
-        return _mm(c, b) / count.to(b.dtype if b.is_floating_point() else a.dtype)[:, None]
+        return _mm(c, b) / count[:, None]   # (the product's floating dtype, as promoted)
     prod = c._values[:, None] * b[cols]
     out = torch.zeros(a.shape[0], b.shape[1], dtype=prod.dtype)
     return out.scatter_reduce(0, rows[:, None].expand_as(prod), prod, reduce,
@@ -1535,10 +1542,7 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     first = torch.repeat_interleave(torch.cumsum(cnt, 0) - cnt, cnt)
     cols = [c[ent] for c in coords]
     cols[dim] = order[lo[ent] + torch.arange(ent.numel()) - first]
-    from ._convert import _from_coords
-
-    return _from_coords(shape, torch.stack(cols), a._values[ent], a._format,
-                        a.index_dtype if a.index_dtype == torch.int64 else None)
+    return _entries_of(a, shape, torch.stack(cols), a._values[ent], a._format)
 
 
 _CSR_LIKE = {(0, 1): Format.parse("csr", 2), (1, 0): Format.parse("csc", 2)}
@@ -1658,11 +1662,8 @@ def select(a: SparseTensor, dim: int, i: int):
         return vals.sum()
     dims = [d for d in range(n) if d != dim]
     kept = _format_of_dims(fmt, dims, {fmt.order[k] for k in range(n) if fmt.kinds[k] != 0})
-    from ._convert import _from_coords
-
     cols = torch.stack([c[keep] for d, c in enumerate(coords) if d != dim])
-    return _from_coords([s for d, s in enumerate(a.shape) if d != dim], cols, vals, kept,
-                        a.index_dtype if a.index_dtype == torch.int64 else None)
+    return _entries_of(a, [a.shape[d] for d in dims], cols, vals, kept)
 
 
 @_register(torch.unsqueeze, torch.Tensor.unsqueeze)
@@ -1744,10 +1745,8 @@ def _triangle(name, a, diagonal, lower, out):
     coords = dim_coords(a)
     off = coords[-1] - coords[-2]
     keep = off <= diagonal if lower else off >= diagonal
-    from ._convert import _from_coords
-
-    return _from_coords(a.shape, torch.stack([c[keep] for c in coords]), a._values[keep],
-                        a._format, a.index_dtype if a.index_dtype == torch.int64 else None)
+    return _entries_of(a, a.shape, torch.stack([c[keep] for c in coords]), a._values[keep],
+                       a._format)
 
 
 @_register(torch.tril, torch.Tensor.tril)
@@ -1957,11 +1956,8 @@ def _like(name, a, values_of, dtype, layout, device, requires_grad):
         raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}")
     vals = values_of(dtype)
     if vals is None:
-        from ._convert import _from_coords
-
-        r = _from_coords(a.shape, torch.zeros((a.dim(), 0), dtype=torch.int64),
-                         torch.zeros(0, dtype=dtype), a._format,
-                         a.index_dtype if a.index_dtype == torch.int64 else None)
+        r = _entries_of(a, a.shape, torch.zeros((a.dim(), 0), dtype=torch.int64),
+                        torch.zeros(0, dtype=dtype), a._format)
         return r.requires_grad_() if requires_grad else r
     return a._rewrap(vals, requires_grad=requires_grad)
 
