@@ -20,11 +20,13 @@ from . import _torch_ops  # noqa: F401  (the torch-op routing SparseTensor uses)
 from ._torch_ops import einsum
 from . import nn
 from ._dispatch import disable, enable, enabled, is_enabled
+from ._fuse import compile
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompileError",
+    "compile",
     "Format",
     "Kernel",
     "Schedule",

@@ -1,0 +1,271 @@
+"""scorch.compile: products wait for their use, so a dense product a sparse tensor samples
+runs as one fused kernel, and every result equals eager PyTorch on dense tensors."""
+import pytest
+import torch
+
+import scorch
+from scorch._fuse import _Product
+
+FORMATS = ["csr", "csc", "coo", "dcsr"]
+DTYPES = [torch.float32, torch.float64]
+
+
+def _mask(shape, fmt, dtype, seed, density=0.4):
+    g = torch.Generator().manual_seed(seed)
+    m = (torch.rand(shape, generator=g) < density) * torch.randn(shape, generator=g)
+    return m.to(dtype), scorch.to_sparse(m.to(dtype), fmt)
+
+
+def _dense(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+SAMPLED = {
+    "mask*(Q@K.T)": lambda Q, K, M: M * (Q @ K.T),
+    "(Q@K.T)*mask": lambda Q, K, M: (Q @ K.T) * M,
+    "torch.mul(mm, mask)": lambda Q, K, M: torch.mul(torch.mm(Q, K.t()), M),
+    "einsum*mask/scale": lambda Q, K, M: M * torch.einsum("ik,jk->ij", Q, K) / 4.0,
+    "matmul(mT)*2*mask": lambda Q, K, M: torch.matmul(Q, K.mT) * 2 * M,
+    "-(Q@K.T)*mask": lambda Q, K, M: -(Q @ K.transpose(0, 1)) * M,
+    "mask*(K@Q.T).t()": lambda Q, K, M: M * (K @ Q.T).t(),
+    "mask*(Q@K.T)*D": lambda Q, K, M: M * ((Q @ K.T) * torch.ones(Q.shape[0], K.shape[0],
+                                                                 dtype=Q.dtype)),
+}
+
+
+@pytest.mark.parametrize("form", list(SAMPLED))
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sampled_product_matches_dense(form, fmt, dtype):
+    fn = SAMPLED[form]
+    Q, K = _dense((7, 3), dtype, 1), _dense((5, 3), dtype, 2)
+    m, M = _mask((7, 5), fmt, dtype, 3)
+    y = scorch.compile(fn)(Q, K, M)
+    eager = fn(Q, K, M)              # the dense product, then the sparse multiply
+    assert isinstance(y, scorch.SparseTensor)
+    assert (y.format, y.nnz, y.dtype) == (eager.format, eager.nnz, eager.dtype)
+    torch.testing.assert_close(y.to_dense(), fn(Q, K, m))
+
+
+def test_fused_product_is_never_formed_densely():
+    # Q @ K.T would be 10^12 floats (4 TB): only the sampled product can be computed.
+    n = 1_000_000
+    g = torch.Generator().manual_seed(0)
+    Q, K = torch.randn(n, 4, generator=g), torch.randn(n, 4, generator=g)
+    idx = torch.randint(0, n, (2, 300), generator=g)
+    M = scorch.from_edge_index(idx, n)
+    y = scorch.compile(lambda Q, K, M: M * (Q @ K.T))(Q, K, M)
+    assert isinstance(y, scorch.SparseTensor) and y.nnz == M.nnz
+    coo = y.to_format("coo")
+    r, c = coo.indices()
+    torch.testing.assert_close(coo.values(), (Q[r] * K[c]).sum(1) * M.to_format("coo").values())
+
+
+def test_products_inside_are_deferred_and_equations_fuse():
+    seen = {}
+
+    def fn(Q, K, M):
+        p = Q @ K.T
+        seen["p"] = (type(p), p.shape, p.dtype, p.dim())
+        q = M * p
+        seen["q"] = type(q)
+        return q
+
+    Q, K = _dense((4, 2), torch.float32, 1), _dense((3, 2), torch.float32, 2)
+    m, M = _mask((4, 3), "csr", torch.float32, 3)
+    scorch.compile(fn)(Q, K, M)
+    assert seen["p"] == (_Product, torch.Size([4, 3]), torch.float32, 2)
+    assert seen["q"] is _Product
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gradients_match_dense(fmt):
+    dtype = torch.float64
+    Q, K = _dense((6, 3), dtype, 4), _dense((5, 3), dtype, 5)
+    m, M = _mask((6, 5), fmt, dtype, 6)
+    Q.requires_grad_(); K.requires_grad_()
+    v = M.values().clone().requires_grad_()
+    Mv = M.with_values(v)
+    y = scorch.compile(lambda Q, K, M: (M * (Q @ K.T)).sum() * 3)(Q, K, Mv)
+    assert y.dim() == 0
+    y.backward()
+    gq, gk, gv = Q.grad, K.grad, v.grad
+    Q.grad = K.grad = None
+    md = m.clone().requires_grad_()
+    (md * (Q @ K.T)).sum().mul(3).backward()
+    torch.testing.assert_close(gq, Q.grad)
+    torch.testing.assert_close(gk, K.grad)
+    # (the gradient of a sparse operand lives on its pattern)
+    torch.testing.assert_close(Mv.with_values(gv).to_dense(), md.grad * (m != 0))
+
+
+def test_gradcheck_float64():
+    Q, K = _dense((4, 2), torch.float64, 7), _dense((3, 2), torch.float64, 8)
+    _, M = _mask((4, 3), "csr", torch.float64, 9, density=0.6)
+    f = scorch.compile(lambda Q, K: (M * (Q @ K.T)).values())
+    assert torch.autograd.gradcheck(f, (Q.requires_grad_(), K.requires_grad_()))
+
+
+def test_batched_mask():
+    Q, K = _dense((2, 6, 3), torch.float32, 10), _dense((2, 5, 3), torch.float32, 11)
+    m, M = _mask((2, 6, 5), "csf", torch.float32, 12)
+    fn = lambda Q, K, M: M * (Q @ K.transpose(-2, -1))
+    y = scorch.compile(fn)(Q, K, M)
+    assert isinstance(y, scorch.SparseTensor)
+    torch.testing.assert_close(y.to_dense(), fn(Q, K, m))
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (4, 0), (1, 1), (9, 2)])
+def test_edge_shapes_and_empty_masks(shape):
+    n, k = shape
+    Q, K = _dense((n, 3), torch.float32, 13), _dense((k, 3), torch.float32, 14)
+    for density in (0.0, 1.0, 0.5):
+        m, M = _mask(shape, "csr", torch.float32, 15, density)
+        y = scorch.compile(lambda Q, K, M: M * (Q @ K.T))(Q, K, M)
+        torch.testing.assert_close(y.to_dense(), m * (Q @ K.T))
+    Z = scorch.to_sparse(torch.ones(n, k), "csr")
+    y = scorch.compile(lambda Q, K, M: M * (Q @ K.T))(Q[:, :0], K[:, :0], Z)
+    torch.testing.assert_close(y.to_dense(), torch.zeros(n, k))
+
+
+def test_duplicate_coordinates_sum_as_dense():
+    i = torch.tensor([[0, 0, 1, 2], [1, 1, 0, 2]])
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    t = torch.sparse_coo_tensor(i, v, (3, 3))   # uncoalesced: (0, 1) twice
+    M = scorch.to_sparse(t, "coo")
+    Q, K = _dense((3, 2), torch.float32, 16), _dense((3, 2), torch.float32, 17)
+    y = scorch.compile(lambda Q, K, M: M * (Q @ K.T))(Q, K, M)
+    torch.testing.assert_close(y.to_dense(), t.to_dense() * (Q @ K.T))
+
+
+def test_masked_sparse_product():
+    a, A = _mask((6, 7), "csr", torch.float64, 18, 0.3)
+    b, B = _mask((7, 5), "csr", torch.float64, 19, 0.3)
+    m, M = _mask((6, 5), "csr", torch.float64, 20)
+    y = scorch.compile(lambda A, B, M: M * (A @ B))(A, B, M)
+    torch.testing.assert_close(y.to_dense(), m * (a @ b))
+
+
+def test_chains_dense_calls_and_other_ops_run_as_written():
+    a, A = _mask((6, 7), "csr", torch.float32, 21, 0.3)
+    X, W = _dense((7, 4), torch.float32, 22), _dense((4, 3), torch.float32, 23)
+
+    def fn(A, X, W):
+        h = (A @ X) @ W            # two products: the inner one is computed first
+        return torch.relu(h), X @ W, {"s": (X @ W).sum(0)}
+
+    h, xw, d = scorch.compile(fn)(A, X, W)
+    assert type(h) is torch.Tensor and type(xw) is torch.Tensor
+    torch.testing.assert_close(h, torch.relu(a @ X @ W))
+    # (without a sparse operand the ops run as written: the same bits as eager)
+    assert torch.equal(xw, X @ W) and torch.equal(d["s"], (X @ W).sum(0))
+
+
+def test_in_place_change_and_reuse_of_a_product():
+    Q, K = _dense((6, 3), torch.float32, 24), _dense((5, 3), torch.float32, 25)
+    m, M = _mask((6, 5), "csr", torch.float32, 26)
+
+    def fn(Q, K, M):
+        p = Q @ K.T
+        first = M * p                # fused: p itself is not computed
+        p.mul_(2)                    # computes p, then doubles it
+        return first, M * p, p
+
+    first, second, p = scorch.compile(fn)(Q, K, M)
+    torch.testing.assert_close(first.to_dense(), m * (Q @ K.T))
+    torch.testing.assert_close(second.to_dense(), m * (2 * (Q @ K.T)))
+    torch.testing.assert_close(p, 2 * (Q @ K.T))
+
+
+def test_what_does_not_fuse_runs_eagerly():
+    Q, K = _dense((6, 3), torch.float32, 27), _dense((5, 3), torch.float32, 28)
+    m64, M64 = _mask((6, 5), "csr", torch.float64, 29)
+    row = _dense((5,), torch.float32, 30)
+    fns = [lambda Q, K, M: M * (Q @ K.T),                # float64 mask, float32 product
+           lambda Q, K, M: (Q @ K.T) * row,              # a row broadcast: fused, dense
+           lambda Q, K, M: (Q @ K.T) * row[:1],          # a size-1 broadcast: eager
+           lambda Q, K, M: (Q @ K.T).sum(1, keepdim=True),
+           lambda Q, K, M: (Q @ K.T) / torch.tensor(2.0)]
+    for fn in fns:
+        want = fn(Q, K, m64)
+        got = scorch.compile(fn)(Q, K, M64)
+        got = got.to_dense() if isinstance(got, scorch.SparseTensor) else got
+        torch.testing.assert_close(got, want)
+
+
+def test_a_kept_product_computes_when_used_later():
+    kept = []
+
+    def fn(Q, K):
+        kept.append(Q @ K.T)
+        return None
+
+    Q, K = _dense((3, 2), torch.float32, 31), _dense((4, 2), torch.float32, 32)
+    assert scorch.compile(fn)(Q, K) is None
+    torch.testing.assert_close(kept[0] + 1, Q @ K.T + 1)
+    assert kept[0].shape == (3, 4)
+    assert "tensor(" in repr(kept[0])
+
+
+def test_decorator_and_errors_as_eager():
+    @scorch.compile
+    def fn(Q, K):
+        return Q @ K.T
+
+    Q = _dense((3, 2), torch.float32, 33)
+    torch.testing.assert_close(fn(Q, Q), Q @ Q.T)
+    with pytest.raises(RuntimeError):
+        fn(Q, _dense((3, 5), torch.float32, 34))   # as eager: the sizes disagree
+    inputs = (Q.clone(),)
+    scorch.compile(lambda Q: (Q @ Q.T) * 2)(*inputs)
+    assert torch.equal(inputs[0], Q)
+
+
+def test_an_operand_changed_in_place_after_the_product_was_taken():
+    Q, K = _dense((6, 3), torch.float32, 35), _dense((5, 3), torch.float32, 36)
+    m, M = _mask((6, 5), "csr", torch.float32, 37)
+
+    def fn(Q, K, M):
+        p = Q @ K.T
+        Q.add_(1)                    # eager computed p before this: so does compile
+        Q[0] = 5.0
+        torch.mul(K, 2, out=K)
+        return M * p, M * (Q @ K.T)
+
+    want = fn(Q.clone(), K.clone(), m)
+    got = scorch.compile(fn)(Q.clone(), K.clone(), M)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.to_dense(), w)
+
+    kept = []
+    scorch.compile(lambda Q, K: kept.append(Q @ K.T))(Q, K)
+    Q.add_(1)                        # outside the compiled function: nothing saw it
+    with pytest.raises(RuntimeError, match="changed in place"):
+        kept[0] + 1
+
+
+def test_grad_mode_and_reductions_as_eager():
+    Q = _dense((4, 3), torch.float32, 38).requires_grad_()
+    m, M = _mask((4, 4), "csr", torch.float32, 39)
+
+    def fn(Q, M):
+        with torch.no_grad():
+            p = Q @ Q.T
+        return M * p, (Q @ Q.T).sum(dim=[]), (Q @ Q.T) / 0.0
+
+    a, b, c = scorch.compile(fn)(Q, M)
+    assert not a.requires_grad
+    torch.testing.assert_close(b, (Q @ Q.T).sum(dim=[]))
+    torch.testing.assert_close(c, (Q @ Q.T) / 0.0)
+    with pytest.raises(RuntimeError):
+        scorch.compile(lambda Q: torch.mm(Q[None], Q[None]))(Q)   # as eager: mm is 2-D
+
+
+def test_inside_torch_compile():
+    Q, K = _dense((6, 3), torch.float32, 40), _dense((5, 3), torch.float32, 41)
+    m, M = _mask((6, 5), "csr", torch.float32, 42)
+    attn = scorch.compile(lambda Q, K, M: torch.softmax(M * (Q @ K.T), dim=1).values())
+    step = torch.compile(lambda Q, K, M: attn(Q, K, M).sum() * 2, backend="eager")
+    got = step(Q, K, M)
+    torch.testing.assert_close(got, attn(Q, K, M).sum() * 2)
