@@ -408,3 +408,21 @@ def test_scalar_output_formats_and_read_limits():
     with pytest.raises(NotImplementedError, match="more than 6 reads of sparse operands "
                                                   "co-iterated at index l"):
         scorch.kernel(text)(A)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+def test_more_than_seven_indices_some_of_one_element(fmt):
+    # Eight or more indices: the orders of those of more than one iteration are weighed,
+    # the one-element ones innermost (first appearance had put i before csc's j).
+    g = torch.Generator().manual_seed(0)
+    md = (torch.rand(3, 4, generator=g) < 0.5) * torch.randn(3, 4, generator=g)
+    M = scorch.to_sparse(md, fmt)
+    X, Y = torch.randn(3, 2, generator=g), torch.randn(4, 2, generator=g)
+    ones = [torch.randn(1, generator=g) for _ in range(4)]
+    s = torch.tensor(0.5)
+    for eq, ops in [("ij,ia,ja,ib,jb,ic,jc,z,y,x,w->ij", (M, X, Y, X, Y, X, Y, *ones)),
+                    ("ik,jk,,,ij,ia,ja,,,ij->ij", (X, Y, s, s, M, X, Y, s, s, M))]:
+        y = scorch.einsum(eq, *ops)
+        want = torch.einsum(eq, *[o.to_dense() if isinstance(o, scorch.SparseTensor) else o
+                                  for o in ops])
+        torch.testing.assert_close(y.to_dense(), want)

@@ -1,7 +1,8 @@
 /*
  * auto.c — the automatic schedule: every loop order of up to 7 indices is costed (a few
- * microseconds for typical 3-4 index kernels), larger problems keep the order of first
- * appearance; the cheapest legal order wins, ties going to the earlier order.
+ * microseconds for typical 3-4 index kernels; beyond 7, the orders of the indices of
+ * more than one iteration, those of one innermost), larger problems keep the order of
+ * first appearance; the cheapest legal order wins, ties going to the earlier order.
  *
  * Cost (in "loop iterations"): for each loop the estimated iteration count, the product
  * of the fan-outs of the loops around it, where the fan-out of index v is what the
@@ -330,12 +331,16 @@ typedef struct search {
     sc_expr_var cur[SC_LOWER_MAX_VARS], best[SC_LOWER_MAX_VARS];
     double best_cost;
     uint32_t used;
+    uint32_t last;   /* indices not permuted: placed innermost, in index order */
 } search;
 
 static void permute(search *S, int32_t d)
 {
     const sc_lower_problem *p = S->p;
-    if (d == p->nvars) {
+    if (d == p->nvars || (S->last && (S->used | S->last) == (uint32_t)((1ull << p->nvars) - 1))) {
+        for (sc_expr_var v = 0; v < p->nvars; v++)   /* (the indices kept innermost) */
+            if ((S->last >> v) & 1)
+                S->cur[d++] = v;
         double c = sc_sched_cost(p, S->cur);
         if (c < S->best_cost) {
             S->best_cost = c;
@@ -344,7 +349,7 @@ static void permute(search *S, int32_t d)
         return;
     }
     for (sc_expr_var v = 0; v < p->nvars; v++) {
-        if ((S->used >> v) & 1)
+        if (((S->used | S->last) >> v) & 1)
             continue;
         S->used |= 1u << v;
         S->cur[d] = v;
@@ -364,7 +369,13 @@ sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
     S.best_cost = INFINITY;
     for (sc_expr_var v = 0; v < p->nvars; v++)
         S.best[v] = v;
-    if (p->nvars <= 7)
+    if (p->nvars > 7)   /* (indices of one iteration cost nothing: they go innermost,
+                           so that a scalar factor's index leaves the others' orders to
+                           be weighed; 0-D operands of an einsum each bring one) */
+        for (sc_expr_var v = 0; v < p->nvars; v++)
+            if (p->extent[v] == 1)
+                S.last |= 1u << v;
+    if (p->nvars - __builtin_popcount(S.last) <= 7)
         permute(&S, 0);
     out->norder = p->nvars;
     memcpy(out->order, S.best, sizeof out->order);

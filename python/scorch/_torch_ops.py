@@ -485,7 +485,8 @@ def _rewritten(expr, ops):
       its other levels), the term losing the index, as a broadcast operand does not
       depend on it.  (A dense operand is broadcast by the kernel itself.)
     - a 0-D operand (an empty term, a scalar factor: "ij,->ij"): the same value as a
-      1-element tensor under an index of its own, of size 1, which the kernel sums.
+      1-element tensor under an index of size 1, which the kernel sums (one index for
+      all of them: "ij,,->ij" is "ij,z,z->ij").
 
     All are differentiable, so the gradient reaches the operand through them."""
     repeats = _REPEATS.get(expr)
@@ -506,9 +507,11 @@ def _rewritten(expr, ops):
         return None   # (an equation or operands the compiler reports)
     terms, taken, changed = list(ins), list(ops), False
     free = (c for c in _SPARE_LETTERS if c not in expr)
+    one = None   # (the index every 0-D operand takes: each added index is a loop)
     for k, (t, o) in enumerate(zip(ins, ops)):
         if not t and o.layout is _STRIDED:
-            terms[k], taken[k] = next(free, ""), o.reshape(1)
+            one = next(free, "") if one is None else one
+            terms[k], taken[k] = one, o.reshape(1)
             changed = True
         if len(set(t)) != len(t) and (_is_sparse(o) or o.layout is _STRIDED) and \
                 all(o.shape[t.index(c)] == o.shape[d] for d, c in enumerate(t)):
