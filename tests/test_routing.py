@@ -699,6 +699,9 @@ def test_adjoint_copy_flag_and_negated_views(fmt):
     X = torch._neg_view(torch.rand(6, 3, dtype=torch.float64))
     assert X.is_neg() and X.is_contiguous()
     torch.testing.assert_close(A @ X, x @ X.resolve_neg())
+    Xt = torch._neg_view(torch.rand(3, 6, dtype=torch.float64)).t()   # strided too
+    assert Xt.is_neg() and not Xt.is_contiguous()
+    torch.testing.assert_close(A @ Xt, x @ Xt.resolve_neg())
     with pytest.raises(NotImplementedError, match=rf"aten.*\(formats: {fmt}\)"):
         torch.dstack([A, A])
 

@@ -101,12 +101,12 @@ def _dense_operand(x: torch.Tensor, dtype):
         raise ValueError(f"scorch runs on the CPU; an operand is on {x.device}")
     if x.dtype is not dtype:
         x = x.to(dtype)
+    if x.is_neg():   # (a negated view: its memory holds the values before negation)
+        x = x.resolve_neg()
     if x.is_contiguous():
         n = x.dim()
         if not n:
             raise ValueError(_SCALAR_OPERAND)
-        if x.is_neg():   # (a negated view: its memory holds the values before negation)
-            x = x.resolve_neg()
         return x, _DENSE_SIG[n] if 1 not in x.shape else _with_ones(_DENSE_SIG[n], x)
     if x.requires_grad:
         x = x.detach()
