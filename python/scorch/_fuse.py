@@ -27,6 +27,8 @@ from torch.overrides import TorchFunctionMode
 from ._tensor import SparseTensor, outside_graph
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_MAX_TERMS = 12   # a product with more operands is computed, not extended (the compiler
+                  # takes 16; x * x doubles them)
 _T = torch.Tensor
 
 # What a deferred product answers from its own metadata, without computing it.
@@ -272,7 +274,8 @@ def _mul(a, b):
     if not _extendable(a):
         return None
     if isinstance(b, _Product):
-        if not _extendable(b) or b.shape != a.shape or b.dtype != a.dtype:
+        if not _extendable(b) or b.shape != a.shape or b.dtype != a.dtype or \
+                len(a._terms) + len(b._terms) > _MAX_TERMS:
             return None
         tb = _relabelled(b, a._out, "".join(ix for _, ix in a._terms))
         return _Product(a._out, list(a._terms) + tb, a.shape, a.dtype)
@@ -280,7 +283,7 @@ def _mul(a, b):
         return None
     if not isinstance(b, torch.Tensor):
         b = torch.tensor(b, dtype=a.dtype)
-    if b.dtype != a.dtype or b.dim() > a.dim():
+    if b.dtype != a.dtype or b.dim() > a.dim() or len(a._terms) >= _MAX_TERMS:
         return None
     ix = a._out[a.dim() - b.dim():]
     if tuple(b.shape) != tuple(a.shape[a.dim() - b.dim():]):
