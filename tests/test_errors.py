@@ -451,3 +451,16 @@ def test_unsupported_torch_op(x, fmt, op):
                                                   rf"\(formats: {fmt}\).*\.to_dense\(\)"):
         op(A)
     assert torch.equal(A.to_dense(), x)
+
+
+def test_result_with_more_elements_than_int64_counts():
+    # Four entries, but a shape of 66000^4 elements: torch cannot describe such a tensor.
+    t = torch.sparse_coo_tensor(torch.tensor([[0, 65000], [3, 65000]]), torch.tensor([1., 2.]),
+                                (66000, 66000))
+    A = scorch.to_sparse(t, "coo")
+    with pytest.raises(ValueError, match="more than 2\\^63 - 1 elements"):
+        scorch.einsum("ij,kl->ijkl", A, A)
+    with pytest.raises(ValueError, match="more than 2\\^63 - 1 elements"):
+        scorch.from_components((66000,) * 4, "coo", pos=[torch.tensor([0, 1]), None, None, None],
+                               crd=[torch.zeros(1, dtype=torch.int64)] * 4,
+                               values=torch.ones(1))

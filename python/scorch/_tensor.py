@@ -167,9 +167,15 @@ class SparseTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False,
                 index_dtype=None):
-        self = torch.Tensor._make_wrapper_subclass(
-            cls, tuple(shape), dtype=values.dtype, device=values.device,
-            requires_grad=requires_grad)
+        try:
+            self = torch.Tensor._make_wrapper_subclass(
+                cls, tuple(shape), dtype=values.dtype, device=values.device,
+                requires_grad=requires_grad)
+        except RuntimeError as e:
+            if "overflow" not in str(e):
+                raise
+            raise ValueError(f"a sparse tensor of shape {tuple(shape)} has more than 2^63 - 1 "
+                             "elements, which a torch tensor cannot describe") from None
         self._format = fmt
         self._pos = list(pos)
         self._crd = list(crd)
