@@ -128,8 +128,10 @@ def dim_coords(a: SparseTensor):
     return out
 
 
-def _linear_key(cols, sizes):
-    key = torch.zeros(cols[0].shape[0] if cols else 1, dtype=torch.int64)
+def _linear_key(cols, sizes, n=1):
+    """Each entry's row-major position over the dimensions ``cols`` hold (int64); with no
+    dimensions, 0 for each of ``n`` entries."""
+    key = torch.zeros(cols[0].shape[0] if cols else n, dtype=torch.int64)
     for c, s in zip(cols, sizes):
         key = key * s + c
     return key
@@ -690,10 +692,12 @@ def _add(name, a, b, sign=1):
     """a + sign * b where a or b is sparse."""
     if _is_scalar(a) or _is_scalar(b):
         sc, other = (b, a) if _is_scalar(b) else (a, b)
-        if isinstance(sc, numbers.Number) and sc == 0 and _is_sparse(other):
-            if other is a:
-                return a._rewrap(a._values, requires_grad=a._values.requires_grad)
-            return _map_values(b, torch.neg) if sign < 0 else b
+        if _is_sparse(other) and isinstance(sc, torch.Tensor) and sc.requires_grad:
+            refuse(name, a, b, why="a scalar that requires grad (its gradient would sum "
+                                   "over every element, stored or not)")
+        if _is_sparse(other) and float(sc) == 0:   # (values promoted as torch's: int + 0.0)
+            fn = (lambda v: v + sign * sc) if other is a else (lambda v: sc + sign * v)
+            return _map_values(other, fn, linear=True)
         refuse(name, a, b, why="adding a nonzero scalar is not zero-preserving")
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
@@ -725,7 +729,13 @@ def _add(name, a, b, sign=1):
 
 # ---- value maps -------------------------------------------------------------------------
 
-def _map_values(a: SparseTensor, fn):
+def _map_values(a: SparseTensor, fn, linear=False):
+    """a with fn applied to its values.  Entries that share coordinates (a coo's
+    duplicates) are summed first unless fn is ``linear`` (fn(x + y) = fn(x) + fn(y):
+    negation, scaling), as the dense tensor they stand for would be (relu(-2 + 1) is 0,
+    relu(-2) + relu(1) is 1)."""
+    if not linear:
+        a = _coalesced(a)
     v = fn(a._values)
     if v.dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values; this op gives {v.dtype}")
@@ -877,10 +887,10 @@ def _dense_for(a: SparseTensor, d: torch.Tensor, name):
 
 
 def _mul(a, b, name="torch.mul"):
-    if _is_scalar(b) and _is_sparse(a):
-        return _map_values(a, lambda v: v * b)
-    if _is_scalar(a) and _is_sparse(b):
-        return _map_values(b, lambda v: a * v)
+    if (_is_scalar(b) or isinstance(b, bool)) and _is_sparse(a):
+        return _map_values(a, lambda v: v * b, linear=_finite(b))
+    if (_is_scalar(a) or isinstance(a, bool)) and _is_sparse(b):
+        return _map_values(b, lambda v: a * v, linear=_finite(a))
     if _is_scalar(a) or _is_scalar(b):        # scalar * dense (from addmm's alpha/beta)
         return a * b
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
@@ -897,8 +907,14 @@ def _mul(a, b, name="torch.mul"):
     la, dd, ld = _dense_for(s, d, name)
     if not ld:   # (one element: in d's dtype too, as a tensor of dims promotes)
         dt = torch.promote_types(s.dtype, d.dtype)
-        return _map_values(s, lambda v: v.to(dt) * dd.reshape(()))
+        return _map_values(s, lambda v: v.to(dt) * dd.reshape(()), linear=_finite(dd))
     return _kept_sparse(einsum(f"{la},{ld}->{la}", s, dd), s)
+
+
+def _finite(x) -> bool:
+    """Whether a scalar (a number or a one-element tensor) is finite: scaling by it is
+    linear (inf * -2 + inf * 1 is nan, inf * -1 is not)."""
+    return math.isfinite(float(x.detach()) if isinstance(x, torch.Tensor) else x)
 
 
 def _kept_sparse(r, a: SparseTensor):
@@ -924,7 +940,7 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
         s = float(b.detach()) if isinstance(b, torch.Tensor) else float(b)
         if s == 0 or math.isnan(s):
             refuse("torch.div", a, why=f"dividing by {s} turns the implicit zeros into nan")
-        return _map_values(a, lambda v: v / b)
+        return _map_values(a, lambda v: v / b, linear=True)
     if _is_sparse(a) and isinstance(b, torch.Tensor) and not _is_sparse(b) and \
             b.layout is torch.strided and rounding_mode is None and out is None:
         # A / D (D broadcast, e.g. a degree vector): each stored value divided by D at its
@@ -935,10 +951,10 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
                                           "implicit zeros into nan")
         if not ld:
             dt = torch.promote_types(a.dtype, b.dtype)
-            return _map_values(a, lambda v: v.to(dt) / dd.reshape(()))
+            return _map_values(a, lambda v: v.to(dt) / dd.reshape(()), linear=True)
         coords = dim_coords(a)
         at = tuple(coords[la.index(c)] for c in ld)
-        return _map_values(a, lambda v: v / dd[at])
+        return _map_values(a, lambda v: v / dd[at], linear=True)
     refuse("torch.div", a, b, why="only a sparse tensor divided by a scalar or a dense "
                                   "tensor keeps its zeros")
 
@@ -1070,10 +1086,18 @@ def _bmm(a, b, *, out=None):
 
 def _added(name, inp, p, beta, alpha):
     """``beta * inp + alpha * p`` as torch's add-products compute it (``inp`` is not read
-    where beta is 0, so its nan and inf do not reach the result)."""
+    where beta is 0, so its nan and inf do not reach the result; its gradient is zero).
+    ``inp`` must broadcast to the product's shape (torch expands it)."""
+    shape, want = tuple(inp.shape), tuple(p.shape)
+    if len(shape) > len(want) or any(s not in (1, w) for s, w in
+                                     zip(shape[::-1], want[::-1])):
+        raise RuntimeError(f"{name}: the input's shape {shape} does not broadcast to the "
+                           f"product's shape {want}")
     if alpha != 1:
         p = _mul(p, alpha)
     if beta == 0:
+        if inp.requires_grad and not _is_sparse(inp) and not _is_sparse(p):
+            p = p + torch.where(inp.isfinite(), inp, 0) * 0   # (zeros, connected)
         return p
     i = inp if beta == 1 else _mul(inp, beta)
     if not _is_sparse(i) and not _is_sparse(p):
@@ -1249,8 +1273,7 @@ def _extreme(name, a: SparseTensor, dim, keepdim, largest):
                          f"identity")
     others = [d for d in range(n) if d not in dims]
     coords = dim_coords(a)
-    key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others]) \
-        if others else torch.zeros(a.nnz, dtype=torch.int64)
+    key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others], a.nnz)
     m = math.prod(a.shape[d] for d in others)
     v = a._values
     if v.dtype.is_floating_point:
@@ -1398,7 +1421,7 @@ def _softmax(name, a, dim, dtype, log):
     coords = dim_coords(a)
     others = [d for d in range(n) if d != dim]
     m = math.prod(a.shape[d] for d in others)
-    key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others])
+    key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others], a.nnz)
     if v.numel() == 0:
         v = v.to(out_dtype)
         return a._rewrap(v, requires_grad=v.requires_grad)
@@ -1661,8 +1684,8 @@ def select(a: SparseTensor, dim: int, i: int):
     coords = dim_coords(a)
     keep = coords[dim] == i
     vals = a._values[keep]
-    if n == 1:
-        return vals.sum()
+    if n == 1:   # (torch's sum of int32 values would be int64)
+        return vals.sum(dtype=vals.dtype)
     dims = [d for d in range(n) if d != dim]
     kept = _format_of_dims(fmt, dims, {fmt.order[k] for k in range(n) if fmt.kinds[k] != 0})
     cols = torch.stack([c[keep] for d, c in enumerate(coords) if d != dim])
@@ -1946,9 +1969,10 @@ for _method, _dtype in ((torch.Tensor.double, torch.float64), (torch.Tensor.floa
 
 def _like(name, a, values_of, dtype, layout, device, requires_grad):
     """A SparseTensor like ``a`` (its shape and format) for torch's ``*_like``
-    factories: ``values_of(dtype)`` gives its values over a's pattern, or None for no
-    stored entries.  As for torch's CSR tensors: zeros_like stores nothing, ones_like,
-    full_like and empty_like keep a's pattern."""
+    factories: ``values_of(dtype, n)`` gives its n values over a's pattern, or None for
+    no stored entries.  As for torch's CSR tensors: zeros_like stores nothing, ones_like,
+    full_like and empty_like keep a's pattern (a coo's duplicates once: ones_like is 1
+    there, not their count)."""
     if device is not None and torch.device(device).type != "cpu":
         refuse(f"{name}(device={device})", a, why="scorch tensors live on the CPU")
     if layout is not None and layout is not a.layout:
@@ -1957,7 +1981,8 @@ def _like(name, a, values_of, dtype, layout, device, requires_grad):
     dtype = a.dtype if dtype is None else dtype
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}")
-    vals = values_of(dtype)
+    a = _coalesced(a)
+    vals = values_of(dtype, a.nnz)
     if vals is None:
         r = _entries_of(a, a.shape, torch.zeros((a.dim(), 0), dtype=torch.int64),
                         torch.zeros(0, dtype=dtype), a._format)
@@ -1968,27 +1993,28 @@ def _like(name, a, values_of, dtype, layout, device, requires_grad):
 @_register(torch.zeros_like)
 def _zeros_like(a, *, dtype=None, layout=None, device=None, pin_memory=None,
                 requires_grad=False, memory_format=None):
-    return _like("torch.zeros_like", a, lambda d: None, dtype, layout, device, requires_grad)
+    return _like("torch.zeros_like", a, lambda d, n: None, dtype, layout, device,
+                 requires_grad)
 
 
 @_register(torch.ones_like)
 def _ones_like(a, *, dtype=None, layout=None, device=None, pin_memory=None,
                requires_grad=False, memory_format=None):
-    return _like("torch.ones_like", a, lambda d: torch.ones(a.nnz, dtype=d), dtype, layout,
+    return _like("torch.ones_like", a, lambda d, n: torch.ones(n, dtype=d), dtype, layout,
                  device, requires_grad)
 
 
 @_register(torch.full_like)
 def _full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
                requires_grad=False, memory_format=None):
-    return _like("torch.full_like", a, lambda d: torch.full((a.nnz,), fill_value, dtype=d),
+    return _like("torch.full_like", a, lambda d, n: torch.full((n,), fill_value, dtype=d),
                  dtype, layout, device, requires_grad)
 
 
 @_register(torch.empty_like)
 def _empty_like(a, *, dtype=None, layout=None, device=None, pin_memory=None,
                 requires_grad=False, memory_format=None):
-    return _like("torch.empty_like", a, lambda d: torch.empty(a.nnz, dtype=d), dtype, layout,
+    return _like("torch.empty_like", a, lambda d, n: torch.empty(n, dtype=d), dtype, layout,
                  device, requires_grad)
 
 
