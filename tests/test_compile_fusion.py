@@ -269,3 +269,59 @@ def test_inside_torch_compile():
     step = torch.compile(lambda Q, K, M: attn(Q, K, M).sum() * 2, backend="eager")
     got = step(Q, K, M)
     torch.testing.assert_close(got, attn(Q, K, M).sum() * 2)
+
+
+# ---- random programs: compiled against eager, on dense and on sparse masks --------------
+
+_STARTS = ["Q @ K.T", "torch.einsum('ik,jk->ij', Q, K)", "torch.matmul(Q, K.mT)", "(K @ Q.T).T",
+           "torch.mm(Q, K.t())"]
+_STEPS = ["x * M", "M * x", "x * 0.5", "x / 3", "-x", "x * D", "D * x", "x * v", "x.t().t()",
+          "torch.mul(x, M)", "x.transpose(0, 1).T", "x.relu()", "x * x", "(x * 2) * M"]
+_TAILS = ["x", "x.sum()", "x.sum(0)", "x.sum(1)", "x.sum((0, 1))"]
+
+
+def run_program_case(seed):
+    """A random chain of products, elementwise factors (a mask in a random format, a dense
+    tensor, a row, scalars), transposes and sums: scorch.compile's result, type, format
+    and gradient against the same function run eagerly on the sparse mask and on its
+    dense twin."""
+    import random
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    dtype = rng.choice(DTYPES)
+    n, m, d = rng.choice([0, 1, 3, 6]), rng.choice([1, 4, 7]), rng.choice([0, 1, 3])
+    Q = torch.randn(n, d, generator=g, dtype=dtype)
+    K = torch.randn(m, d, generator=g, dtype=dtype)
+    D = torch.randn(n, m, generator=g, dtype=dtype)
+    v = torch.randn(m, generator=g, dtype=dtype)
+    density = rng.choice([0.0, 0.3, 1.0])
+    md = ((torch.rand(n, m, generator=g) < density) * torch.randn(n, m, generator=g)).to(dtype)
+    M = scorch.to_sparse(md, rng.choice(FORMATS))
+    body = [rng.choice(_STEPS) for _ in range(rng.randint(0, 4))]
+    if not any("M" in b for b in body):
+        body.append(rng.choice(["x * M", "M * x"]))
+    src = (f"def f(Q, K, D, v, M):\n    x = {rng.choice(_STARTS)}\n"
+           + "".join(f"    x = {b}\n" for b in body) + f"    return {rng.choice(_TAILS)}\n")
+    ns = {"torch": torch}
+    exec(src, ns)
+    f = ns["f"]
+    Qc, Qd = Q.clone().requires_grad_(), Q.clone().requires_grad_()
+    got = scorch.compile(f)(Qc, K, D, v, M)
+    eager = f(Q, K, D, v, M)
+    want = f(Qd, K, D, v, md)
+    dense = lambda t: t.to_dense() if isinstance(t, scorch.SparseTensor) else t
+    assert type(got) is type(eager), src
+    if isinstance(got, scorch.SparseTensor):
+        assert got.format == eager.format, src
+    torch.testing.assert_close(dense(got), want.detach(), msg=lambda s: f"{s}\n{src}")
+    torch.testing.assert_close(dense(got), dense(eager), msg=lambda s: f"{s}\n{src}")
+    if n * d:
+        dense(got).sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(Qc.grad, Qd.grad, msg=lambda s: f"{s}\n{src}")
+
+
+@pytest.mark.parametrize("batch", range(4))
+def test_random_programs(batch):
+    for seed in range(batch * 30, batch * 30 + 30):
+        run_program_case(seed)

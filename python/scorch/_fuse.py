@@ -29,6 +29,8 @@ from ._tensor import SparseTensor, outside_graph
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _MAX_TERMS = 12   # a product with more operands is computed, not extended (the compiler
                   # takes 16; x * x doubles them)
+_MAX_SPARSE = 4   # nor one with more sparse operands: its gradient reads one more, and the
+                  # compiler co-iterates at most 6
 _T = torch.Tensor
 
 # What a deferred product answers from its own metadata, without computing it.
@@ -273,6 +275,8 @@ def _mul(a, b):
         a, b = b, a
     if not _extendable(a):
         return None
+    if _sparse_reads(a) + _sparse_reads(b) > _MAX_SPARSE:
+        return None
     if isinstance(b, _Product):
         if not _extendable(b) or b.shape != a.shape or b.dtype != a.dtype or \
                 len(a._terms) + len(b._terms) > _MAX_TERMS:
@@ -289,6 +293,12 @@ def _mul(a, b):
     if tuple(b.shape) != tuple(a.shape[a.dim() - b.dim():]):
         return None
     return _Product(a._out, list(a._terms) + [(b, ix)], a.shape, a.dtype)
+
+
+def _sparse_reads(x) -> int:
+    if type(x) is _Product:
+        return sum(isinstance(t, SparseTensor) for t, _ in x._terms)
+    return int(isinstance(x, SparseTensor))
 
 
 def _div(a, b):
