@@ -426,3 +426,24 @@ def test_more_than_seven_indices_some_of_one_element(fmt):
         want = torch.einsum(eq, *[o.to_dense() if isinstance(o, scorch.SparseTensor) else o
                                   for o in ops])
         torch.testing.assert_close(y.to_dense(), want)
+
+
+@pytest.mark.parametrize("fa,fo", [("csc", "dcsr"), ("csr", "dcsc"), ("dcsr", "dcsc")])
+def test_spgemm_never_takes_a_workspace_over_the_whole_output(fa, fo):
+    # A 70000² product of 4 entries: a workspace over both of C's levels (order j,i,k)
+    # would hold 4.9e9 entries; converting A costs nothing in comparison.
+    n = 70000
+    t = torch.sparse_coo_tensor(torch.tensor([[0, 5, n - 1, n - 1], [3, n - 1, 0, n - 1]]),
+                                torch.tensor([1., 2., 3., 4.]), (n, n)).coalesce()
+    A = scorch.to_sparse(t, fa)
+    text = scorch.explain("ij,jk->ik", A, A, out_format=fo)
+    ws = [ln for ln in text.splitlines() if ln.startswith("schedule")][0]
+    assert "workspace(" in ws and "," not in ws.split("workspace(")[1].split(")")[0], ws
+    C = scorch.einsum("ij,jk->ik", A, A, out_format=fo)
+    want = (t @ t).coalesce()
+    coo = C.to_format("coo")
+    r, c = (x.long() for x in coo.indices())
+    order = torch.argsort(r * n + c)
+    wr, wc = want.indices()
+    assert torch.equal(r[order], wr) and torch.equal(c[order], wc)
+    torch.testing.assert_close(coo.values()[order], want.values())

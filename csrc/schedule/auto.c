@@ -320,6 +320,15 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
     if (s.ws_depth >= 0) {
         double out = cnt < cnt_at_ws * 1e9 ? cnt : cnt_at_ws;
         cost += cnt + 0.5 * out * (1.0 + log2(out + 1.0) / 4.0);
+        /* the workspace itself, dense over the output indices inside it, cleared once:
+         * a row of a SpGEMM costs its width, a workspace over two levels (order j,i,k
+         * into a dcsr C) every entry of C — 4.9e9 for a 70000² product of 4 entries,
+         * which then went out of memory where converting A costs 40 */
+        double size = 1;
+        for (int32_t d = s.ws_depth; d < p->nvars; d++)
+            if (is_output(p, order[d]))
+                size *= (double)(p->extent[order[d]] > 0 ? p->extent[order[d]] : 1);
+        cost += size;
     }
     if (par)
         cost /= PAR_SHARE;
