@@ -282,3 +282,15 @@ def test_duplicates_each_get_their_coordinates_gradient(fmt):
         torch.testing.assert_close(v.grad, vd.grad, msg=name)
         for a, b in zip(got, [t.grad for t in dense_ops]):   # (the dense operands' too)
             torch.testing.assert_close(a, b, msg=name)
+
+
+def test_a_torch_coo_input_keeps_its_values_gradient():
+    v = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for fmt in ("csr", "coo", "csc"):
+        v.grad = None
+        S = torch.sparse_coo_tensor(torch.tensor([[0, 0, 1], [1, 1, 0]]), v, (2, 2))   # (0,1) twice
+        A = scorch.to_sparse(S, fmt)
+        assert A.requires_grad
+        torch.testing.assert_close(A.to_dense(), torch.tensor([[0.0, 3.0], [3.0, 0.0]]))
+        (A @ torch.tensor([[1.0], [10.0]])).sum().backward()
+        torch.testing.assert_close(v.grad, torch.tensor([10.0, 10.0, 1.0]))

@@ -464,3 +464,17 @@ def test_result_with_more_elements_than_int64_counts():
         scorch.from_components((66000,) * 4, "coo", pos=[torch.tensor([0, 1]), None, None, None],
                                crd=[torch.zeros(1, dtype=torch.int64)] * 4,
                                values=torch.ones(1))
+
+
+def test_sizes_and_edge_index_must_be_integers():
+    ei = torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(TypeError, match="not an integer"):
+        scorch.from_components((2.9, 3), "csr", pos=[None, torch.tensor([0, 1, 2])],
+                               crd=[None, torch.tensor([0, 2])], values=torch.ones(2))
+    with pytest.raises(TypeError, match="not an integer"):
+        scorch.from_edge_index(ei, 2.5)
+    for dt in (torch.complex64, torch.complex128, torch.float32, torch.bool):
+        with pytest.raises(TypeError, match="integer tensor"):
+            scorch.from_edge_index(ei.to(dt), 2)
+    assert scorch.from_edge_index(ei, np.int64(3)).shape == (3, 3)
+    assert scorch.from_edge_index(ei, torch.tensor(3)).shape == (3, 3)

@@ -192,3 +192,21 @@ def test_copy_into_a_sparse_tensor():
     assert B.requires_grad and torch.equal(B.detach().to_dense(), 2 * d)
     with pytest.raises(NotImplementedError, match="Tensor.copy_"):
         torch.zeros(5, 6, dtype=torch.float64).copy_(A)
+
+
+def test_copies_of_a_tensor_that_requires_grad_are_leaves_that_require_it():
+    import copy
+    import io
+    import pickle
+    A = scorch.to_sparse(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), "csr").requires_grad_()
+    buf = io.BytesIO()
+    torch.save(A, buf)
+    copies = [copy.deepcopy(A), pickle.loads(pickle.dumps(A))]
+    for weights_only in (True, False):
+        buf.seek(0)
+        copies.append(torch.load(buf, weights_only=weights_only))
+    for B in copies:
+        assert B.requires_grad and B.values().requires_grad and B.values().is_leaf
+        (B @ torch.ones(2, 1)).sum().backward()
+        torch.testing.assert_close(B.grad.to_dense(), torch.eye(2))
+    assert A.grad is None

@@ -5,6 +5,8 @@ core; the caller's tensors and arrays are never written.
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import torch
 
@@ -24,6 +26,15 @@ def _check_values_dtype(dtype, what="values"):
     if dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch supports {VALUE_DTYPE_NAMES} {what}, got {dtype} "
                         f"(convert with .float() or .double())")
+
+
+def _size(s, what) -> int:
+    """s as an int size: an int, a NumPy integer or an integer 0-D tensor (2.9 is refused,
+    as torch.zeros((2.9, 3)) refuses it)."""
+    try:
+        return operator.index(s)
+    except TypeError:
+        raise TypeError(f"{what}: {s!r} is not an integer") from None
 
 
 def _from_coords(shape, coords: torch.Tensor, values: torch.Tensor, fmt, index_dtype,
@@ -93,6 +104,10 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
         if x.dense_dim() != 0:
             raise NotImplementedError("hybrid COO tensors (with dense dimensions) are not "
                                       "supported; use .to_dense() first")
+        if x.requires_grad:   # (_values() is outside autograd; values() of a coalesced one)
+            x = x.coalesce()
+            return _from_coords(x.shape, x.indices(), x.values(), format, index_dtype,
+                                is_sorted=True)
         return _from_coords(x.shape, x._indices(), x._values(), format, index_dtype,
                             is_sorted=x.is_coalesced())
     if x.dim() != 2:
@@ -152,15 +167,15 @@ def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
     if not isinstance(edge_index, torch.Tensor):
         edge_index = torch.as_tensor(edge_index)
     _check_cpu(edge_index, "edge_index")
-    if edge_index.dtype.is_floating_point or edge_index.dtype in (torch.bool,
-                                                                  torch.complex64):
+    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or \
+            edge_index.dtype is torch.bool:
         raise TypeError(f"edge_index must be an integer tensor, got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}")
     E = edge_index.shape[1]
     if num_nodes is None:
         num_nodes = int(edge_index.max()) + 1 if E else 0
-    num_nodes = int(num_nodes)
+    num_nodes = _size(num_nodes, "num_nodes")
     if num_nodes < 0:
         raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
     if values is None:
@@ -191,7 +206,7 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
     """
     if not isinstance(shape, (tuple, list, torch.Size)):
         raise TypeError(f"shape must be a tuple of ints, not {type(shape).__name__}")
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(_size(s, "shape") for s in shape)
     for d, s in enumerate(shape):
         if s < 0:
             raise ValueError(f"shape has a negative size {s} in dimension {d}")

@@ -401,9 +401,10 @@ class SparseTensor(torch.Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
+        vals = copy.deepcopy(self._values.detach(), memo)
         new = SparseTensor(self.shape, self._format, copy.deepcopy(self._pos, memo),
                            copy.deepcopy(self._crd, memo),
-                           copy.deepcopy(self._values.detach(), memo),
+                           vals.requires_grad_() if self.requires_grad else vals,
                            requires_grad=self.requires_grad, index_dtype=self.index_dtype)
         memo[id(self)] = new
         return new
@@ -449,6 +450,8 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
     from ._format import _format_from_tuple
 
     index_dtype = _INDEX_OF_NAME[index_name]
+    if requires_grad and not values.requires_grad:   # (a leaf, as a copied tensor is)
+        values = values.detach().requires_grad_()
     return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd, values,
                         requires_grad=requires_grad, index_dtype=index_dtype)
 
