@@ -325,3 +325,187 @@ def run_program_case(seed):
 def test_random_programs(batch):
     for seed in range(batch * 30, batch * 30 + 30):
         run_program_case(seed)
+
+
+# ---- what eager PyTorch does, compile does: views, errors, modes, in-place writes -------
+
+def _same(fn, *args):
+    """fn compiled and eager give the same value (compared densely) and type."""
+    got, want = scorch.compile(fn)(*args), fn(*args)
+    assert type(got) is type(want)
+    if isinstance(want, scorch.SparseTensor):
+        assert got.format == want.format
+        got, want = got.to_dense(), want.to_dense()
+    if isinstance(want, torch.Tensor):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    else:
+        assert got == want
+    return got
+
+
+def test_views_of_a_product_share_its_memory():
+    Q, K = _dense((5, 3), torch.float32, 43), _dense((4, 3), torch.float32, 44)
+    _, M = _mask((4, 5), "csr", torch.float32, 45)
+
+    def base_changed(Q, K, M):
+        p = Q @ K.T
+        q = p.T
+        p.mul_(2)
+        return q
+
+    def view_changed(Q, K, M):
+        p = Q @ K.T
+        r = p.mT
+        r.mul_(3)
+        return p
+
+    def base_changed_then_sampled(Q, K, M):
+        p = Q @ K.T
+        q = p.T
+        p[0, 0] = 99.0
+        return M * q                 # q holds the 99: computed, then multiplied
+
+    for fn in (base_changed, view_changed, base_changed_then_sampled,
+               lambda Q, K, M: M * (Q @ K.T).T):
+        _same(fn, Q, K, M)
+
+
+def test_errors_are_raised_where_eager_raises_them():
+    Q, K = _dense((5, 3), torch.float32, 47), _dense((4, 3), torch.float32, 48)
+
+    def caught(op):
+        def fn(Q, K):
+            try:
+                return op(Q @ K.T)
+            except (IndexError, RuntimeError) as e:
+                return type(e).__name__
+        return fn
+
+    for op in (lambda p: p.sum(2), lambda p: p.transpose(0, 7), lambda p: p.permute(0, 3),
+               lambda p: p.sum(-3), lambda p: p.sum((0, 0))):
+        _same(caught(op), Q, K)
+
+
+def test_in_place_metadata_modes_and_containers():
+    import collections
+    Q, K = _dense((5, 3), torch.float32, 49), _dense((4, 3), torch.float32, 50)
+    _same(lambda Q, K: (lambda p: (p.t_(), tuple(p.shape))[1])(Q @ K.T), Q, K)
+    _same(lambda Q, K: (lambda p: (p.unsqueeze_(0), p.dim(), len(p))[1:])(Q @ K.T), Q, K)
+
+    def grads(Q, K):
+        p = Q @ K.T
+        p.requires_grad_()
+        return p.requires_grad
+    _same(grads, Q, K)
+
+    def autocast(Q, K):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            p = Q @ K.T
+            inside = p.dtype
+        return inside, p.dtype, (p + 0).dtype
+    assert scorch.compile(autocast)(Q, K) == autocast(Q, K)
+
+    Qg = Q.clone().requires_grad_()
+
+    def inference(Q, K):
+        p = Q @ K.T
+        with torch.inference_mode():
+            p.sum(0) + 0
+        return p.requires_grad, p.is_inference()
+    assert scorch.compile(inference)(Qg, K) == inference(Qg, K)
+
+    def kept(Q, K):
+        d = collections.defaultdict(list)
+        d["p"] = Q @ K.T
+        return d
+    got = scorch.compile(kept)(Q, K)
+    assert type(got) is collections.defaultdict and type(got["p"]) is torch.Tensor
+
+
+def test_unseen_and_seen_in_place_writes():
+    Q, K = _dense((5, 3), torch.float32, 51), _dense((4, 3), torch.float32, 52)
+    m, M = _mask((5, 4), "csr", torch.float32, 53)
+
+    def relu_inplace(Q, K, M):
+        p = M * (Q @ K.T)
+        torch.nn.functional.relu(Q, inplace=True)
+        return p
+
+    def foreach(Q, K, M):
+        p = M * (Q @ K.T)
+        torch._foreach_mul_([Q], 2.0)
+        return p
+
+    def data_set(Q, K, M):
+        p = Q @ K.T
+        Q.data = Q.data * 2
+        return M * p
+
+    for fn in (relu_inplace, foreach, data_set):
+        Qa, Qb = Q.clone(), Q.clone()
+        got, want = scorch.compile(fn)(Qa, K, M), fn(Qb, K, M)
+        torch.testing.assert_close(got.to_dense(), want.to_dense())
+        assert torch.equal(Qa, Qb)
+
+
+def test_sparse_products_and_refusals_as_eager():
+    a, A = _mask((5, 5), "csr", torch.float32, 54)
+    X = _dense((5, 3), torch.float32, 55)
+    for fn in (lambda A: (A @ A) * 2, lambda A: -(A @ A), lambda A: (A @ A).T,
+               lambda A: (A @ A).sum(0), lambda A: (A @ X) * 3, lambda A: (A @ X).sum(1)):
+        _same(fn, A)
+    v = scorch.to_sparse(torch.tensor([1.0, 0.0, 2.0]), "coo")
+    for fn in (lambda v: torch.dot(v, torch.ones(3)),
+               lambda v: (torch.ones(2, 3, 1) @ torch.ones(2, 1, 3)) * A[:3, :3]):
+        with pytest.raises(NotImplementedError):
+            fn(v)
+        with pytest.raises(NotImplementedError):
+            scorch.compile(fn)(v)
+
+
+def test_scalars_a_dtype_cannot_hold_are_not_folded():
+    Q, K = _dense((5, 3), torch.float64, 56) * 0, _dense((4, 3), torch.float64, 57)
+    _, M = _mask((5, 4), "csr", torch.float64, 58, density=1.0)
+    _same(lambda Q, K, M: (M * (Q @ K.T) / 1e-310), Q, K, M)
+    # float16 scales in float32 (1 / 1e-5 is past its range): not folded.  The fused
+    # product rounds once where eager rounds the product and the masked one: 2 ulps.
+    h = lambda t: t.to(torch.float16)
+    _, Mh = _mask((5, 4), "csr", torch.float16, 58, density=1.0)
+    fn = lambda Q, K, M: M * (Q @ K.T) / 1e-5
+    got, want = scorch.compile(fn)(h(Q + 1e-3), h(K), Mh), fn(h(Q + 1e-3), h(K), Mh)
+    assert got.values().isfinite().all()
+    torch.testing.assert_close(got.to_dense(), want.to_dense(), rtol=2e-3, atol=0)
+
+
+def test_sparse_attributes_and_functions_that_read_tensors_directly():
+    Q, K = _dense((5, 3), torch.float32, 59), _dense((4, 3), torch.float32, 60)
+    _, M = _mask((5, 4), "csr", torch.float32, 61)
+
+    def attrs(Q, K, M):
+        s = M * (Q @ K.T)
+        return s.nnz, s.format, s.with_values(s.values().exp()).values().sum()
+    got, want = scorch.compile(attrs)(Q, K, M), attrs(Q, K, M)
+    assert got[:2] == want[:2]
+    torch.testing.assert_close(got[2], want[2])
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.saved_tensors[0].cos()
+
+    # autograd.Function.apply reads the deferred product without torch's functions: it
+    # sees a constant, so backward says nothing requires grad (never a silent None)
+    Qg = Q.clone().requires_grad_()
+    y = scorch.compile(lambda Q, K: Sin.apply(Q @ K.T))(Qg, K)
+    torch.testing.assert_close(y, (Q @ K.T).sin())
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.sum().backward()
+    y = scorch.compile(lambda Q, K: Sin.apply((Q @ K.T).contiguous()))(Qg, K)
+    y.sum().backward()
+    torch.testing.assert_close(Qg.grad, ((Q @ K.T).cos()) @ K)

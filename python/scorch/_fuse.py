@@ -1,21 +1,24 @@
-"""``scorch.compile(fn)``: products inside ``fn`` wait until it is known what they are used
-for, so that a dense product sampled by a sparse tensor is never formed densely.
+"""``scorch.compile(fn)``: dense products inside ``fn`` wait until it is known what they
+are used for, so that a product a sparse tensor samples is never formed densely.
 
 Eager PyTorch computes ``mask * (Q @ K.T)`` as written: the whole n × n product first,
-then the mask.  Inside a compiled function ``Q @ K.T`` (``mm``, ``matmul``, ``bmm``,
-``einsum``, ``mv``, ``dot``) returns a *deferred product*: a tensor with the right shape
-and dtype that holds an einsum equation and its operands instead of values.  Multiplying
-it elementwise by a tensor (sparse or dense) or a scalar, transposing it, or summing it
-over dimensions extends the equation; anything else computes it (``scorch.einsum`` when
-an operand is sparse, ``torch.einsum`` otherwise) and runs as written.  So
-``mask * (Q @ K.T)`` becomes ``einsum("ij,ik,jk->ij", mask, Q, K)``: one SDDMM kernel
-that computes the product at mask's entries only.  Products whose operands are deferred
-products compute those first (a chain ``(A @ X) @ W`` is cheaper as two products than as
-one loop nest over all four indices).  What ``fn`` returns is computed before the call
-returns; autograd records through the einsum calls as for any other scorch op.
+then the mask.  Inside a compiled function a product of dense tensors (``mm``,
+``matmul``, ``bmm``, ``einsum``, ``mv``, ``dot``) returns a *deferred product*: a tensor
+with the right shape and dtype that holds an einsum equation and its operands instead of
+values.  Multiplying it elementwise by a tensor (a SparseTensor or a dense tensor of its
+shape, a dense one of its trailing shape) or by a scalar, dividing it by a scalar,
+negating, transposing or summing it over dimensions extend the equation; anything else
+computes it and runs as written.  A product that a SparseTensor multiplied is computed by
+one ``scorch.einsum`` — ``mask * (Q @ K.T)`` is the SDDMM ``einsum("ij,kj,ik->ik", Q, K,
+mask)`` over the mask's entries — and one without is computed by the ops as written (the
+same kernels, the same bits as eager).  Products of sparse operands, and products whose
+operands are deferred products, are not deferred: they run as written.  What ``fn``
+returns is computed before the call returns; autograd records through the einsum calls
+as for any other scorch op.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import numbers
@@ -35,28 +38,31 @@ _T = torch.Tensor
 
 # What a deferred product answers from its own metadata, without computing it.
 _METADATA = {
-    _T.shape.__get__, _T.dtype.__get__, _T.device.__get__, _T.requires_grad.__get__,
-    _T.ndim.__get__, _T.layout.__get__, _T.is_sparse.__get__, _T.is_cuda.__get__,
-    _T.size, _T.dim, _T.ndimension, _T.numel, _T.nelement, _T.is_floating_point,
-    _T.is_complex, _T.__len__,
+    _T.shape.__get__, _T.dtype.__get__, _T.device.__get__, _T.ndim.__get__,
+    _T.layout.__get__, _T.is_sparse.__get__, _T.is_cuda.__get__, _T.size, _T.dim,
+    _T.ndimension, _T.numel, _T.nelement, _T.is_floating_point, _T.is_complex, _T.__len__,
 }
+_REQUIRES_GRAD = _T.requires_grad.__get__
 
 
 class _Product(torch.Tensor):
     """A deferred einsum: ``out`` the output's index letters, ``terms`` the operands and
-    their letters (an operand is a plain tensor or a SparseTensor, never a _Product)."""
+    their letters (plain tensors and SparseTensors).  The wrapper itself does not require
+    grad (``_requires_grad`` says whether its value will): what reads it without torch's
+    functions (``autograd.Function.apply``) sees a constant, never a leaf that gradients
+    stop at."""
 
     @staticmethod
-    def __new__(cls, out, terms, shape, dtype):
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t, _ in terms)
+    def __new__(cls, out, terms, shape, dtype, base=None):
         self = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype,
-                                                   device=torch.device("cpu"),
-                                                   requires_grad=grad)
+                                                   device=torch.device("cpu"))
         self._out = out
         self._terms = tuple(terms)
         self._value = None
         self._eager = None   # how to compute it as written (the op and its operands)
+        self._view_of = base    # the product this one is a view of (a transpose), if any
         self._grad_mode = torch.is_grad_enabled()   # (computed later under the same)
+        self._requires_grad = self._grad_mode and any(t.requires_grad for t, _ in terms)
         self._versions = tuple(_data(t)._version for t, _ in self._terms)
         return self
 
@@ -72,15 +78,19 @@ class _Product(torch.Tensor):
                     f"scorch.compile: an operand of the deferred product {self.equation()} "
                     "was changed in place, outside torch's functions, after the product "
                     "was taken and before it was used; compute the product first")
-            with torch.set_grad_enabled(self._grad_mode):
+            # (as when it was taken: grad mode; no inference mode or autocast, which
+            # products are not deferred under)
+            with torch.inference_mode(False), torch.autocast("cpu", enabled=False), \
+                    torch.set_grad_enabled(self._grad_mode):   # (the last: the first sets it)
                 self._value = self._computed_now(ops)
             self._eager = None
         return self._value
 
     def _computed_now(self, ops):
-        # Without a sparse operand there is nothing to fuse: the ops run as written (the
-        # same kernels, the same roundings as eager PyTorch).
-        if not any(isinstance(t, SparseTensor) for t in ops):
+        # Sampled by a SparseTensor: one fused kernel.  Otherwise (and for a view, whose
+        # value must share its base's memory) the ops as written: the same kernels, the
+        # same roundings, formats and errors as eager PyTorch.
+        if self._view_of is not None or not any(isinstance(t, SparseTensor) for t in ops):
             return self._eager()
         from ._torch_ops import einsum
         try:
@@ -88,18 +98,35 @@ class _Product(torch.Tensor):
         except NotImplementedError:
             return self._eager()   # (what the compiler does not fuse runs as written)
 
+    def __getattr__(self, name):
+        # SparseTensor's own attributes (nnz, format, with_values) on a product whose
+        # value is one; torch.Tensor's resolve before this is reached
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.compute(), name)
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # Outside a compiled function (a deferred product kept after it returned): plain.
-        if func in _METADATA:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **(kwargs or {}))
-        return _as_written(func, args, kwargs or {})
+        return _plain(func, args, kwargs or {})
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         args, kwargs = _computed((args, kwargs or {}))
         return func(*args, **kwargs)
+
+
+def _plain(func, args, kwargs):
+    """func as on plain tensors: metadata from a deferred product's own (from its value
+    once computed: an in-place op may have changed it), anything else computes it."""
+    if func in _METADATA or func == _REQUIRES_GRAD:
+        p = args[0] if args else None
+        if type(p) is _Product and p._value is None:
+            if func == _REQUIRES_GRAD:   # (a new method-wrapper each time)
+                return p._requires_grad
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+    return _as_written(func, args, kwargs)
 
 
 def _computed(tree):
@@ -115,10 +142,20 @@ def _mapped(x, fn):
         ys = [_mapped(y, fn) for y in x]
         if all(y is z for y, z in zip(ys, x)):
             return x
-        return type(x)(*ys) if hasattr(type(x), "_fields") else type(x)(ys)
+        if type(x) in (tuple, list):
+            return type(x)(ys)
+        if hasattr(type(x), "_fields"):   # (a namedtuple)
+            return type(x)(*ys)
+        y = copy.copy(x)
+        y[:] = ys
+        return y
     if isinstance(x, dict):
         ys = {k: _mapped(v, fn) for k, v in x.items()}
-        return x if all(ys[k] is v for k, v in x.items()) else type(x)(ys)
+        if all(ys[k] is v for k, v in x.items()):
+            return x
+        y = copy.copy(x)   # (a dict subclass keeps its type: defaultdict, OrderedDict)
+        y.update(ys)
+        return y
     return x
 
 
@@ -149,43 +186,52 @@ def _data(t):
 def _storage(t):
     try:
         return _data(t).untyped_storage().data_ptr()
-    except (RuntimeError, TypeError):
+    except (RuntimeError, TypeError, NotImplementedError):
         return None
 
 
 # Tensor methods that write into their first operand besides the trailing-underscore ones.
-_IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+_IN_PLACE = {"__setitem__", "__set__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
              "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
              "__ilshift__", "__irshift__", "__imatmul__"}
 
 
 def _written(func, args, kwargs):
-    """The tensors func writes into: its first operand for an in-place method, ``out``."""
+    """The tensors func writes into: its first operand (or the tensors of a list there:
+    ``_foreach_mul_``) for an in-place op or one called with ``inplace=True``
+    (``F.relu``), ``out``; ``x.data = y`` writes x."""
     name = getattr(func, "__name__", "")
     out = kwargs.get("out")
     written = [out] if isinstance(out, torch.Tensor) else list(out or ())
-    if args and isinstance(args[0], torch.Tensor) and (
-            name in _IN_PLACE or (name.endswith("_") and not name.endswith("__"))):
-        written.append(args[0])
-    return written
+    if args and (name in _IN_PLACE or kwargs.get("inplace") is True or
+                 (name.endswith("_") and not name.endswith("__"))):
+        first = args[0]
+        written += [first] if isinstance(first, torch.Tensor) else [
+            t for t in first if isinstance(t, torch.Tensor)] if isinstance(
+            first, (list, tuple)) else []
+    return [t for t in written if isinstance(t, torch.Tensor)]
 
 
 def _settled(p: _Product):
     return p if p._value is None else p._value
 
 
-def _leaf(x):
-    """x as an operand of a product: a tensor (a deferred product computed), or None."""
-    if isinstance(x, _Product):
-        return x.compute()
-    return x if isinstance(x, torch.Tensor) else None
+def _deferrable(*ts) -> bool:
+    """Whether a product of these operands may wait: plain dense CPU tensors of one
+    floating dtype, no functorch transform, autocast or inference mode in force (their
+    rules apply at the op, which a later computation would no longer see)."""
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout is torch.strided
+               and t.device.type == "cpu" and t.dtype == ts[0].dtype for t in ts) and \
+        ts[0].dtype.is_floating_point and not torch.is_inference_mode_enabled() and \
+        not torch.is_autocast_enabled("cpu") and \
+        not torch._C._are_functorch_transforms_active()
 
 
 def _term(x, ix):
     """(x, ix) as a term, a dense operand that is a permuted view of a contiguous tensor
     (``K.T``) given as that tensor with its letters permuted, so the kernel reads it in
     its own layout and no transposed copy is made."""
-    if type(x) is not torch.Tensor or x.dim() < 2 or x.is_contiguous():
+    if isinstance(x, SparseTensor) or x.dim() < 2 or x.is_contiguous():
         return x, ix
     order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
     y = x.permute(order)
@@ -209,15 +255,11 @@ def _product(terms, out, dtype):
     return _Product(out, terms, [sizes[c] for c in out], dtype)
 
 
-def _same_dtype(*ts):
-    return all(t.dtype == ts[0].dtype for t in ts) and ts[0].dtype.is_floating_point
-
-
 def _product_of(a, b, dims):
     """a times b as a matrix / vector product, where (a.dim(), b.dim()) is in ``dims``."""
-    a, b = _leaf(a), _leaf(b)
-    if a is None or b is None or not _same_dtype(a, b):
-        return None
+    if type(a) is _Product or type(b) is _Product or not isinstance(a, torch.Tensor) or \
+            not isinstance(b, torch.Tensor) or not _deferrable(a, b):
+        return None   # (a product of deferred products computes them first: see above)
     shapes = (a.dim(), b.dim())
     if shapes not in dims:
         return None
@@ -238,19 +280,30 @@ _dot = lambda a, b: _product_of(a, b, {(1, 1)})
 def _einsum(eq, *ops):
     if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
         ops = tuple(ops[0])
-    if not isinstance(eq, str) or "->" not in eq or "." in eq:
+    if not isinstance(eq, str) or "->" not in eq or "." in eq or not ops:
         return None
     ins, out = eq.replace(" ", "").split("->")
     ins = ins.split(",")
-    leaves = [_leaf(x) for x in ops]
-    if len(ins) != len(leaves) or any(t is None for t in leaves):
+    if len(ins) != len(ops) or any(type(x) is _Product or not isinstance(x, torch.Tensor)
+                                   for x in ops) or not _deferrable(*ops):
         return None
-    if not _same_dtype(*leaves) or not all(ix.isalpha() and len(set(ix)) == len(ix)
-                                           for ix in ins):
+    if not all(ix.isascii() and ix.isalpha() and len(set(ix)) == len(ix) for ix in ins):
         return None
     if len(set(out)) != len(out) or not set(out) <= set("".join(ins)):
         return None
-    return _product(list(zip(leaves, ins)), out, leaves[0].dtype)
+    return _product(list(zip(ops, ins)), out, ops[0].dtype)
+
+
+def _extendable(a) -> bool:
+    """Whether a is a deferred product that an op may extend: not computed (nor, for a
+    view, its base: an in-place change of the base shows in the view), and taken under
+    the grad mode now in force (one taken under no_grad is a constant to what follows)."""
+    while type(a) is _Product and a._value is None:
+        if a._view_of is None:
+            return a._grad_mode == torch.is_grad_enabled() and _deferrable(
+                *[t for t, _ in a._terms if not isinstance(t, SparseTensor)])
+        a = a._view_of
+    return False
 
 
 def _relabelled(p: _Product, out: str, taken: str):
@@ -262,20 +315,30 @@ def _relabelled(p: _Product, out: str, taken: str):
     return [(t, "".join(new[c] for c in ix)) for t, ix in p._terms]
 
 
-def _extendable(a) -> bool:
-    """Whether a is a deferred product that an op may extend: one taken under the grad
-    mode now in force (one taken under no_grad is a constant to what follows)."""
-    return type(a) is _Product and a._grad_mode == torch.is_grad_enabled()
+def _sparse_reads(x) -> int:
+    if type(x) is _Product:
+        return sum(isinstance(t, SparseTensor) for t, _ in x._terms)
+    return int(isinstance(x, SparseTensor))
+
+
+def _scalar_factor(s, dtype):
+    """A Python number s as a 0-D tensor of dtype, or None where eager PyTorch would not
+    compute with that value (float16 / bfloat16 products scale in float32; a number
+    beyond the dtype's range or below its smallest normal would round)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return None
+    fi = torch.finfo(dtype)
+    if s != 0 and not fi.tiny <= abs(s) <= fi.max:
+        return None
+    return torch.tensor(s, dtype=dtype)
 
 
 def _mul(a, b):
     """Elementwise a * b where one side is a deferred product: its equation gains the other
-    side (a tensor on the output's trailing letters, or a 0-D scalar)."""
+    side (a tensor of its shape or of its trailing shape, or a scalar)."""
     if not _extendable(a):
         a, b = b, a
-    if not _extendable(a):
-        return None
-    if _sparse_reads(a) + _sparse_reads(b) > _MAX_SPARSE:
+    if not _extendable(a) or _sparse_reads(a) + _sparse_reads(b) > _MAX_SPARSE:
         return None
     if isinstance(b, _Product):
         if not _extendable(b) or b.shape != a.shape or b.dtype != a.dtype or \
@@ -283,27 +346,26 @@ def _mul(a, b):
             return None
         tb = _relabelled(b, a._out, "".join(ix for _, ix in a._terms))
         return _Product(a._out, list(a._terms) + tb, a.shape, a.dtype)
-    if isinstance(b, bool) or not isinstance(b, (numbers.Real, torch.Tensor)):
+    if isinstance(b, numbers.Real) and not isinstance(b, bool):
+        b = _scalar_factor(b, a.dtype)
+        if b is None:
+            return None
+    if not isinstance(b, torch.Tensor) or len(a._terms) >= _MAX_TERMS or \
+            b.dtype != a.dtype or b.dim() > a.dim() or \
+            tuple(b.shape) != tuple(a.shape[a.dim() - b.dim():]):
         return None
-    if not isinstance(b, torch.Tensor):
-        b = torch.tensor(b, dtype=a.dtype)
-    if b.dtype != a.dtype or b.dim() > a.dim() or len(a._terms) >= _MAX_TERMS:
+    if isinstance(b, SparseTensor):
+        if b.dim() != a.dim():   # (a sparse factor broadcast is eager's to refuse)
+            return None
+    elif type(b) not in (torch.Tensor, torch.nn.Parameter) or b.layout is not torch.strided:
         return None
     ix = a._out[a.dim() - b.dim():]
-    if tuple(b.shape) != tuple(a.shape[a.dim() - b.dim():]):
-        return None
     return _Product(a._out, list(a._terms) + [(b, ix)], a.shape, a.dtype)
 
 
-def _sparse_reads(x) -> int:
-    if type(x) is _Product:
-        return sum(isinstance(t, SparseTensor) for t, _ in x._terms)
-    return int(isinstance(x, SparseTensor))
-
-
 def _div(a, b):
-    if _extendable(a) and isinstance(b, numbers.Real) and not isinstance(b, bool) \
-            and b != 0:
+    if _extendable(a) and isinstance(b, numbers.Real) and not isinstance(b, bool) and \
+            b != 0 and _scalar_factor(b, a.dtype) is not None:
         return _mul(a, 1.0 / b)
     return None
 
@@ -312,49 +374,61 @@ def _neg(a):
     return _mul(a, -1.0) if _extendable(a) else None
 
 
+def _dims(a, dims):
+    """dims (ints, negative from the end) as distinct positions of a's, or None where
+    torch would raise (out of range, repeated): the op then runs, and raises, as written."""
+    n = a.dim()
+    if not all(isinstance(d, int) and -max(n, 1) <= d < max(n, 1) for d in dims):
+        return None
+    dims = [d % n if n else 0 for d in dims]
+    return dims if len(set(dims)) == len(dims) else None
+
+
 def _permuted(a, order):
-    if not _extendable(a) or sorted(order) != list(range(a.dim())):
+    """A view of a with its dimensions in ``order``."""
+    if not _extendable(a) or order is None or sorted(order) != list(range(a.dim())):
         return None
     out = "".join(a._out[d] for d in order)
-    return _Product(out, a._terms, [a.shape[d] for d in order], a.dtype)
+    return _Product(out, a._terms, [a.shape[d] for d in order], a.dtype, base=a)
 
 
 def _transpose(a, d0, d1):
-    if not isinstance(a, _Product) or a.dim() == 0:
+    if not _extendable(a) or a.dim() == 0:
+        return None
+    da, db = _dims(a, [d0]), _dims(a, [d1])
+    if da is None or db is None:
         return None
     order = list(range(a.dim()))
-    d0, d1 = d0 % a.dim(), d1 % a.dim()
-    order[d0], order[d1] = order[d1], order[d0]
+    order[da[0]], order[db[0]] = order[db[0]], order[da[0]]
     return _permuted(a, order)
 
 
 def _t(a):
-    return _permuted(a, list(range(a.dim()))[::-1]) if isinstance(a, _Product) and \
+    return _permuted(a, list(range(a.dim()))[::-1]) if _extendable(a) and \
         a.dim() <= 2 else None
 
 
 def _mT(a):
-    return _transpose(a, -2, -1) if isinstance(a, _Product) and a.dim() >= 2 else None
+    return _transpose(a, -2, -1) if _extendable(a) and a.dim() >= 2 else None
 
 
 def _permute(a, *dims):
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = dims[0]
-    if not isinstance(a, _Product):
+    if not _extendable(a) or len(dims) != a.dim():
         return None
-    return _permuted(a, [d % a.dim() for d in dims]) if len(dims) == a.dim() else None
+    return _permuted(a, _dims(a, list(dims)))
 
 
 def _sum(a, dim=None, keepdim=False, *, dtype=None):
     if not _extendable(a) or keepdim or dtype is not None:
         return None
     if dim is None:
-        dims = range(a.dim())
+        dims = list(range(a.dim()))
     else:
-        dims = [dim] if isinstance(dim, int) else list(dim)
+        dims = _dims(a, [dim] if isinstance(dim, int) else list(dim))
         if not dims or not a.dim():   # (torch sums everything over dim=[])
             return None
-        dims = [d % a.dim() for d in dims]
     keep = [d for d in range(a.dim()) if d not in dims]
     out = "".join(a._out[d] for d in keep)
     return _Product(out, a._terms, [a.shape[d] for d in keep], a.dtype)
@@ -382,9 +456,6 @@ class _Deferring(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _METADATA:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
         rule = _RULES.get(func)
         if rule is not None:
             # (a product computed already is its value: an in-place op may have changed it)
@@ -405,12 +476,12 @@ class _Deferring(TorchFunctionMode):
             for p in list(self._pending):
                 if p._value is None and any(_storage(t) in changed for t, _ in p._terms):
                     p.compute()
-        return _as_written(func, args, kwargs)
+        return _plain(func, args, kwargs)
 
 
 def compile(fn=None):
-    """``fn`` with its products deferred until their use is known (see the module's text):
-    a dense product that a sparse tensor samples (``mask * (Q @ K.T)``) runs as one fused
+    """``fn`` with its dense products deferred until their use is known (see the module's
+    text): a product that a sparse tensor samples (``mask * (Q @ K.T)``) runs as one fused
     SDDMM kernel instead of being formed densely.  Use as ``scorch.compile(fn)`` or
     ``@scorch.compile``."""
     if fn is None:
