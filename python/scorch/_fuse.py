@@ -57,6 +57,7 @@ class _Product(torch.Tensor):
         self = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype,
                                                    device=torch.device("cpu"))
         self._out = out
+        self._shape, self._dtype = tuple(shape), dtype   # (plain reads: no torch function)
         self._terms = tuple(terms)
         self._value = None
         self._eager = None   # how to compute it as written (the op and its operands)
@@ -218,13 +219,17 @@ def _settled(p: _Product):
 
 def _deferrable(*ts) -> bool:
     """Whether a product of these operands may wait: plain dense CPU tensors of one
-    floating dtype, no functorch transform, autocast or inference mode in force (their
-    rules apply at the op, which a later computation would no longer see)."""
+    floating dtype, in plain modes (_plain_modes)."""
     return all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout is torch.strided
                and t.device.type == "cpu" and t.dtype == ts[0].dtype for t in ts) and \
-        ts[0].dtype.is_floating_point and not torch.is_inference_mode_enabled() and \
-        not torch.is_autocast_enabled("cpu") and \
-        not torch._C._are_functorch_transforms_active()
+        ts[0].dtype.is_floating_point and _plain_modes()
+
+
+def _plain_modes() -> bool:
+    """No functorch transform, autocast or inference mode in force: their rules apply at
+    the op, which a later computation would no longer see."""
+    return not torch.is_inference_mode_enabled() and not torch.is_autocast_enabled("cpu") \
+        and not torch._C._are_functorch_transforms_active()
 
 
 def _term(x, ix):
@@ -300,8 +305,7 @@ def _extendable(a) -> bool:
     the grad mode now in force (one taken under no_grad is a constant to what follows)."""
     while type(a) is _Product and a._value is None:
         if a._view_of is None:
-            return a._grad_mode == torch.is_grad_enabled() and _deferrable(
-                *[t for t, _ in a._terms if not isinstance(t, SparseTensor)])
+            return a._grad_mode == torch.is_grad_enabled() and _plain_modes()
         a = a._view_of
     return False
 
@@ -341,31 +345,33 @@ def _mul(a, b):
     if not _extendable(a) or _sparse_reads(a) + _sparse_reads(b) > _MAX_SPARSE:
         return None
     if isinstance(b, _Product):
-        if not _extendable(b) or b.shape != a.shape or b.dtype != a.dtype or \
+        if not _extendable(b) or b._shape != a._shape or b._dtype != a._dtype or \
                 len(a._terms) + len(b._terms) > _MAX_TERMS:
             return None
         tb = _relabelled(b, a._out, "".join(ix for _, ix in a._terms))
-        return _Product(a._out, list(a._terms) + tb, a.shape, a.dtype)
+        return _Product(a._out, list(a._terms) + tb, a._shape, a._dtype)
     if isinstance(b, numbers.Real) and not isinstance(b, bool):
-        b = _scalar_factor(b, a.dtype)
+        b = _scalar_factor(b, a._dtype)
         if b is None:
             return None
-    if not isinstance(b, torch.Tensor) or len(a._terms) >= _MAX_TERMS or \
-            b.dtype != a.dtype or b.dim() > a.dim() or \
-            tuple(b.shape) != tuple(a.shape[a.dim() - b.dim():]):
+    if not isinstance(b, torch.Tensor) or len(a._terms) >= _MAX_TERMS:
+        return None
+    bs = b._shape if isinstance(b, SparseTensor) else tuple(b.shape)
+    n = len(a._shape)
+    if b.dtype != a._dtype or len(bs) > n or bs != a._shape[n - len(bs):]:
         return None
     if isinstance(b, SparseTensor):
-        if b.dim() != a.dim():   # (a sparse factor broadcast is eager's to refuse)
+        if len(bs) != n:   # (a sparse factor broadcast is eager's to refuse)
             return None
     elif type(b) not in (torch.Tensor, torch.nn.Parameter) or b.layout is not torch.strided:
         return None
-    ix = a._out[a.dim() - b.dim():]
-    return _Product(a._out, list(a._terms) + [(b, ix)], a.shape, a.dtype)
+    ix = a._out[n - len(bs):]
+    return _Product(a._out, list(a._terms) + [(b, ix)], a._shape, a._dtype)
 
 
 def _div(a, b):
     if _extendable(a) and isinstance(b, numbers.Real) and not isinstance(b, bool) and \
-            b != 0 and _scalar_factor(b, a.dtype) is not None:
+            b != 0 and _scalar_factor(b, a._dtype) is not None:
         return _mul(a, 1.0 / b)
     return None
 
@@ -377,7 +383,7 @@ def _neg(a):
 def _dims(a, dims):
     """dims (ints, negative from the end) as distinct positions of a's, or None where
     torch would raise (out of range, repeated): the op then runs, and raises, as written."""
-    n = a.dim()
+    n = len(a._shape)
     if not all(isinstance(d, int) and -max(n, 1) <= d < max(n, 1) for d in dims):
         return None
     dims = [d % n if n else 0 for d in dims]
@@ -386,36 +392,36 @@ def _dims(a, dims):
 
 def _permuted(a, order):
     """A view of a with its dimensions in ``order``."""
-    if not _extendable(a) or order is None or sorted(order) != list(range(a.dim())):
+    if not _extendable(a) or order is None or sorted(order) != list(range(len(a._shape))):
         return None
     out = "".join(a._out[d] for d in order)
-    return _Product(out, a._terms, [a.shape[d] for d in order], a.dtype, base=a)
+    return _Product(out, a._terms, [a._shape[d] for d in order], a._dtype, base=a)
 
 
 def _transpose(a, d0, d1):
-    if not _extendable(a) or a.dim() == 0:
+    if not _extendable(a) or len(a._shape) == 0:
         return None
     da, db = _dims(a, [d0]), _dims(a, [d1])
     if da is None or db is None:
         return None
-    order = list(range(a.dim()))
+    order = list(range(len(a._shape)))
     order[da[0]], order[db[0]] = order[db[0]], order[da[0]]
     return _permuted(a, order)
 
 
 def _t(a):
-    return _permuted(a, list(range(a.dim()))[::-1]) if _extendable(a) and \
-        a.dim() <= 2 else None
+    return _permuted(a, list(range(len(a._shape)))[::-1]) if _extendable(a) and \
+        len(a._shape) <= 2 else None
 
 
 def _mT(a):
-    return _transpose(a, -2, -1) if _extendable(a) and a.dim() >= 2 else None
+    return _transpose(a, -2, -1) if _extendable(a) and len(a._shape) >= 2 else None
 
 
 def _permute(a, *dims):
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = dims[0]
-    if not _extendable(a) or len(dims) != a.dim():
+    if not _extendable(a) or len(dims) != len(a._shape):
         return None
     return _permuted(a, _dims(a, list(dims)))
 
@@ -424,14 +430,14 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
     if not _extendable(a) or keepdim or dtype is not None:
         return None
     if dim is None:
-        dims = list(range(a.dim()))
+        dims = list(range(len(a._shape)))
     else:
         dims = _dims(a, [dim] if isinstance(dim, int) else list(dim))
-        if not dims or not a.dim():   # (torch sums everything over dim=[])
+        if not dims or not len(a._shape):   # (torch sums everything over dim=[])
             return None
-    keep = [d for d in range(a.dim()) if d not in dims]
+    keep = [d for d in range(len(a._shape)) if d not in dims]
     out = "".join(a._out[d] for d in keep)
-    return _Product(out, a._terms, [a.shape[d] for d in keep], a.dtype)
+    return _Product(out, a._terms, [a._shape[d] for d in keep], a._dtype)
 
 
 _RULES = {
@@ -476,7 +482,12 @@ class _Deferring(TorchFunctionMode):
             for p in list(self._pending):
                 if p._value is None and any(_storage(t) in changed for t, _ in p._terms):
                     p.compute()
-        return _plain(func, args, kwargs)
+        for a in args:
+            if type(a) is _Product:
+                return _plain(func, args, kwargs)
+        # (no deferred product among the operands, or only inside a list or keyword:
+        # there torch calls _Product.__torch_function__, which computes it)
+        return func(*args, **kwargs)
 
 
 def compile(fn=None):
