@@ -17,7 +17,7 @@ import torch
 
 import scorch
 
-from .common import median_time, powerlaw, shared_matrices
+from .common import geomean, median_time, powerlaw, shared_matrices
 
 DENSE_LIMIT = 400e6  # bytes: skip dense conversions above this
 
@@ -62,11 +62,6 @@ def bench_matrix(name, m, repeat, budget):
          lambda: t_unc.coalesce().to_sparse_csr(), sp_unc.tocsr)
     case("csr->csc", lambda: A.to_format("csc"), t_csr.to_sparse_csc, m.tocsc)
     return rows
-
-
-def geomean(xs):
-    xs = [x for x in xs if x == x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
 def main(argv=None):

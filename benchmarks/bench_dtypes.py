@@ -31,7 +31,7 @@ import torch
 
 import scorch
 
-from .common import shared_matrices, time_rounds
+from .common import geomean, shared_matrices, time_rounds
 
 DENSE_LIMIT = 200e6   # bytes of the dense half matrix: larger ones have no dense baseline
 QUICK = ("bcsstk13", "cryg2500", "wiki-Vote", "email-Enron")
@@ -84,11 +84,6 @@ def cases(m, dtype, K=64):
                          back(torch.einsum("ij,ik,jk->ij", aw, Uh.to(wide), Vh.to(wide))
                               .values()))))
     return out
-
-
-def geomean(xs):
-    xs = [x for x in xs if x and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
 
 
 def main(argv=None):

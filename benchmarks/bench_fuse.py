@@ -27,7 +27,7 @@ import torch
 
 import scorch
 
-from .common import shared_matrices, time_rounds
+from .common import geomean, shared_matrices, time_rounds
 
 DENSE_LIMIT = 1 << 30   # bytes of the n × n product
 
@@ -71,11 +71,6 @@ def bench(name, m, d, repeat, budget, rng):
     for c in ("eager", "dense", "sampled"):
         row[f"vs_{c}"] = row["compiled_ms"] / row[f"{c}_ms"]
     return row
-
-
-def geomean(xs):
-    xs = [x for x in xs if x == x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
 def main(argv=None):

@@ -3,6 +3,7 @@ deterministic synthetic inputs.  Every benchmark compares candidates in the same
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import sys
 import statistics
@@ -31,6 +32,13 @@ def median_time(fn, repeat=7, warmup=1, budget=None):
         if budget is not None and spent > budget and len(times) >= 3:
             break
     return statistics.median(times)
+
+
+def geomean(xs, empty=math.nan):
+    """The geometric mean of the positive, finite numbers in xs (None and nan skipped), or
+    ``empty`` where there are none."""
+    xs = [x for x in xs if x is not None and math.isfinite(x) and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else empty
 
 
 def time_rounds(fns, repeat, budget, rng, warm=()):

@@ -46,7 +46,7 @@ import torch
 
 import scorch
 
-from .common import SHARED, median_time, shared_matrices, time_rounds
+from .common import SHARED, geomean, median_time, shared_matrices, time_rounds
 
 DENSE_LIMIT = 1 << 30          # bytes: dense baseline only where the dense matrix fits in 1 GB
 DENSE_FLOP_LIMIT = 2e11        # dense A·A only below this many flops
@@ -580,11 +580,6 @@ class Bench:
 
 # --------------------------------------------------------------------------- summary
 
-def geomean(xs):
-    xs = [x for x in xs if x is not None and x == x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def summarize(rows):
     groups = {}
     for r in rows:
@@ -596,7 +591,7 @@ def summarize(rows):
         s = {"group": key, "cases": len(sel)}
         for b in ("torch", "scipy", "dense"):
             vals = [r[f"vs_{b}"] for r in sel if r[f"vs_{b}"]]
-            s[f"geo_vs_{b}"] = geomean(vals)
+            s[f"geo_vs_{b}"] = geomean(vals, empty=None)
             if vals:
                 w = max((r for r in sel if r[f"vs_{b}"]), key=lambda r: r[f"vs_{b}"])
                 s[f"worst_vs_{b}"] = (w["matrix"], w[f"vs_{b}"])
