@@ -478,3 +478,12 @@ def test_sizes_and_edge_index_must_be_integers():
             scorch.from_edge_index(ei.to(dt), 2)
     assert scorch.from_edge_index(ei, np.int64(3)).shape == (3, 3)
     assert scorch.from_edge_index(ei, torch.tensor(3)).shape == (3, 3)
+
+
+def test_an_optimizer_step_on_a_sparse_leaf_says_how_to_train_it():
+    A = torch.nn.Parameter(scorch.to_sparse(torch.eye(3), "csr"))
+    (A @ torch.ones(3, 2)).sum().backward()
+    for opt in (torch.optim.SGD([A], lr=0.1), torch.optim.Adam([A])):
+        with pytest.raises(NotImplementedError, match=r"writes in place.*with_values\(p\)"):
+            opt.step()
+    assert torch.equal(A.to_dense(), torch.eye(3))

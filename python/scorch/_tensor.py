@@ -233,6 +233,12 @@ class SparseTensor(torch.Tensor):
             return args[0]._rewrap(args[0]._values)
         if func is torch.ops.aten.clone.default:
             return args[0].clone()
+        if func._schema.is_mutable:   # (an optimizer's step on a SparseTensor leaf, ...)
+            _ops().refuse(str(func), *args, why="it writes in place, and scorch never writes "
+                          "a SparseTensor's arrays", hint="use the op out of place (x = "
+                          "x.relu()) or .to_dense(); to train a SparseTensor's values, make "
+                          "them the parameter: A.with_values(p) with p an nn.Parameter, or "
+                          "scorch.nn.SparseLinear")
         _ops().refuse(str(func), *args)   # (formats named inside lists of operands too)
 
     # ---- properties --------------------------------------------------------------------

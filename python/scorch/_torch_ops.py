@@ -52,12 +52,12 @@ def _formats(*objs):
     return sorted(out)
 
 
-def refuse(name, *objs, why=""):
+def refuse(name, *objs, why="", hint="use .to_dense() to compute it densely"):
     """The NotImplementedError every refusal raises (one line, op and formats named)."""
     why = f": {why}" if why else ""
     raise NotImplementedError(
         f"scorch: {name} is not supported on SparseTensor (formats: "
-        f"{', '.join(_formats(*objs))}){why}; use .to_dense() to compute it densely")
+        f"{', '.join(_formats(*objs))}){why}; {hint}")
 
 
 def refuse_out(name, out, *objs):
