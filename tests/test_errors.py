@@ -487,3 +487,33 @@ def test_an_optimizer_step_on_a_sparse_leaf_says_how_to_train_it():
         with pytest.raises(NotImplementedError, match=r"writes in place.*with_values\(p\)"):
             opt.step()
     assert torch.equal(A.to_dense(), torch.eye(3))
+
+
+def test_kernel_formats_are_matched_by_name():
+    a = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    A, X = scorch.to_sparse(a, "csr"), torch.randn(3, 4)
+    B = scorch.to_sparse(torch.randn(3, 4), "csc")
+    for k in (scorch.kernel("C(i,k) = A(i,j) * B(j,k)", B="dense"),
+              scorch.kernel("C(i,k) = A(i,j) * B(j,k)", B="dense", A="csr")):
+        torch.testing.assert_close(k(A, X), a @ X)
+    k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)", B="csc", A="csr")
+    torch.testing.assert_close(k(A, B).to_dense(), a @ B.to_dense())
+    with pytest.raises(TypeError, match="operand B was declared csc but is dense"):
+        k(A, X)
+    with pytest.raises(ValueError, match="formats declared for Z"):
+        scorch.kernel("C(i,k) = A(i,j) * B(j,k)", Z="csr")
+    for bad in (5, ["csr"]):
+        with pytest.raises(TypeError, match="out_format must be a str or scorch.Format"):
+            scorch.einsum("ij->ij", A, out_format=bad)
+        with pytest.raises(TypeError, match="out_format must be a str or scorch.Format"):
+            scorch.kernel("C(i,j) = A(i,j)", out_format=bad)
+
+
+def test_enabled_integer_addmm_casts_the_scalars_as_torch():
+    A = torch.tensor([[1, 0], [0, 2]]).to_sparse()
+    X, b = torch.tensor([[3, 4], [5, 6]]), torch.ones(2, 2, dtype=torch.long)
+    for kw in (dict(alpha=0.5), dict(beta=0.5), dict(alpha=2.7, beta=1.9)):
+        want = torch.addmm(b, A, X, **kw)
+        with scorch.enabled():
+            got = torch.addmm(b, A, X, **kw)
+        assert got.dtype == want.dtype and torch.equal(got, want)

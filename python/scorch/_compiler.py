@@ -397,6 +397,9 @@ def _entry(lang, expr, key, operands, descs, out_format, sched):
 def _out_key(out_format):
     if out_format is None or isinstance(out_format, str):
         return out_format
+    if not isinstance(out_format, Format):
+        raise TypeError(f"out_format must be a str or scorch.Format, not "
+                        f"{type(out_format).__name__}")
     return out_format.as_tuple()
 
 
@@ -613,12 +616,22 @@ class Kernel:
             raise TypeError(f"the expression must be a str, not {type(notation).__name__}")
         self.notation = notation
         self.formats = dict(formats)
+        _out_key(out_format)   # (checks its type)
         self.out_format = out_format
         self.schedule = _schedule_text(schedule)
         self._parsed = {}  # (declared format, ndim) -> Format: parsed once, not per call
+        self._names = _operand_names(notation)
+        unknown = [k for k in self.formats if k not in self._names]
+        if unknown and self._names:
+            raise ValueError(f"formats declared for {', '.join(unknown)}, which "
+                             f"{notation!r} does not read (its operands: "
+                             f"{', '.join(self._names)})")
 
     def _check(self, operands):
-        for (name, want), x in zip(self.formats.items(), operands):
+        for name, x in zip(self._names, operands):
+            if name not in self.formats:
+                continue
+            want = self.formats[name]
             if want in ("dense", None):
                 if isinstance(x, SparseTensor):
                     raise TypeError(f"operand {name} was declared dense but is a "
@@ -648,6 +661,30 @@ class Kernel:
     def __repr__(self):
         fm = ", ".join(f"{k}={v!r}" for k, v in self.formats.items())
         return f"scorch.kernel({self.notation!r}{', ' if fm else ''}{fm})"
+
+
+_TOKEN = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|([0-9.][0-9.eE+-]*)|(.))")
+
+
+def _operand_names(notation: str) -> list:
+    """The operands' names on the right-hand side of index notation, in order of first
+    appearance (the order a Kernel takes them in); [] where it has no '='."""
+    if "=" not in notation:
+        return []
+    tokens = [(m.group(1), m.group(3)) for m in _TOKEN.finditer(notation.split("=", 1)[1])
+              if m.group(0).strip()]
+    names, k = [], 0
+    while k < len(tokens):
+        name = tokens[k][0]
+        k += 1
+        if name is None:
+            continue
+        if name not in names:
+            names.append(name)
+        if k < len(tokens) and tokens[k][1] == "(":   # (its indices, up to the ')')
+            while k < len(tokens) and tokens[k][1] != ")":
+                k += 1
+    return names
 
 
 def kernel(notation: str, out_format=None, schedule=None, **formats) -> Kernel:

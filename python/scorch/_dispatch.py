@@ -151,6 +151,8 @@ def _mv(a, x):
 
 def _addmm(inp, mat1, mat2, *, beta=1, alpha=1):
     p = _mm(mat1, mat2)
+    if not p.dtype.is_floating_point:   # (torch's sparse kernels cast the scalars to the
+        alpha, beta = int(alpha), int(beta)   # integer type: 0.5 is 0)
     if alpha != 1:
         p = p * alpha
     if beta == 0:
