@@ -1,5 +1,6 @@
 """scorch.einsum against torch.einsum on the dense tensors: every case of the compiler
 issue, float32 and float64, int32 and int64 indices, seeded inputs with empty rows."""
+import importlib.util
 import threading
 
 import numpy as np
@@ -447,3 +448,32 @@ def test_spgemm_never_takes_a_workspace_over_the_whole_output(fa, fo):
     wr, wc = want.indices()
     assert torch.equal(r[order], wr) and torch.equal(c[order], wc)
     torch.testing.assert_close(coo.values()[order], want.values())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scorch._aot") is None,
+                    reason="scorch._aot was not built (SCORCH_AOT=0 at build)")
+def test_built_in_kernels_run_without_a_usable_cache_directory(tmp_path):
+    # The README's "no C compiler, no disk": a bad cache directory is reported by the
+    # first kernel that needs compiling, not by the built-in ones.
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, scorch\n"
+        "A = scorch.to_sparse(torch.eye(4), 'csr')\n"
+        "assert (A @ torch.ones(4, 3)).sum().item() == 12 and (A + A).nnz == 4\n"
+        "try:\n"
+        "    scorch.kernel('C(i,j) = A(i,j) * A(i,j) * A(i,j) - A(i,j)')(A)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    for where, why in ((afile, "is not a directory"), (shared, "writable by others")):
+        env = dict(__import__("os").environ, SCORCH_CACHE_DIR=str(where), SCORCH_AOT="1")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert why in r.stdout

@@ -190,6 +190,15 @@ sc_status sc_jit_configure(sc_jit *jit, const sc_jit_config *cfg, sc_error *err)
     if (!jit->include_dir)
         return err->kind;
     sc_status st = pick_cache_dir(jit, cfg, err);
+    if (st == SC_USER) {   /* (kept for the first kernel that needs the disk) */
+        sc_free(ctx, jit->cache_dir);
+        jit->cache_dir = NULL;
+        jit->cache_err = concat(ctx, err->msg, "", "", err);
+        if (!jit->cache_err)
+            return err->kind;
+        sc_error_clear(err);
+        st = SC_OK;
+    }
     return st != SC_OK ? st : build_argv(jit, err);
 }
 

@@ -59,6 +59,8 @@ sc_status sc_jit_disk_symbol(void *lib, const char *path, const char *symbol, sc
 static bool note_path(const sc_jit *jit, const char *name, const char *suffix, char *path,
                       size_t cap)
 {
+    if (!jit->cache_dir)   /* (no usable cache directory: no notes) */
+        return false;
     int n = snprintf(path, cap, "%s/%s%s", jit->cache_dir, name, suffix);
     return n > 0 && (size_t)n < cap;
 }

@@ -44,6 +44,7 @@ void sc_jit_free(sc_jit *jit)
     sc_free(ctx, jit->cc);
     sc_free(ctx, jit->cflags);
     sc_free(ctx, jit->cache_dir);
+    sc_free(ctx, jit->cache_err);
     sc_free(ctx, jit->include_dir);
     sc_free(ctx, jit->words);
     sc_free(ctx, jit->include_flag);
@@ -90,6 +91,11 @@ static sc_status load_or_compile(sc_jit *jit, sc_jit_key key, const char *source
 {
     char hex[33];
     sc_jit_key_hex(key, hex);
+    if (!jit->cache_dir) {   /* (no usable cache directory: nothing to find, no compile) */
+        *lib = NULL;
+        *compiled = *refused = 0;
+        return compile ? sc_fail(err, SC_USER, SC_JIT_STAGE, "%s", jit->cache_err) : SC_OK;
+    }
     char *so = sc_jit_cache_path(jit, hex, ".so", err);
     if (!so)
         return err->kind;

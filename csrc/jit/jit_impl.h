@@ -23,6 +23,9 @@ typedef struct sc_jit_entry {
 struct sc_jit {
     const sc_ctx *ctx;
     char *cc, *cflags, *cache_dir, *include_dir; /* resolved settings, owned */
+    char *cache_err; /* why there is no cache_dir (NULL then): reported by the first
+                      * kernel that needs the disk, not by the jit's creation, so that
+                      * the built-in kernels run without one */
     char *words;                                  /* storage behind argv's words */
     char *include_flag;                           /* "-I<include_dir>" */
     char **argv;   /* cc words, cflags words, base flags, include_flag (n_fixed) */

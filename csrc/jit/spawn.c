@@ -149,8 +149,9 @@ static sc_status write_source(const paths *p, const char *source, size_t len, sc
 {
     int fd = mkostemps(p->src, 2, O_CLOEXEC);
     if (fd < 0)
-        return sc_fail(err, SC_INTERNAL, SC_JIT_STAGE, "cannot create '%s': %s", p->src,
-                       strerror(errno));
+        return sc_fail(err, SC_USER, SC_JIT_STAGE,
+                       "cannot create '%s' in the kernel cache: %s (set SCORCH_CACHE_DIR to "
+                       "a writable directory)", p->src, strerror(errno));
     size_t stem = strlen(p->src) - 2;
     memcpy(p->so, p->src, stem);
     memcpy(p->log, p->src, stem);

@@ -133,13 +133,26 @@ static void test_config(void)
     CHECK(sc_jit_new(&ctx, &noheader, &err) == NULL && err.kind == SC_USER &&
           strstr(err.msg, "scorch_rt.h") != NULL);
 
-    /* A cache dir others may write is refused. */
+    /* A cache dir others may write is refused, by the first kernel that needs the disk
+     * (the jit itself is made: the built-in kernels need no disk); a lookup finds
+     * nothing, and notes are neither read nor written. */
     char open_dir[128];
     snprintf(open_dir, sizeof open_dir, "%s/shared", root);
     CHECK(mkdir(open_dir, 0700) == 0 && chmod(open_dir, 0777) == 0);
     sc_jit_config shared = {NULL, NULL, open_dir, "runtime"};
-    CHECK(sc_jit_new(&ctx, &shared, &err) == NULL && err.kind == SC_USER &&
-          strstr(err.msg, "writable") != NULL);
+    sc_jit *sj = sc_jit_new(&ctx, &shared, &err);
+    CHECK(sj != NULL && sc_jit_setting(sj, "cache_dir") == NULL);
+    if (sj) {
+        sc_jit_fn f = NULL;
+        const char *src = "int f(void) { return 1; }\n";
+        CHECK(sc_jit_cached(sj, src, strlen(src), "f", &f, &err) == SC_OK && f == NULL);
+        CHECK(sc_jit_get(sj, src, strlen(src), "f", &f, &err) == SC_USER && f == NULL &&
+              strstr(err.msg, "writable") != NULL);
+        char buf[8];
+        CHECK(!sc_jit_note_write(sj, "note", "1\n"));
+        CHECK(sc_jit_note_read(sj, "note", buf, sizeof buf) == -1);
+        sc_jit_free(sj);
+    }
 
     /* The environment fills what the config leaves NULL; the dir is made 0700. */
     char env_dir[128];
