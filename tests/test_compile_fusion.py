@@ -509,3 +509,55 @@ def test_sparse_attributes_and_functions_that_read_tensors_directly():
     y = scorch.compile(lambda Q, K: Sin.apply((Q @ K.T).contiguous()))(Qg, K)
     y.sum().backward()
     torch.testing.assert_close(Qg.grad, ((Q @ K.T).cos()) @ K)
+
+
+def test_a_product_derived_from_another_is_taken_before_the_other_changes():
+    Q, K = _dense((4, 3), torch.float32, 62), _dense((5, 3), torch.float32, 63)
+    _, M = _mask((4, 5), "csr", torch.float32, 64)
+    D = _dense((4, 5), torch.float32, 65)
+    for derive in (lambda p: p * 2, lambda p: p.sum(0), lambda p: -p, lambda p: p * D,
+                   lambda p: p.T * 2, lambda p: M * p):
+        for change in (lambda p: p.mul_(3), lambda p: p.add_(1), lambda p: p.zero_(),
+                       lambda p: p.__setitem__((0, 0), 100.0), lambda p: p[0].add_(5)):
+            def fn(Q, K):
+                p = Q @ K.T
+                s = derive(p)
+                change(p)
+                return s, p
+            got, want = scorch.compile(fn)(Q.clone(), K), fn(Q.clone(), K)
+            for g, w in zip(got, want):
+                g = g.to_dense() if isinstance(g, scorch.SparseTensor) else g
+                w = w.to_dense() if isinstance(w, scorch.SparseTensor) else w
+                torch.testing.assert_close(g, w)
+
+
+def test_masks_formats_scalars_and_products_of_products_as_eager():
+    Q, K = _dense((4, 3), torch.float32, 66), _dense((5, 3), torch.float32, 67)
+    m = torch.ones(4, 5)
+    for fa, fb in (("csr", "csc"), ("coo", "dcsr"), ("csc", "csr")):
+        A, B = scorch.to_sparse(m, fa), scorch.to_sparse(m, fb)
+        _same(lambda Q, K, A, B: A * (B * (Q @ K.T)), Q, K, A, B)
+        _same(lambda Q, K, A, B: (A * (Q @ K.T)) * B, Q, K, A, B)
+    Md = scorch.to_sparse(m, "dense")
+    _same(lambda Q, K, M: M * (Q @ K.T), Q, K, Md)
+    Mh = scorch.to_sparse(m * 0.5, "csr")
+    big = lambda Q, K, M: M * (Q @ K.T) * 3e38      # eager overflows less than q·k·s
+    got, want = scorch.compile(big)(Q * 2, K, Mh), big(Q * 2, K, Mh)
+    assert torch.equal(got.values().isinf(), want.values().isinf())
+    with pytest.raises(OverflowError):
+        scorch.compile(lambda Q, K, M: M * (Q @ K.T) * 2 ** 70)(Q, K, Mh)
+    _same(lambda Q, K, M: M * ((Q @ K.T) * (Q @ K.T)), Q, K, Mh)
+
+
+def test_a_change_nothing_saw_is_reported_even_after_fusing():
+    Q, K = _dense((4, 3), torch.float32, 68), _dense((5, 3), torch.float32, 69)
+    _, M = _mask((4, 5), "csr", torch.float32, 70)
+
+    def fn(Q, K, M):
+        p = Q @ K.T
+        with torch._C.DisableTorchFunction():
+            Q.add_(1)
+        return M * p
+
+    with pytest.raises(RuntimeError, match="changed in place"):
+        scorch.compile(fn)(Q.clone(), K, M)

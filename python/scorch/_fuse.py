@@ -53,7 +53,7 @@ class _Product(torch.Tensor):
     stop at."""
 
     @staticmethod
-    def __new__(cls, out, terms, shape, dtype, base=None):
+    def __new__(cls, out, terms, shape, dtype, base=None, versions=None):
         self = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype,
                                                    device=torch.device("cpu"))
         self._out = out
@@ -62,9 +62,13 @@ class _Product(torch.Tensor):
         self._value = None
         self._eager = None   # how to compute it as written (the op and its operands)
         self._view_of = base    # the product this one is a view of (a transpose), if any
+        self._reads = ()        # the products its ops as written read (set by the mode)
         self._grad_mode = torch.is_grad_enabled()   # (computed later under the same)
         self._requires_grad = self._grad_mode and any(t.requires_grad for t, _ in terms)
-        self._versions = tuple(_data(t)._version for t, _ in self._terms)
+        # (the operands' versions when the product was first taken: a product extended
+        # from another keeps the other's, so a change in between is still seen)
+        self._versions = versions if versions is not None else tuple(
+            _data(t)._version for t, _ in self._terms)
         return self
 
     def equation(self) -> str:
@@ -213,6 +217,19 @@ def _written(func, args, kwargs):
     return [t for t in written if isinstance(t, torch.Tensor)]
 
 
+def _reads_any(p: _Product, written, changed) -> bool:
+    """Whether computing p reads what an op is about to write: an operand's storage, a
+    product its ops as written read (``s = p * 2; p.mul_(3)``: s is p * 2 before the
+    change), or such a product's computed value."""
+    if any(_storage(t) in changed for t, _ in p._terms):
+        return True
+    for q in p._reads:
+        if any(q is w for w in written) or _reads_any(q, written, changed) or (
+                q._value is not None and _storage(q._value) in changed):
+            return True
+    return False
+
+
 def _settled(p: _Product):
     return p if p._value is None else p._value
 
@@ -331,25 +348,21 @@ def _scalar_factor(s, dtype):
     beyond the dtype's range or below its smallest normal would round)."""
     if dtype in (torch.float16, torch.bfloat16):
         return None
-    fi = torch.finfo(dtype)
-    if s != 0 and not fi.tiny <= abs(s) <= fi.max:
-        return None
-    return torch.tensor(s, dtype=dtype)
+    if s != 0 and not 2.0 ** -16 <= abs(s) <= 2.0 ** 16:   # (folded into the sum of
+        return None   # products, a large one overflows sooner than eager's, ints past int64
+    return torch.tensor(s, dtype=dtype)   # eager refuses; a tiny one loses bits)
 
 
 def _mul(a, b):
     """Elementwise a * b where one side is a deferred product: its equation gains the other
     side (a tensor of its shape or of its trailing shape, or a scalar)."""
-    if not _extendable(a):
+    left = not _extendable(a)   # (the factor is the left operand: eager's result takes a
+    if left:                    # sparse left operand's format, and so does the einsum's)
         a, b = b, a
     if not _extendable(a) or _sparse_reads(a) + _sparse_reads(b) > _MAX_SPARSE:
         return None
     if isinstance(b, _Product):
-        if not _extendable(b) or b._shape != a._shape or b._dtype != a._dtype or \
-                len(a._terms) + len(b._terms) > _MAX_TERMS:
-            return None
-        tb = _relabelled(b, a._out, "".join(ix for _, ix in a._terms))
-        return _Product(a._out, list(a._terms) + tb, a._shape, a._dtype)
+        return None   # (fused, p1 * p2 under a mask costs nnz·d² against eager's n²·d)
     if isinstance(b, numbers.Real) and not isinstance(b, bool):
         b = _scalar_factor(b, a._dtype)
         if b is None:
@@ -361,12 +374,17 @@ def _mul(a, b):
     if b.dtype != a._dtype or len(bs) > n or bs != a._shape[n - len(bs):]:
         return None
     if isinstance(b, SparseTensor):
-        if len(bs) != n:   # (a sparse factor broadcast is eager's to refuse)
-            return None
+        if len(bs) != n or not any(b._format.kinds):   # (a sparse factor broadcast is
+            return None   # eager's to refuse; an all-dense one gains nothing from fusion)
     elif type(b) not in (torch.Tensor, torch.nn.Parameter) or b.layout is not torch.strided:
         return None
     ix = a._out[n - len(bs):]
-    return _Product(a._out, list(a._terms) + [(b, ix)], a._shape, a._dtype)
+    v = (_data(b)._version,)
+    if left and isinstance(b, SparseTensor):
+        return _Product(a._out, [(b, ix)] + list(a._terms), a._shape, a._dtype,
+                        versions=v + a._versions)
+    return _Product(a._out, list(a._terms) + [(b, ix)], a._shape, a._dtype,
+                    versions=a._versions + v)
 
 
 def _div(a, b):
@@ -395,7 +413,8 @@ def _permuted(a, order):
     if not _extendable(a) or order is None or sorted(order) != list(range(len(a._shape))):
         return None
     out = "".join(a._out[d] for d in order)
-    return _Product(out, a._terms, [a._shape[d] for d in order], a._dtype, base=a)
+    return _Product(out, a._terms, [a._shape[d] for d in order], a._dtype, base=a,
+                    versions=a._versions)
 
 
 def _transpose(a, d0, d1):
@@ -437,7 +456,8 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
             return None
     keep = [d for d in range(len(a._shape)) if d not in dims]
     out = "".join(a._out[d] for d in keep)
-    return _Product(out, a._terms, [a._shape[d] for d in keep], a._dtype)
+    return _Product(out, a._terms, [a._shape[d] for d in keep], a._dtype,
+                    versions=a._versions)
 
 
 _RULES = {
@@ -472,6 +492,7 @@ class _Deferring(TorchFunctionMode):
                 p = None
             if p is not None:
                 p._eager = functools.partial(_as_written, func, args, kwargs)
+                p._reads = tuple(x for x in args if type(x) is _Product)
                 self._pending.add(p)
                 return p
         written = _written(func, args, kwargs) if self._pending else ()
@@ -480,7 +501,7 @@ class _Deferring(TorchFunctionMode):
             # PyTorch would have computed it)
             changed = {_storage(t) for t in written} - {None}
             for p in list(self._pending):
-                if p._value is None and any(_storage(t) in changed for t, _ in p._terms):
+                if p._value is None and _reads_any(p, written, changed):
                     p.compute()
         for a in args:
             if type(a) is _Product:
