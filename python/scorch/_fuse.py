@@ -9,8 +9,8 @@ values.  Multiplying it elementwise by a tensor (a SparseTensor or a dense tenso
 shape, a dense one of its trailing shape) or by a scalar, dividing it by a scalar,
 negating, transposing or summing it over dimensions extend the equation; anything else
 computes it and runs as written.  A product that a SparseTensor multiplied is computed by
-one ``scorch.einsum`` — ``mask * (Q @ K.T)`` is the SDDMM ``einsum("ij,kj,ik->ik", Q, K,
-mask)`` over the mask's entries — and one without is computed by the ops as written (the
+one ``scorch.einsum`` — ``mask * (Q @ K.T)`` is the SDDMM ``einsum("ik,ij,kj->ik", mask,
+Q, K)`` over the mask's entries — and one without is computed by the ops as written (the
 same kernels, the same bits as eager).  Products of sparse operands, and products whose
 operands are deferred products, are not deferred: they run as written.  What ``fn``
 returns is computed before the call returns; autograd records through the einsum calls
