@@ -561,3 +561,26 @@ def test_a_change_nothing_saw_is_reported_even_after_fusing():
 
     with pytest.raises(RuntimeError, match="changed in place"):
         scorch.compile(fn)(Q.clone(), K, M)
+
+
+def test_views_of_views_compute_from_their_root():
+    Q, K = _dense((4, 3), torch.float32, 71), _dense((5, 3), torch.float32, 72)
+    _, M = _mask((5, 4), "csr", torch.float32, 73)
+
+    def chain(Q, K, M):
+        p = Q @ K.T
+        for _ in range(401):        # (each view of a view is one of p: no recursion)
+            p = p.T
+        return p, M * p
+
+    def changed(Q, K, M):
+        p = Q @ K.T
+        r = p.T.permute(1, 0).T
+        p.mul_(2)
+        return r, M * r
+
+    for fn in (chain, changed):
+        got, want = scorch.compile(fn)(Q.clone(), K, M), fn(Q.clone(), K, M)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[0].stride() == want[0].stride()
+        torch.testing.assert_close(got[1].to_dense(), want[1].to_dense())

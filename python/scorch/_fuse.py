@@ -413,8 +413,16 @@ def _permuted(a, order):
     if not _extendable(a) or order is None or sorted(order) != list(range(len(a._shape))):
         return None
     out = "".join(a._out[d] for d in order)
-    return _Product(out, a._terms, [a._shape[d] for d in order], a._dtype, base=a,
-                    versions=a._versions)
+    root = a
+    if a._view_of is not None:   # (a view of a view: of the root, its orders composed, so
+        root = a._view_of        # that a chain of them computes in one step)
+        order = [a._perm[d] for d in order]
+    v = _Product(out, a._terms, [a._shape[d] for d in order] if root is a else
+                 [root._shape[d] for d in order], a._dtype, base=root, versions=a._versions)
+    v._perm = order
+    v._eager = lambda: root.compute().permute(order)
+    v._reads = (root,)
+    return v
 
 
 def _transpose(a, d0, d1):
@@ -491,8 +499,9 @@ class _Deferring(TorchFunctionMode):
             except TypeError:   # (a signature the rule does not take: run as written)
                 p = None
             if p is not None:
-                p._eager = functools.partial(_as_written, func, args, kwargs)
-                p._reads = tuple(x for x in args if type(x) is _Product)
+                if p._eager is None:   # (a view's is set: its root, permuted)
+                    p._eager = functools.partial(_as_written, func, args, kwargs)
+                    p._reads = tuple(x for x in args if type(x) is _Product)
                 self._pending.add(p)
                 return p
         written = _written(func, args, kwargs) if self._pending else ()
