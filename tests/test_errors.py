@@ -517,3 +517,8 @@ def test_enabled_integer_addmm_casts_the_scalars_as_torch():
         with scorch.enabled():
             got = torch.addmm(b, A, X, **kw)
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_an_unknown_level_word_is_named():
+    with pytest.raises(ValueError, match="unknown level 'densecompressed' at column 0"):
+        Format("densecompressed")
