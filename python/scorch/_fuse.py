@@ -29,9 +29,8 @@ from torch.overrides import TorchFunctionMode
 
 from ._tensor import SparseTensor, outside_graph
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _MAX_TERMS = 12   # a product with more operands is computed, not extended (the compiler
-                  # takes 16; x * x doubles them)
+                  # takes 16; each factor multiplied in adds one)
 _MAX_SPARSE = 4   # nor one with more sparse operands: its gradient reads one more, and the
                   # compiler co-iterates at most 6
 _T = torch.Tensor
@@ -62,13 +61,13 @@ class _Product(torch.Tensor):
         self._value = None
         self._eager = None   # how to compute it as written (the op and its operands)
         self._view_of = base    # the product this one is a view of (a transpose), if any
+        self._perm = None       # a view's dimensions as its base's (_permuted)
         self._reads = ()        # the products its ops as written read (set by the mode)
         self._grad_mode = torch.is_grad_enabled()   # (computed later under the same)
         self._requires_grad = self._grad_mode and any(t.requires_grad for t, _ in terms)
         # (the operands' versions when the product was first taken: a product extended
         # from another keeps the other's, so a change in between is still seen)
-        self._versions = versions if versions is not None else tuple(
-            _data(t)._version for t, _ in self._terms)
+        self._versions = versions if versions is not None else _versions_of(self._terms)
         return self
 
     def equation(self) -> str:
@@ -78,7 +77,7 @@ class _Product(torch.Tensor):
         """The product's value (computed once)."""
         if self._value is None:
             ops = [t for t, _ in self._terms]
-            if tuple(_data(t)._version for t in ops) != self._versions:
+            if _versions_of(self._terms) != self._versions:
                 raise RuntimeError(
                     f"scorch.compile: an operand of the deferred product {self.equation()} "
                     "was changed in place, outside torch's functions, after the product "
@@ -188,6 +187,10 @@ def _data(t):
     return t._values if isinstance(t, SparseTensor) else t
 
 
+def _versions_of(terms) -> tuple:
+    return tuple(_data(t)._version for t, _ in terms)
+
+
 def _storage(t):
     try:
         return _data(t).untyped_storage().data_ptr()
@@ -210,10 +213,7 @@ def _written(func, args, kwargs):
     written = [out] if isinstance(out, torch.Tensor) else list(out or ())
     if args and (name in _IN_PLACE or kwargs.get("inplace") is True or
                  (name.endswith("_") and not name.endswith("__"))):
-        first = args[0]
-        written += [first] if isinstance(first, torch.Tensor) else [
-            t for t in first if isinstance(t, torch.Tensor)] if isinstance(
-            first, (list, tuple)) else []
+        written += args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
     return [t for t in written if isinstance(t, torch.Tensor)]
 
 
@@ -258,10 +258,6 @@ def _term(x, ix):
     order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
     y = x.permute(order)
     return (y, "".join(ix[d] for d in order)) if y.is_contiguous() else (x, ix)
-
-
-def _fresh(n, taken=""):
-    return "".join([c for c in _LETTERS if c not in taken][:n])
 
 
 def _product(terms, out, dtype):
@@ -327,19 +323,8 @@ def _extendable(a) -> bool:
     return False
 
 
-def _relabelled(p: _Product, out: str, taken: str):
-    """p's terms with its output letters renamed to ``out`` and its summed ones to letters
-    not in ``taken``."""
-    summed = sorted(set("".join(ix for _, ix in p._terms)) - set(p._out))
-    new = dict(zip(p._out, out))
-    new.update(zip(summed, _fresh(len(summed), taken)))
-    return [(t, "".join(new[c] for c in ix)) for t, ix in p._terms]
-
-
-def _sparse_reads(x) -> int:
-    if type(x) is _Product:
-        return sum(isinstance(t, SparseTensor) for t, _ in x._terms)
-    return int(isinstance(x, SparseTensor))
+def _sparse_reads(p: _Product) -> int:
+    return sum(isinstance(t, SparseTensor) for t, _ in p._terms)
 
 
 def _scalar_factor(s, dtype):
@@ -359,10 +344,10 @@ def _mul(a, b):
     left = not _extendable(a)   # (the factor is the left operand: eager's result takes a
     if left:                    # sparse left operand's format, and so does the einsum's)
         a, b = b, a
-    if not _extendable(a) or _sparse_reads(a) + _sparse_reads(b) > _MAX_SPARSE:
-        return None
-    if isinstance(b, _Product):
+    if not _extendable(a) or isinstance(b, _Product):
         return None   # (fused, p1 * p2 under a mask costs nnz·d² against eager's n²·d)
+    if _sparse_reads(a) + isinstance(b, SparseTensor) > _MAX_SPARSE:
+        return None
     if isinstance(b, numbers.Real) and not isinstance(b, bool):
         b = _scalar_factor(b, a._dtype)
         if b is None:
@@ -388,14 +373,14 @@ def _mul(a, b):
 
 
 def _div(a, b):
-    if _extendable(a) and isinstance(b, numbers.Real) and not isinstance(b, bool) and \
-            b != 0 and _scalar_factor(b, a._dtype) is not None:
+    # (_mul checks a, and 1 / b's range: the range is its own reciprocal)
+    if isinstance(b, numbers.Real) and not isinstance(b, bool) and b != 0:
         return _mul(a, 1.0 / b)
     return None
 
 
 def _neg(a):
-    return _mul(a, -1.0) if _extendable(a) else None
+    return _mul(a, -1.0)
 
 
 def _dims(a, dims):
@@ -412,12 +397,11 @@ def _permuted(a, order):
     """A view of a with its dimensions in ``order``."""
     if not _extendable(a) or order is None or sorted(order) != list(range(len(a._shape))):
         return None
-    out = "".join(a._out[d] for d in order)
     root = a
     if a._view_of is not None:   # (a view of a view: of the root, its orders composed, so
         root = a._view_of        # that a chain of them computes in one step)
         order = [a._perm[d] for d in order]
-    v = _Product(out, a._terms, [a._shape[d] for d in order] if root is a else
+    v = _Product("".join(root._out[d] for d in order), a._terms,
                  [root._shape[d] for d in order], a._dtype, base=root, versions=a._versions)
     v._perm = order
     v._eager = lambda: root.compute().permute(order)
