@@ -346,7 +346,7 @@ typedef struct search {
 static void permute(search *S, int32_t d)
 {
     const sc_lower_problem *p = S->p;
-    if (d == p->nvars || (S->last && (S->used | S->last) == (uint32_t)((1ull << p->nvars) - 1))) {
+    if ((S->used | S->last) == (uint32_t)((1ull << p->nvars) - 1)) {   /* every index placed */
         for (sc_expr_var v = 0; v < p->nvars; v++)   /* (the indices kept innermost) */
             if ((S->last >> v) & 1)
                 S->cur[d++] = v;
@@ -380,7 +380,7 @@ sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
         S.best[v] = v;
     if (p->nvars > 7)   /* (indices of one iteration cost nothing: they go innermost,
                            so that a scalar factor's index leaves the others' orders to
-                           be weighed; 0-D operands of an einsum each bring one) */
+                           be weighed; an einsum's 0-D operands bring one) */
         for (sc_expr_var v = 0; v < p->nvars; v++)
             if (p->extent[v] == 1)
                 S.last |= 1u << v;

@@ -106,9 +106,8 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
                                       "supported; use .to_dense() first")
         if x.requires_grad:   # (_values() is outside autograd; values() of a coalesced one)
             x = x.coalesce()
-            return _from_coords(x.shape, x.indices(), x.values(), format, index_dtype,
-                                is_sorted=True)
-        return _from_coords(x.shape, x._indices(), x._values(), format, index_dtype,
+        vals = x.values() if x.requires_grad else x._values()
+        return _from_coords(x.shape, x._indices(), vals, format, index_dtype,
                             is_sorted=x.is_coalesced())
     if x.dim() != 2:
         raise NotImplementedError(f"batched {layout} tensors are not supported")

@@ -407,10 +407,10 @@ class SparseTensor(torch.Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
-        vals = copy.deepcopy(self._values.detach(), memo)
         new = SparseTensor(self.shape, self._format, copy.deepcopy(self._pos, memo),
                            copy.deepcopy(self._crd, memo),
-                           vals.requires_grad_() if self.requires_grad else vals,
+                           _copied_values(copy.deepcopy(self._values.detach(), memo),
+                                          self.requires_grad),
                            requires_grad=self.requires_grad, index_dtype=self.index_dtype)
         memo[id(self)] = new
         return new
@@ -451,14 +451,20 @@ def _ops():
     return _torch_ops
 
 
+def _copied_values(values, requires_grad):
+    """A copy's values: a leaf that requires grad where the original's did (as a copied
+    tensor is), for deepcopy and unpickling alike."""
+    return values.detach().requires_grad_() if requires_grad and not values.requires_grad \
+        else values
+
+
 def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int32"):
     """Unpickling entry point (registered as a safe global for torch.load)."""
     from ._format import _format_from_tuple
 
     index_dtype = _INDEX_OF_NAME[index_name]
-    if requires_grad and not values.requires_grad:   # (a leaf, as a copied tensor is)
-        values = values.detach().requires_grad_()
-    return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd, values,
+    return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd,
+                        _copied_values(values, requires_grad),
                         requires_grad=requires_grad, index_dtype=index_dtype)
 
 

@@ -914,7 +914,12 @@ def _mul(a, b, name="torch.mul"):
 def _finite(x) -> bool:
     """Whether a scalar (a number or a one-element tensor) is finite: scaling by it is
     linear (inf * -2 + inf * 1 is nan, inf * -1 is not)."""
-    return math.isfinite(float(x.detach()) if isinstance(x, torch.Tensor) else x)
+    return math.isfinite(_float_of(x))
+
+
+def _float_of(x) -> float:
+    """A scalar (a number or a one-element tensor) as a Python float."""
+    return float(x.detach()) if isinstance(x, torch.Tensor) else float(x)
 
 
 def _kept_sparse(r, a: SparseTensor):
@@ -937,7 +942,7 @@ def _mul_handler(a, b, *, out=None):
            torch.Tensor.__truediv__, torch.Tensor.true_divide)
 def _div_handler(a, b, *, rounding_mode=None, out=None):
     if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
-        s = float(b.detach()) if isinstance(b, torch.Tensor) else float(b)
+        s = _float_of(b)
         if s == 0 or math.isnan(s):
             refuse("torch.div", a, why=f"dividing by {s} turns the implicit zeros into nan")
         return _map_values(a, lambda v: v / b, linear=True)
