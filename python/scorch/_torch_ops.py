@@ -21,7 +21,6 @@ import numbers
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remembered
 from ._compiler import einsum as _raw_einsum
@@ -213,7 +212,6 @@ class _ToDenseFn(torch.autograd.Function):
         return box[0]._rewrap(v).to_dense()
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g):
         return None, g[tuple(dim_coords(ctx.pattern))]
 
@@ -292,8 +290,9 @@ class _EinsumFn(torch.autograd.Function):
         return res
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g):
+        # (The gradients are einsums too: under create_graph=True, where grad mode is on
+        # here, they record through the same route, so second derivatives come out right.)
         spec = ctx.spec
         vals = ctx.saved_tensors   # checks that no operand was modified in place
         G = g if spec.out_pattern is None else _with_pattern(spec.out_pattern, g.contiguous())
@@ -304,6 +303,14 @@ class _EinsumFn(torch.autograd.Function):
 
 
 _EinsumFn._c_apply = super(torch.autograd.Function, _EinsumFn).apply
+
+
+def _backward_einsum(expr, *ops, out_format=None):
+    """An einsum in a backward pass: the kernel alone, or under create_graph=True (grad
+    mode on in the backward) the recording route, so that the gradient has a gradient."""
+    if torch.is_grad_enabled():
+        return einsum(expr, *ops, out_format=out_format)
+    return _raw_einsum(expr, *ops, out_format=out_format)
 
 
 def _einsum_grad(spec, i, ops, G, v):
@@ -327,7 +334,7 @@ def _einsum_grad(spec, i, ops, G, v):
     for j, (t, o) in enumerate(zip(spec.ins, ops)):
         if j != i:
             terms.append(t)
-            operands.append(o if j != joined else o._rewrap(G._values * o._values.detach()))
+            operands.append(o if j != joined else o._rewrap(G._values * o._values))
     if _is_sparse(ops[i]):
         pat = ops[i]
         if own:
@@ -335,18 +342,18 @@ def _einsum_grad(spec, i, ops, G, v):
             # is entry e times the rest of the product at its coordinate, so entry e's
             # gradient is G's own entry e (not the sum over its coordinate) times that.
             rest = ",".join([mine] + terms[1:]) + "->" + mine
-            return (G._values * sampled_at(pat, G.dtype, lambda ones: _raw_einsum(
+            return (G._values * sampled_at(pat, G.dtype, lambda ones: _backward_einsum(
                 rest, ones, *operands[1:]))).to(v.dtype)
         # (the output's format is inferred from the ones: the pattern's own, or where the
         # output cannot be assembled in that one (cd), the nearest it can, cc)
-        grad = sampled_at(pat, G.dtype if spec.out else v.dtype, lambda ones: _raw_einsum(
+        grad = sampled_at(pat, G.dtype if spec.out else v.dtype, lambda ones: _backward_einsum(
             ",".join([mine] + terms) + "->" + mine, ones, *operands))
         if not spec.out:
             grad = grad * G
         return grad.to(v.dtype)
     avail = set(spec.out).union(*[set(t) for t in terms])
     keep = "".join(c for c in mine if c in avail)
-    r = _raw_einsum(",".join(terms) + "->" + keep, *operands,
+    r = _backward_einsum(",".join(terms) + "->" + keep, *operands,
                     out_format="dense" if keep else None)
     if _is_sparse(r):
         r = r.to_dense()
@@ -658,7 +665,6 @@ class _AddFn(torch.autograd.Function):
         return res
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g):
         pa, pb, box = ctx.spec
         G = box[0]._rewrap(g.contiguous()) if box else g
@@ -672,7 +678,7 @@ class _AddFn(torch.autograd.Function):
                 grads.append(G * sign)
                 continue
             ix = "ijklmnpq"[:p.dim()]
-            r = sampled_at(p, G.dtype, lambda ones: _raw_einsum(f"{ix},{ix}->{ix}", ones, G))
+            r = sampled_at(p, G.dtype, lambda ones: _backward_einsum(f"{ix},{ix}->{ix}", ones, G))
             grads.append((r * sign).to(p.dtype))
         return None, None, grads[0], grads[1]
 
