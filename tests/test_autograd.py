@@ -294,3 +294,57 @@ def test_a_torch_coo_input_keeps_its_values_gradient():
         torch.testing.assert_close(A.to_dense(), torch.tensor([[0.0, 3.0], [3.0, 0.0]]))
         (A @ torch.tensor([[1.0], [10.0]])).sum().backward()
         torch.testing.assert_close(v.grad, torch.tensor([10.0, 10.0, 1.0]))
+
+
+def test_grad_setter_takes_only_the_pattern():
+    a = torch.tensor([[1., 0, 2], [0, 3, 0]], dtype=torch.float64)
+    A = scorch.to_sparse(a, "csr").requires_grad_()
+    A.grad = scorch.to_sparse(a * 5, "csr")                 # the same coordinates
+    torch.testing.assert_close(A.grad.to_dense(), a * 5)
+    other = scorch.to_sparse(torch.tensor([[0., 5, 0], [6, 0, 7]], dtype=torch.float64), "csr")
+    with pytest.raises(ValueError, match="A.grad must have A's pattern"):
+        A.grad = other                                      # same nnz, other coordinates
+    with pytest.raises(ValueError, match="pattern"):
+        A.grad = scorch.to_sparse(a.t(), "csc")             # another shape
+    torch.testing.assert_close(A.grad.to_dense(), a * 5)    # unchanged by the refusals
+    A.grad = None
+    assert A.grad is None
+
+
+def _routes(A):
+    return [lambda x: A @ x, lambda x: torch.mm(A, x), lambda x: F.linear(x.t(), A),
+            lambda x: scorch.einsum("ij,jk->ik", A, x),
+            lambda x: torch.einsum("ij,ik,jk->ij", A, x[:2], x).to_dense()]
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_forward_mode_ad_is_refused_not_dropped(fmt):
+    """A kernel reads a dual tensor's primal only: the tangent would be lost, so any
+    operand with a tangent is refused; without one, a dual level changes nothing."""
+    import torch.autograd.forward_ad as fwAD
+    a = torch.tensor([[1., 0, 2], [0, 3, 0]], dtype=torch.float64)
+    A, X = scorch.to_sparse(a, fmt), rnd((3, 2), 1).detach()
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(X, torch.ones_like(X))
+        for fn in _routes(A):
+            with pytest.raises(NotImplementedError, match="forward-mode AD"):
+                fn(dual)
+            fn(X)                                             # no tangent: computed
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            A.with_values(fwAD.make_dual(A.values(), torch.ones(A.nnz, dtype=torch.float64))) @ X
+        torch.testing.assert_close(A @ X, a @ X)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_vmap_batched_operands_are_refused(fmt):
+    from torch.autograd.functional import jacobian
+    a = torch.tensor([[1., 0, 2], [0, 3, 0]], dtype=torch.float64)
+    A, X = scorch.to_sparse(a, fmt), rnd((3, 2), 1).detach()
+    for fn in _routes(A):
+        with pytest.raises(NotImplementedError, match="batched tensor of vmap"):
+            torch.vmap(fn)(X.expand(4, 3, 2))
+        with pytest.raises(NotImplementedError, match="batched tensor of vmap"):
+            jacobian(fn, X, vectorize=True)
+    # a kernel whose operands are not batched runs inside vmap
+    torch.testing.assert_close(torch.vmap(lambda y: (A @ X).sum() * y)(torch.ones(3).double()),
+                               (a @ X).sum().expand(3))

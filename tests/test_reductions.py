@@ -114,6 +114,30 @@ def test_gradients_match_dense(fmt):
     torch.testing.assert_close(A.grad.to_dense(), xd.grad * stored)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("op,dim", [("amax", None), ("amax", 0), ("amax", 1), ("amin", 1),
+                                    ("max", None), ("min", None)])
+def test_stored_zero_ties_share_the_gradient_with_unstored_zeros(fmt, op, dim):
+    """A stored zero that is a row's extreme ties with the row's zeros not stored: dense
+    autograd splits the gradient among all of them, so the stored zero gets its share."""
+    x = torch.tensor([[0., 0, 0], [0, -1, 0], [2, 0, 2], [-3, 0, -1], [0, 1, 0]],
+                     dtype=torch.float64)
+    stored = torch.zeros_like(x, dtype=torch.bool)
+    stored[:, :2] = True
+    stored[2, 2] = stored[4, 2] = True
+    A = scorch.from_components(x.shape, "coo", pos=[torch.tensor([0, int(stored.sum())]), None],
+                               crd=list(stored.nonzero().t()), values=x[stored])
+    A = A.to_format(fmt).requires_grad_()
+    xd = (x * stored).requires_grad_()
+    w = torch.randn(() if dim is None else x.shape[1 - dim], dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(seed_of("ties", op, dim)))
+    red = (lambda t: getattr(torch, op)(t)) if dim is None else \
+        (lambda t: getattr(torch, op)(t, dim))
+    (red(A) * w).sum().backward()
+    (red(xd) * w).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * stored)
+
+
 @pytest.mark.parametrize("call,err,match", [
     (lambda A: A.max(1), NotImplementedError, "amax"),
     (lambda A: torch.max(A, A), NotImplementedError, "amax"),

@@ -14,6 +14,7 @@ import re
 import weakref
 
 import torch
+from torch.autograd import forward_ad as _fwad
 
 from . import _C
 from ._format import Format, _format_from_tuple
@@ -190,6 +191,7 @@ def _operands(operands):
     operands' data alive."""
     if not operands:
         raise ValueError("einsum needs at least one operand")
+    _unseen_by_kernels(operands)
     dtype = None
     for x in operands:
         if isinstance(x, SparseTensor):
@@ -219,6 +221,30 @@ def _operands(operands):
 
 
 _STRIDED = torch.strided
+_has_storage = torch._C._has_storage
+
+
+def _unseen_by_kernels(operands):
+    """Refuse operands whose meaning a kernel, which reads their data, would miss: a dual
+    tensor of forward-mode AD (its tangent would be dropped) and the tensors without
+    storage of a vmap (torch.func's transforms, vmap, jacfwd, and the batched gradients
+    of torch.autograd.functional's vectorize=True)."""
+    for i, x in enumerate(operands):
+        v = x._values if isinstance(x, SparseTensor) else x
+        if not isinstance(v, torch.Tensor):
+            continue
+        if not _has_storage(v):
+            raise NotImplementedError(
+                f"scorch: operand {i} is a batched tensor of vmap (torch.vmap, torch.func's "
+                f"jacfwd / jvp / jacrev, or vectorize=True in torch.autograd.functional), "
+                f"which scorch's kernels cannot compute; loop over the batch, or use "
+                f"torch.autograd.grad / torch.autograd.functional.jacobian without vectorize")
+        if _fwad._current_level >= 0 and _fwad.unpack_dual(v).tangent is not None:
+            raise NotImplementedError(
+                f"scorch: operand {i} is a dual tensor of forward-mode AD "
+                f"(torch.autograd.forward_ad), whose tangent scorch's kernels would drop; use "
+                f"reverse mode (backward, torch.autograd.grad, "
+                f"torch.autograd.functional.jvp)")
 
 
 def _bad_operand(operands):
@@ -590,6 +616,8 @@ def remembered(key, operands):
     by the extension with no Python step (autograd not recording, plain dense operands
     it takes as they are); None where the general route must run the call.  The hot
     route of scorch.einsum, the torch products and scorch.kernel."""
+    if _fwad._current_level >= 0:
+        _unseen_by_kernels(operands)
     r = _C.remembered(key, operands)
     if type(r) is not tuple:
         return r

@@ -1295,6 +1295,13 @@ def _extreme(name, a: SparseTensor, dim, keepdim, largest):
     r = start.scatter_reduce(0, key, v, "amax" if largest else "amin", include_self=True)
     count = torch.zeros(m, dtype=torch.int64).index_add_(0, key, torch.ones_like(key))
     with_zero = r.clamp_min(0) if largest else r.clamp_max(0)
+    if v.requires_grad:
+        # Stored zeros that are the extreme tie with the group's zeros not stored: as dense
+        # amax, the gradient is shared among all of them, so the stored ones get their share.
+        ties = torch.zeros(m, dtype=v.dtype).index_add_(0, key, (v == 0).to(v.dtype))
+        unstored = (group - count).to(v.dtype)
+        with_zero = with_zero * torch.where((r == 0) & (ties > 0), ties / (ties + unstored),
+                                            1.0)
     r = torch.where(count < group, with_zero, r)
     shape = [1 if d in dims else a.shape[d] for d in range(n)] if keepdim else \
         [a.shape[d] for d in others]
