@@ -348,3 +348,53 @@ def test_vmap_batched_operands_are_refused(fmt):
     # a kernel whose operands are not batched runs inside vmap
     torch.testing.assert_close(torch.vmap(lambda y: (A @ X).sum() * y)(torch.ones(3).double()),
                                (a @ X).sum().expand(3))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
+def test_autograd_api_on_sparse_tensors(fmt):
+    """The autograd API takes SparseTensors where it takes tensors: the graph runs through
+    the values, and gradients come back in the tensor's pattern."""
+    a = make_dense((4, 5), torch.float64, seed_of("api", fmt), "empty_rows")
+    X = rnd((5, 2), 1)
+    want = torch.autograd.grad((a.requires_grad_() @ X).pow(2).sum(), a)[0] * (a != 0)
+    a = a.detach()
+
+    A = scorch.to_sparse(a, fmt).requires_grad_()
+    gA, gX = torch.autograd.grad((A @ X).pow(2).sum(), [A, X])
+    assert isinstance(gA, scorch.SparseTensor) and gA.format == A.format
+    torch.testing.assert_close(gA.to_dense(), want)
+
+    A = scorch.to_sparse(a, fmt)
+    A.requires_grad = True                                  # the setter reaches the values
+    assert A.values().requires_grad
+    X.grad = None
+    (A @ X).pow(2).sum().backward(inputs=[A])              # only A's gradient
+    torch.testing.assert_close(A.grad.to_dense(), want)
+    assert X.grad is None
+
+    seen = []
+    A = scorch.to_sparse(a, fmt).requires_grad_()
+    A.register_hook(lambda g: seen.append(g) or g * 2)     # sees, and replaces, A's gradient
+    S = A * 3.0
+    assert A.is_leaf and A.grad_fn is None and not S.is_leaf and S.grad_fn is not None
+    S.retain_grad()
+    (S @ X).pow(2).sum().backward()
+    assert len(seen) == 1 and isinstance(seen[0], scorch.SparseTensor)
+    torch.testing.assert_close(A.grad.to_dense(), 2 * 3 * S.grad.to_dense())
+    torch.testing.assert_close(S.grad.to_dense(), torch.autograd.grad(
+        (3 * a.requires_grad_() @ X).pow(2).sum(), a)[0] / 3 * (a != 0))
+
+
+def test_backward_of_a_sparse_result_with_a_sparse_gradient():
+    a = make_dense((4, 5), torch.float64, seed_of("sparse-out"), "empty_rows")
+    Q, K = rnd((4, 3), 1), rnd((5, 3), 2)
+    S = torch.einsum("ij,ik,jk->ij", scorch.to_sparse(a, "csr"), Q, K)
+    G = S.detach().with_values(torch.arange(S.nnz, dtype=torch.float64))
+    gQ, = torch.autograd.grad(S, Q, G, retain_graph=True)
+    S.backward(G)
+    ref = torch.autograd.grad(a * (Q @ K.t()), Q, G.to_dense())[0]
+    torch.testing.assert_close(gQ, ref)
+    torch.testing.assert_close(Q.grad, ref)
+    other = scorch.to_sparse(torch.ones(4, 5, dtype=torch.float64), "csr")
+    with pytest.raises(ValueError, match="output's pattern"):
+        torch.autograd.grad(S, Q, other)

@@ -259,6 +259,16 @@ class SparseTensor(torch.Tensor):
         return self._index_dtype or torch.int32
 
     @property
+    def is_leaf(self) -> bool:
+        """Whether the values are an autograd leaf (they carry the tensor's history)."""
+        return self._values.is_leaf
+
+    @property
+    def grad_fn(self):
+        """The node that made the values (None for a leaf)."""
+        return self._values.grad_fn
+
+    @property
     @outside_graph
     def grad(self):
         """The gradient of the stored values, as a SparseTensor with this pattern (None

@@ -2219,6 +2219,98 @@ def _clone(a, *, memory_format=None):
     return a.clone()
 
 
+# ---- hooks: the gradient lives on the values -------------------------------------------
+
+@_register(torch.Tensor.register_hook)
+def _register_hook(a, hook):
+    """``hook(grad)`` sees the gradient as a SparseTensor with ``a``'s pattern and may return
+    a replacement: a SparseTensor with that pattern, or its values."""
+    if not a._values.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    pattern = _pattern(a)
+
+    def on_values(g):
+        r = hook(pattern._rewrap(g))
+        if isinstance(r, SparseTensor):
+            if r.shape != a.shape or not _same_arrays(r, pattern):
+                raise ValueError("a SparseTensor's gradient hook must return a gradient with "
+                                 "the tensor's pattern (or its values), or None")
+            return r._values
+        return r
+    return a._values.register_hook(on_values)
+
+
+def _seq(x):
+    return (x,) if x is None or isinstance(x, torch.Tensor) else tuple(x)
+
+
+def _values_of(ts):
+    """SparseTensors replaced by their values (where their autograd history is)."""
+    return tuple(t._values if isinstance(t, SparseTensor) else t for t in ts)
+
+
+def _gradients_of(outputs, grads, name):
+    """The values of gradients given for ``outputs``: a SparseTensor gradient of a sparse
+    output must have its pattern (its values pair with the output's entry by entry)."""
+    if grads is None or grads == (None,):
+        return grads
+    if len(grads) != len(outputs):
+        return _values_of(grads)   # (torch names the mismatch)
+    out = []
+    for o, g in zip(outputs, grads):
+        if isinstance(g, SparseTensor):
+            if not isinstance(o, SparseTensor) or o.shape != g.shape or \
+                    not _same_arrays(o, g):
+                raise ValueError(f"{name}: a SparseTensor gradient must have its output's "
+                                 f"pattern (shape, format and stored coordinates)")
+            g = g._values
+        out.append(g)
+    return tuple(out)
+
+
+@_register(torch.autograd.grad)
+def _autograd_grad(outputs, inputs, grad_outputs=None, *args, **kwargs):
+    """torch.autograd.grad where outputs or inputs are SparseTensors: the graph runs through
+    their values, and the gradient of a sparse input comes back in its pattern."""
+    outputs, inputs = _seq(outputs), _seq(inputs)
+    grads = torch.autograd.grad(_values_of(outputs), _values_of(inputs),
+                                _gradients_of(outputs, _seq(grad_outputs),
+                                              "torch.autograd.grad"), *args, **kwargs)
+    return tuple(i._rewrap(g) if isinstance(i, SparseTensor) and g is not None else g
+                 for i, g in zip(inputs, grads))
+
+
+@_register(torch.autograd.backward)
+def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+                       grad_variables=None, inputs=None):
+    tensors = _seq(tensors)
+    grad_tensors = _gradients_of(tensors, _seq(grad_tensors), "backward")
+    torch.autograd.backward(_values_of(tensors), grad_tensors, retain_graph, create_graph,
+                            grad_variables, None if inputs is None else _values_of(_seq(inputs)))
+
+
+@_register(torch.Tensor.backward)
+def _backward(a, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    _autograd_backward(a, gradient, retain_graph, create_graph, inputs=inputs)
+
+
+@_register(torch.Tensor.register_post_accumulate_grad_hook)
+def _register_post_accumulate_grad_hook(a, hook):
+    """``hook(a)`` once the values' gradient has been accumulated (a leaf's)."""
+    return a._values.register_post_accumulate_grad_hook(lambda v: hook(a))
+
+
+@_register(torch.Tensor.retain_grad)
+def _retain_grad(a):
+    """A result's gradient kept after backward, read as ``a.grad``."""
+    a._values.retain_grad()
+
+
+@_register(torch.Tensor.requires_grad.__set__)
+def _set_requires_grad(a, requires_grad):
+    _requires_grad_(a, requires_grad)
+
+
 @_register(torch.Tensor.requires_grad_)
 def _requires_grad_(a, requires_grad=True):
     v = a._values
