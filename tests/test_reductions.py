@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import scorch
 
@@ -229,3 +230,46 @@ def test_diagonal_sums_duplicates_and_has_gradients():
     assert torch.equal(D.values().grad, torch.tensor([10.0, 10.0, 100.0]))
     with pytest.raises(NotImplementedError, match="torch.diagonal"):
         torch.diag(scorch.to_sparse(torch.ones(3), "coo"))
+
+
+def test_norms_over_a_dimension_keep_nan_and_half_range():
+    nan = math.nan
+    x = torch.tensor([[1., nan, 0.], [3., 0., 4.]])
+    for fmt in ("csr", "coo", "csc"):
+        A = scorch.to_sparse(x, fmt)
+        torch.testing.assert_close(torch.linalg.vector_norm(A, 2, dim=1),
+                                   torch.linalg.vector_norm(x, 2, dim=1), equal_nan=True)
+        torch.testing.assert_close(torch.norm(A, p=1, dim=0), torch.norm(x, p=1, dim=0),
+                                   equal_nan=True)
+    x3 = torch.tensor([[[nan, 0.], [0., 1.]], [[2., 0.], [0., 0.]]])
+    torch.testing.assert_close(torch.linalg.matrix_norm(scorch.to_sparse(x3, "csf")),
+                               torch.linalg.matrix_norm(x3), equal_nan=True)
+    # float16: powers, sums and roots in float32, rounded once (no overflow, no underflow)
+    for h in (torch.tensor([[300., 400.]]), torch.tensor([[1e-4, 1e-4]]),
+              torch.tensor([[60000., 60000.]])):
+        h = h.half()
+        H = scorch.to_sparse(h, "csr")
+        torch.testing.assert_close(torch.linalg.vector_norm(H, dim=1),
+                                   torch.linalg.vector_norm(h, dim=1))
+        torch.testing.assert_close(H.mean(1), h.mean(1))
+        torch.testing.assert_close(H.mean(), h.mean())
+    h = torch.tensor([[300., 400.]]).half()
+    torch.testing.assert_close(F.normalize(scorch.to_sparse(h, "csr"), dim=1).to_dense(),
+                               F.normalize(h, dim=1))
+
+
+@pytest.mark.parametrize("fmt", ["dense", "cd", "csr"])
+def test_fractional_norm_gradient_at_a_stored_zero(fmt):
+    x = torch.tensor([[0., 4., 9.], [1., 0., 0.]], dtype=torch.float64)
+    A = scorch.to_sparse(x, fmt)
+    if fmt == "csr":   # an explicit zero stored
+        A = scorch.from_components((2, 3), "csr", pos=[None, torch.tensor([0, 3, 4])],
+                                   crd=[None, torch.tensor([0, 1, 2, 0])],
+                                   values=torch.tensor([0., 4., 9., 1.], dtype=torch.float64))
+    v = A.values().detach().clone().requires_grad_()
+    torch.linalg.vector_norm(A.with_values(v), 0.5, dim=1).sum().backward()
+    xd = x.clone().requires_grad_()
+    torch.linalg.vector_norm(xd, 0.5, dim=1).sum().backward()
+    torch.testing.assert_close(A.with_values(v.grad).to_dense(),
+                               xd.grad * (A.to_dense() != 0) + 0 * xd.grad)
+    assert not v.grad.isnan().any()

@@ -32,7 +32,8 @@ def test_second_call_is_served_by_the_extension(monkeypatch, fmt, dtype):
     A, x, X = _pair(dtype, fmt=fmt)
     v = torch.rand(5, dtype=dtype)
     torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
-    torch.testing.assert_close(torch.mv(A, v), x @ v)
+    torch.testing.assert_close(A @ X, x @ X)   # (torch's products remember their own key:
+    torch.testing.assert_close(torch.mv(A, v), x @ v)   # their shape rule is not einsum's)
     _no_compile(monkeypatch)
     for _ in range(2):
         torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
@@ -168,3 +169,15 @@ def test_no_references_are_kept():
         _C.remembered("ij,ik,jk->ij", (A, U, V))
     assert [sys.getrefcount(o) for o in watched] == counts
     assert isinstance(B, scorch.SparseTensor)
+
+
+def test_products_never_run_a_kernel_einsum_compiled_for_a_stretch():
+    """einsum stretches a contracted dimension of 1; torch.mm refuses it.  A kernel that
+    einsum compiled (and A remembers) for such a stretch must not serve A @ X."""
+    A, x, X = _pair()
+    one = torch.rand(1, 3)
+    torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, one), x.sum(1, keepdim=True) * one)
+    for call in (lambda: A @ one, lambda: torch.mm(A, one), lambda: torch.matmul(A, one)):
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            call()
+    torch.testing.assert_close(A @ X, x @ X)

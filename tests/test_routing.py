@@ -431,7 +431,7 @@ def test_refusal_names_both_formats():
 
 def test_errors_from_the_compiler_and_torch_checks():
     A = scorch.to_sparse(make_dense((4, 5), torch.float64, 1), "csr")
-    with pytest.raises(ValueError, match="j"):
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):   # torch's error type
         A @ torch.ones(4, 3, dtype=torch.float64)
     with pytest.raises(IndexError, match="out of range"):
         A.sum(2)
@@ -830,3 +830,30 @@ def test_elementwise_products_keep_an_all_dense_format(fmt):
     stored[tuple(A.indices())] = 1
     torch.testing.assert_close(A.grad.to_dense(), D.detach() * stored)
     torch.testing.assert_close(D.grad, x)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_products_refuse_a_contracted_dimension_of_one(fmt):
+    """torch's products do not stretch a dimension of 1 (einsum does): a size-1 inner
+    dimension or bmm batch against a larger one is torch's RuntimeError, not a product."""
+    A = scorch.to_sparse(make_dense((4, 5), torch.float64, 3), fmt)
+    A3 = scorch.to_sparse(make_dense((3, 4, 5), torch.float64, 4), "csf")
+    one = torch.ones(1, 2, dtype=torch.float64)
+    calls = [lambda: A @ one, lambda: torch.mm(A, one), lambda: torch.mv(A, one[0, :1]),
+             lambda: torch.mm(one.t(), A), lambda: torch.addmm(torch.zeros(4, 2).double(), A, one),
+             lambda: A @ scorch.to_sparse(one, "csr"),
+             lambda: torch.bmm(A3, torch.ones(1, 5, 2, dtype=torch.float64)),
+             lambda: torch.baddbmm(torch.zeros(3, 4, 2).double(), A3,
+                                   torch.ones(1, 5, 2, dtype=torch.float64)),
+             lambda: torch.bmm(torch.ones(1, 2, 4, dtype=torch.float64), A3)]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            call()
+    with pytest.raises(RuntimeError, match="in_features"):
+        F.linear(torch.ones(3, 1, dtype=torch.float64), A)
+    with torch.enable_grad():
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            A @ one.requires_grad_()
+    # matmul broadcasts a dense batch of 1, as torch's does
+    torch.testing.assert_close(A3 @ torch.ones(1, 5, 2, dtype=torch.float64),
+                               A3.to_dense() @ torch.ones(1, 5, 2, dtype=torch.float64))

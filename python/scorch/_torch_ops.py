@@ -22,7 +22,8 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from ._compiler import _LANG_INDEX, _STRIDED, _compile, _einsum_run, _run, remembered
+from ._compiler import (_LANG_EINSUM, _LANG_INDEX, _STRIDED, _compile, _einsum_run,
+                        _remembered_run, _run, remembered)
 from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _C, _tensor
@@ -989,6 +990,25 @@ _MATMUL = {(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (1, 1): "i
 _MM, _MV, _BMM = ({k: _MATMUL[k]} for k in ((2, 2), (2, 1), (3, 3)))
 
 
+# The key under which a SparseTensor remembers a torch product's kernel: not the einsum
+# text's, since einsum stretches a dimension of 1 where torch's products refuse it, and a
+# kernel that einsum compiled for such a stretch must not run a product.
+_PRODUCT_KEY = {e: "product " + e for e in _MATMUL.values()}
+
+
+def _multiplies(name, a, b, exprs):
+    """torch's shape rule for a product: the contracted extents are equal (einsum would
+    stretch one of 1), and bmm's batches too (matmul's broadcast)."""
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if not sa or not sb:
+        return
+    if sa[-1] != (sb[0] if len(sb) == 1 else sb[-2]) or (
+            exprs is _BMM and sa[0] != sb[0]):
+        name = name or {id(_MM): "torch.mm", id(_MV): "torch.mv",
+                        id(_BMM): "torch.bmm"}.get(id(exprs), "torch.matmul")
+        raise RuntimeError(f"{name}: shapes {sa} and {sb} cannot be multiplied")
+
+
 def sparse_dense_product(exprs, a, b):
     """The product of SparseTensor ``a`` and plain tensor ``b`` on the hot route (no
     autograd to record), or None where the general route must decide.  It makes no torch
@@ -997,13 +1017,15 @@ def sparse_dense_product(exprs, a, b):
     expr = exprs.get((len(a._shape), b.dim()))
     if expr is None:
         return None
-    r = remembered(expr, (a, b))
+    key = _PRODUCT_KEY[expr]
+    r = remembered(key, (a, b))
     if r is not None:
         return r
     if b.layout is not _STRIDED or (
             torch.is_grad_enabled() and (a._values.requires_grad or b.requires_grad)):
         return None
-    return _einsum_run(expr, (a, b))
+    _multiplies(None, a, b, exprs)
+    return _remembered_run(key, _LANG_EINSUM, expr, (a, b), None, None)
 
 
 def _product(name, exprs, a, b):
@@ -1022,6 +1044,7 @@ def _product(name, exprs, a, b):
             if not _is_sparse(x) and x.layout is not torch.strided:
                 refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
+    _multiplies(name, a, b, exprs)
     if torch.is_grad_enabled() and (
             (a._values if isinstance(a, SparseTensor) else a).requires_grad or
             (b._values if isinstance(b, SparseTensor) else b).requires_grad):
@@ -1166,6 +1189,9 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
 def _linear(inp, weight, bias=None):
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or inp.dim() < 1:
         refuse("F.linear", inp, weight, why="weight must be 2-D and input at least 1-D")
+    if inp.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"F.linear: the input's last dimension ({inp.shape[-1]}) is not "
+                           f"the weight's in_features ({weight.shape[1]})")
     if _is_sparse(weight) and not _is_sparse(inp) and inp.dim() >= 2 and \
             inp.numel() >= _LINEAR_SPMM_MIN_BATCH * inp.shape[-1] and \
             weight.nnz * (inp.numel() // max(inp.shape[-1], 1)) >= _LINEAR_SPMM_MIN_WORK:
@@ -1257,7 +1283,8 @@ def _mean_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
     _float_input("mean", a, dtype)
     dims = _norm_dims(dim, a.dim())
     count = math.prod(a.shape[d] for d in dims)
-    return _sum(a, dim, keepdim, dtype=dtype) / count
+    out = dtype or a.dtype   # (half types: summed and divided in float32, rounded once)
+    return (_sum(a, dim, keepdim, dtype=compute_dtype(out)) / count).to(out)
 
 
 # ---- reductions where the implicit zeros count: amax/amin, max/min, norms, count_nonzero ---
@@ -1362,9 +1389,15 @@ def _vector_norm(name, a, ord, dim, keepdim, dtype):
     if len(_norm_dims(dim, a.dim())) == a.dim():   # every dimension: the values' norm
         r = torch.linalg.vector_norm(a._values, ord)
         return r.reshape([1] * a.dim()) if keepdim else r
-    s = _sum(_map_values(a, lambda v: v.abs() ** ord), dim, keepdim)
-    nonzero = s > 0      # (a zero sum's root has no gradient: 0 there, as torch's norm)
-    return torch.where(nonzero, torch.where(nonzero, s, 1) ** (1 / ord), 0)
+    work = compute_dtype(a.dtype)   # (half types: powers, sum and root in float32)
+
+    def powered(v):   # |v| ** ord, with gradient 0 at 0 for every ord (0 < ord < 1 too)
+        v, stored = v.to(work), v != 0
+        return torch.where(stored, torch.where(stored, v, 1).abs() ** ord, 0)
+    s = _sum(_map_values(a, powered), dim, keepdim)
+    nonzero = s != 0     # (a zero sum's root has no gradient: 0 there, as torch's norm;
+    #                       a NaN sum stays NaN)
+    return torch.where(nonzero, torch.where(nonzero, s, 1) ** (1 / ord), 0).to(a.dtype)
 
 
 @_register(torch.linalg.vector_norm)
