@@ -393,20 +393,51 @@ def test_batched_product_refuses_out():
     assert torch.equal(out, torch.full((2, 3, 2), 7.0))
 
 
-def test_storage_level_exports_are_refused():
+def _junk():
+    """Allocate and fill memory, so that a freed block read by mistake holds garbage."""
+    return [torch.full((50000,), 7.0) for _ in range(20)]
+
+
+def test_arrays_moved_to_shared_memory_are_read_at_their_new_place():
     """share_memory_ (and Module.share_memory, the step before torch.multiprocessing) and
-    DLPack export would read the storage a SparseTensor's wrapper does not have (a
+    multiprocessing's pickler (queues, spawn, DataLoader workers) move the index and value
+    arrays into shared memory in place, freeing the old blocks: every SparseTensor sharing
+    them (a view prepared before, a with_values twin) reads them at their new place."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers torch's tensor reductions)
+
+    x = make_dense((300, 200), torch.float32, seed_of("shm"), density=0.05)
+    X, G = torch.randn(200, 16), torch.randn(300, 16)
+    for move in ("share_memory_", "module", "pickler"):
+        A = scorch.to_sparse(x, "csr")
+        T, W = A.t(), A.with_values(A.values() * 2)
+        for _ in range(2):                      # prepared, and remembered by the hot route
+            A @ X, T @ G, W @ X
+        if move == "share_memory_":
+            assert A.share_memory_() is A
+        elif move == "module":
+            m = torch.nn.Module()
+            m.register_buffer("adj", A)
+            m.share_memory()
+        else:
+            B = ForkingPickler.loads(ForkingPickler.dumps(A))
+            torch.testing.assert_close(B @ X, x @ X)
+        assert A.values().is_shared() and all(p.is_shared() for p in A._pos if p is not None)
+        junk = _junk()
+        torch.testing.assert_close(A @ X, x @ X)
+        torch.testing.assert_close(T @ G, x.t() @ G)
+        torch.testing.assert_close(W @ X, 2 * x @ X)
+        del junk
+
+
+def test_storage_level_exports_are_refused():
+    """DLPack export would read the storage a SparseTensor's wrapper does not have (a
     segfault, or garbage through numpy): refused with the operation named."""
     import numpy as np
 
     x = make_dense((5, 6), torch.float32, seed_of("exports"))
     A = scorch.to_sparse(x, "csr")
-    with pytest.raises(NotImplementedError, match="Tensor.share_memory_"):
-        A.share_memory_()
-    m = torch.nn.Module()
-    m.register_buffer("adj", A)
-    with pytest.raises(NotImplementedError, match="Tensor.share_memory_"):
-        m.share_memory()
     from torch.utils import dlpack
 
     for export in (lambda: np.from_dlpack(A), lambda: torch.from_dlpack(A),

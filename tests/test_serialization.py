@@ -210,3 +210,57 @@ def test_copies_of_a_tensor_that_requires_grad_are_leaves_that_require_it():
         (B @ torch.ones(2, 1)).sum().backward()
         torch.testing.assert_close(B.grad.to_dense(), torch.eye(2))
     assert A.grad is None
+
+
+def test_loaded_arrays_are_checked():
+    """A file is input like any other: a bad position or coordinate array is an error at
+    load, never a crash at first use."""
+    from scorch._tensor import _rebuild
+
+    fmt = scorch.Format.parse("csr", 2).as_tuple()
+    good = (torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 2, 1], dtype=torch.int32))
+    A = _rebuild((2, 3), fmt, [None, good[0]], [None, good[1]], torch.tensor([1., 2, 3]), False)
+    assert A.to_dense().tolist() == [[1., 0, 2], [0, 3, 0]]
+    for pos, crd in ((torch.tensor([0, 1000000, 3], dtype=torch.int32), good[1]),
+                     (good[0], torch.tensor([0, 9, 1], dtype=torch.int32))):
+        with pytest.raises((ValueError, IndexError)):
+            _rebuild((2, 3), fmt, [None, pos], [None, crd], torch.tensor([1., 2, 3]), False)
+
+    layer = scorch.nn.SparseLinear(64, 8, density=0.5)
+    x = torch.randn(4, 64)
+    y = layer(x)
+    sd = layer.state_dict()
+    sd["col_idx"][3] = 10 ** 8
+    layer.load_state_dict(sd)
+    with pytest.raises(IndexError, match="out of range"):
+        layer(x)
+    fresh = scorch.nn.SparseLinear(64, 8, density=0.5)
+    fresh.load_state_dict(scorch.nn.SparseLinear(64, 8, density=0.5).state_dict())
+    fresh(x)                                             # a good state dict loads and runs
+    assert y.shape == (4, 8)
+
+
+def test_data_is_detached_and_cannot_be_replaced():
+    x = torch.tensor([[1., 0, 2], [0, 3, 0]])
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    d = A.data
+    assert isinstance(d, scorch.SparseTensor) and not d.values().requires_grad
+    assert d.values().data_ptr() == A.values().data_ptr()
+    with pytest.raises(NotImplementedError, match="A.data"):
+        A.data = torch.zeros(2, 3)
+    with pytest.raises(NotImplementedError, match="A.data"):
+        A.data = scorch.to_sparse(torch.ones(5, 5), "csr")
+    assert A.shape == (2, 3)
+    torch.testing.assert_close(A.to_dense().detach(), x)
+
+
+def test_transposes_take_dims_in_range():
+    A = scorch.to_sparse(torch.tensor([[1., 0, 2], [0, 3, 0]]), "csr")
+    V = scorch.to_sparse(torch.tensor([1., 0, 2]), "csf")
+    for call in (lambda: A.transpose(0, 3), lambda: A.permute(3, 0), lambda: A.permute(2, 3),
+                 lambda: torch.swapaxes(A, 0, 5), lambda: V.transpose(0, 1)):
+        with pytest.raises(IndexError, match="out of range"):
+            call()
+    with pytest.raises(RuntimeError, match="mT"):
+        V.mT
+    assert A.transpose(-1, -2).to_dense().tolist() == [[1., 0], [0, 3], [2, 0]]

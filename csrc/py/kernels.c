@@ -86,11 +86,18 @@ static sc_compiler *get_compiler(PyObject *module)
     return st->compiler;
 }
 
-/* An operand description parsed once (prepare) and the description it borrows from. */
+/* An operand description parsed once (prepare) and the description it borrows from, and
+ * the epoch it was parsed in. */
 typedef struct prepared {
     sc_tensor t;
     PyObject *desc;
+    uint64_t epoch;
 } prepared;
+
+/* Advanced (new_epoch) when arrays that prepared operands may point into have been moved
+ * (torch moving a storage into shared memory frees the old block): an operand prepared
+ * in an earlier epoch is never run, the general route prepares it again. */
+static uint64_t prepared_epoch;
 
 #define OPERAND_CAPSULE "scorch.operand"
 
@@ -133,12 +140,35 @@ PyObject *sc_py_prepare(PyObject *module, PyObject *args)
     }
     Py_INCREF(desc);
     p->desc = desc;
+    p->epoch = prepared_epoch;
     PyObject *cap = PyCapsule_New(p, OPERAND_CAPSULE, free_prepared);
     if (!cap) {
         Py_DECREF(desc);
         free(p);
     }
     return cap;
+}
+
+/* epoch() -> the current epoch of prepared operands; new_epoch() advances it. */
+PyObject *sc_py_epoch(PyObject *module, PyObject *noargs)
+{
+    (void)module, (void)noargs;
+    return PyLong_FromUnsignedLongLong(prepared_epoch);
+}
+
+PyObject *sc_py_new_epoch(PyObject *module, PyObject *noargs)
+{
+    (void)module, (void)noargs;
+    return PyLong_FromUnsignedLongLong(++prepared_epoch);
+}
+
+/* Whether cap is a prepared operand of the current epoch. */
+static bool current_prepared(PyObject *cap)
+{
+    if (!PyCapsule_IsValid(cap, OPERAND_CAPSULE))
+        return false;
+    const prepared *p = PyCapsule_GetPointer(cap, OPERAND_CAPSULE);
+    return p && p->epoch == prepared_epoch;
 }
 
 /* torch.Tensor's DLPack exchange table (type.__dlpack_c_exchange_api__), or NULL where
@@ -718,12 +748,12 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
         int same = version ? PyObject_RichCompareBool(version, PyTuple_GET_ITEM(hit, 3), Py_EQ)
                            : -1;
         Py_XDECREF(version);
-        if (same == 1 && PyCapsule_IsValid(PyTuple_GET_ITEM(hit, 2), OPERAND_CAPSULE))
+        if (same == 1 && current_prepared(PyTuple_GET_ITEM(hit, 2)))
             prepared_op = Py_NewRef(PyTuple_GET_ITEM(hit, 2));
     } else {
         PyObject *desc = GET(a, SC_PY_T_DESC);
-        if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 2 &&
-            PyCapsule_IsValid(PyTuple_GET_ITEM(desc, 0), OPERAND_CAPSULE))
+        if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 3 &&
+            current_prepared(PyTuple_GET_ITEM(desc, 0)))
             prepared_op = Py_NewRef(PyTuple_GET_ITEM(desc, 0));
         Py_XDECREF(desc);
     }

@@ -90,6 +90,8 @@ PyObject *sc_py_host_isa(PyObject *module, PyObject *args);
 PyObject *sc_py_run(PyObject *module, PyObject *args);
 PyObject *sc_py_remembered(PyObject *module, PyObject *args);
 PyObject *sc_py_prepare(PyObject *module, PyObject *args);
+PyObject *sc_py_epoch(PyObject *module, PyObject *noargs);
+PyObject *sc_py_new_epoch(PyObject *module, PyObject *noargs);
 PyObject *sc_py_set_torch(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_info(PyObject *module, PyObject *args);
 PyObject *sc_py_kernel_fixed(PyObject *module, PyObject *args);
@@ -108,6 +110,8 @@ PyObject *sc_py_jit_stats(PyObject *module, PyObject *args);
     {"remembered", sc_py_remembered, METH_VARARGS,                                       \
      "run the kernel a SparseTensor remembers, or None"},                                 \
     {"prepare", sc_py_prepare, METH_VARARGS, "an operand description parsed once"},       \
+    {"epoch", sc_py_epoch, METH_NOARGS, "the epoch of prepared operands"},                \
+    {"new_epoch", sc_py_new_epoch, METH_NOARGS, "retire every prepared operand"},         \
     {"set_torch", sc_py_set_torch, METH_VARARGS, "the torch objects the extension uses"}, \
     {"kernel_info", sc_py_kernel_info, METH_VARARGS,                                     \
      "(out shape, fmt, dtype, index, schedule, explain)"},                                 \

@@ -47,5 +47,11 @@ __all__ = [
 # torch.load(weights_only=True) may rebuild SparseTensors and Formats.
 _torch.serialization.add_safe_globals([_rebuild, SparseTensor])
 
+# Queues, spawned processes and DataLoader workers pickle copies of the arrays (see
+# SparseTensor._reduce_for_processes).
+import multiprocessing.reduction as _mp_reduction  # noqa: E402
+
+_mp_reduction.ForkingPickler.register(SparseTensor, SparseTensor._reduce_for_processes)
+
 # torch.compile: scorch's ops check whether Dynamo is tracing once torch._dynamo is loaded.
 _tensor.watch_for_dynamo()

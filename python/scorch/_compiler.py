@@ -161,10 +161,18 @@ def _sparse_operand(a: SparseTensor, dtype):
         v = vals.detach().to(dtype).contiguous()
         return _sparse_desc(a, v)
     cached = a._desc
-    if cached is None:
+    epoch = _C.epoch()
+    if cached is None or cached[2] != epoch:   # (arrays moved since: retire_prepared)
         desc, sig = _sparse_desc(a, vals)
-        cached = a._desc = (_C.prepare(desc), sig)
-    return cached
+        cached = a._desc = (_C.prepare(desc), sig, epoch)
+    return cached[0], cached[1]
+
+
+def retire_prepared():
+    """Forget every operand prepared so far (the addresses of its arrays): called where
+    torch has moved arrays to shared memory, freeing their old blocks, which every
+    SparseTensor sharing them (views, with_values) may have prepared."""
+    _C.new_epoch()
 
 
 def _sparse_desc(a: SparseTensor, vals):

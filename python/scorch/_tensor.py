@@ -437,6 +437,27 @@ class SparseTensor(torch.Tensor):
                            self._values.detach(), self.requires_grad,
                            _INDEX_NAMES[self.index_dtype]))
 
+    def _share_arrays(self):
+        """Move the index and value arrays into shared memory in place (as torch's
+        share_memory_ moves a storage), then retire every prepared operand: the addresses
+        scorch kept of these arrays, in this tensor and in every one sharing them (views,
+        with_values), point at the freed old blocks."""
+        moved = False
+        for a in self._pos + self._crd + [self._values]:
+            if a is not None and not a.is_shared():
+                a.share_memory_()
+                moved = True
+        if moved:
+            from ._compiler import retire_prepared
+            retire_prepared()
+
+    def _reduce_for_processes(self):
+        """The reduction multiprocessing's pickler uses (queues, spawn, DataLoader workers):
+        torch's reducer would move the arrays into shared memory behind scorch's back;
+        they are moved first, as share_memory_ does."""
+        self._share_arrays()
+        return self.__reduce_ex__(2)
+
     def __repr__(self, *, tensor_contents=None):
         vals = self._values.detach()
         vs = repr(vals).replace("\n", "\n       ")
@@ -476,13 +497,19 @@ def _copied_values(values, requires_grad):
 
 
 def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int32"):
-    """Unpickling entry point (registered as a safe global for torch.load)."""
+    """Unpickling entry point (registered as a safe global for torch.load).  The arrays
+    are checked as from_components checks them: a file is input like any other
+    (torch.load(weights_only=True) is torch's mode for untrusted ones)."""
+    from ._convert import from_components
     from ._format import _format_from_tuple
 
-    index_dtype = _INDEX_OF_NAME[index_name]
-    return SparseTensor(shape, _format_from_tuple(*fmt_tuple), pos, crd,
-                        _copied_values(values, requires_grad),
-                        requires_grad=requires_grad, index_dtype=index_dtype)
+    t = from_components(shape, _format_from_tuple(*fmt_tuple), pos=pos, crd=crd,
+                        values=_copied_values(values, requires_grad))
+    if not any(a is not None for a in t._pos + t._crd):
+        t._index_dtype = _INDEX_OF_NAME[index_name]   # (dense formats: no arrays to say it)
+    if requires_grad:
+        torch.Tensor.requires_grad_(t, True)   # (the wrapper's flag; the values' is set)
+    return t
 
 
 def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:

@@ -1504,6 +1504,8 @@ def _log_softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
 def _permuted(a: SparseTensor, perm):
     """The same arrays under a new dimension order (no copy)."""
     n = a.dim()
+    for p in perm:
+        _norm_dims(p, n)   # (out of range: torch's IndexError)
     perm = [p % n for p in perm]
     if sorted(perm) != list(range(n)):
         raise ValueError(f"permute: {tuple(perm)} is not a permutation of {n} dimensions")
@@ -1527,6 +1529,7 @@ def _permute(a, *dims):
            torch.swapdims, torch.Tensor.swapdims)
 def _transpose(a, d0, d1):
     n = a.dim()
+    _norm_dims(d0, n), _norm_dims(d1, n)   # (out of range: torch's IndexError)
     perm = list(range(n))
     perm[d0 % n], perm[d1 % n] = perm[d1 % n], perm[d0 % n]
     return _permuted(a, perm)
@@ -1555,6 +1558,9 @@ def _H(a):
 
 @_register(torch.Tensor.mT.__get__)
 def _mT(a):
+    if a.dim() < 2:
+        raise RuntimeError(f"tensor.mT is only supported on matrices or batches of "
+                           f"matrices. Got {a.dim()}-D tensor.")
     return _transpose(a, -2, -1)
 
 
@@ -2103,12 +2109,10 @@ def _copy_(dst, src, non_blocking=False):
 
 @_register(torch.Tensor.share_memory_)
 def _share_memory_(a):
-    # (torch would move a storage the wrapper does not have: a segfault; moving the
-    # component arrays in place would leave every tensor sharing them, views included,
-    # reading freed memory)
-    refuse("Tensor.share_memory_", a, why="its index and value arrays are not moved to "
-                                          "shared memory; rebuild it in each process "
-                                          "(scorch.from_components) from shared arrays")
+    """The index and value arrays moved to shared memory (torch's own call would move a
+    storage the wrapper does not have)."""
+    a._share_arrays()
+    return a
 
 
 @_register(torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__)   # (from_dlpack)
@@ -2240,6 +2244,19 @@ def _to_sparse(a, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=Non
                    "sparse_csc")
     return _to_sparse_as(a, "to_sparse", _LAYOUT_FORMATS.get(layout, "coo"), dense_dim,
                          blocksize)
+
+
+@_register(torch.Tensor.data.__get__)
+def _data(a):
+    """``A.data``: the same arrays around detached values (no history, as torch's)."""
+    return a._rewrap(a._values.detach())
+
+
+@_register(torch.Tensor.data.__set__)
+def _set_data(a, value):
+    refuse("A.data = ...", a, value, why="it would replace a SparseTensor's storage behind "
+           "its arrays (torch.Tensor.set_data)", hint="build a new SparseTensor, or use "
+           "A.copy_(B) (B's arrays in A's format) or A.with_values(v)")
 
 
 @_register(torch.Tensor.detach, torch.detach)

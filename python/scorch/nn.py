@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._convert import _from_coords
+from ._convert import _from_coords, from_components
 from ._format import Format
 from ._tensor import SparseTensor, outside_graph
 
@@ -81,7 +81,17 @@ class SparseLinear(nn.Module):
 
     @property
     def weight(self) -> SparseTensor:
-        """The weight as a SparseTensor (CSR) whose values are ``self.values``."""
+        """The weight as a SparseTensor (CSR) whose values are ``self.values``.  The index
+        buffers are checked (O(nnz)) whenever they changed since the last check: loaded
+        from a state dict or written in place, they are input like any other."""
+        checked = getattr(self, "_checked", None)   # (the tensors checked, and versions)
+        versions = (self.row_ptr._version, self.col_idx._version, self.values.shape)
+        if checked is None or checked[0] is not self.row_ptr or \
+                checked[1] is not self.col_idx or checked[2] != versions:
+            from_components((self.out_features, self.in_features), "csr",
+                            pos=[None, self.row_ptr], crd=[None, self.col_idx],
+                            values=self.values.detach())
+            self._checked = (self.row_ptr, self.col_idx, versions)
         it = self.col_idx.dtype
         return SparseTensor((self.out_features, self.in_features), _CSR, [None, self.row_ptr],
                             [None, self.col_idx], self.values,
