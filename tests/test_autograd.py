@@ -398,3 +398,49 @@ def test_backward_of_a_sparse_result_with_a_sparse_gradient():
     other = scorch.to_sparse(torch.ones(4, 5, dtype=torch.float64), "csr")
     with pytest.raises(ValueError, match="output's pattern"):
         torch.autograd.grad(S, Q, other)
+
+
+def test_einsum_gradient_edge_forms():
+    """Gradients against dense autograd where the output permutes a coo with duplicates
+    (each duplicate gets its coordinate's gradient once), a dense operand is broadcast
+    along a dimension of 1 (its gradient sums over the stretch), and a dense operand alone
+    is summed to a scalar."""
+    f64 = torch.float64
+    W = torch.tensor([[1., 2.], [3., 4.]], dtype=f64)
+    for expr, extra in (("ij->ji", ()), ("ij,ij->ji", (W,)), ("ij,ji->ji", (W,))):
+        v = torch.tensor([1., 2., 4.], dtype=f64, requires_grad=True)
+        A = scorch.from_components((2, 2), "coo", pos=[torch.tensor([0, 3]), None],
+                                   crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 0])],
+                                   values=v)
+        (torch.einsum(expr, A, *extra).to_dense() * W).sum().backward()
+        d = torch.zeros(2, 2, dtype=f64, requires_grad=True)
+        dense = d + torch.sparse_coo_tensor(A.indices(), v.detach(), (2, 2)).to_dense()
+        (torch.einsum(expr, dense, *extra) * W).sum().backward()
+        torch.testing.assert_close(v.grad, d.grad[tuple(A.indices())], msg=expr)
+
+    S = scorch.to_sparse(torch.tensor([[1., 0, 2], [0, 3, 0]], dtype=f64), "csr")
+    for expr in ("mk,ik->i", "mk,ik->"):
+        x = torch.ones(3, 1, dtype=f64, requires_grad=True)
+        xd = x.detach().clone().requires_grad_()
+        torch.einsum(expr, x, S).sum().backward()
+        torch.einsum(expr, xd, S.to_dense()).sum().backward()
+        torch.testing.assert_close(x.grad, xd.grad)
+
+    for expr, shape in (("i->", (3,)), ("ij->", (2, 3)), ("ii->", (3, 3))):
+        x = torch.randn(shape, dtype=f64, requires_grad=True)
+        scorch.einsum(expr, x).backward()
+        xd = x.detach().clone().requires_grad_()
+        torch.einsum(expr, xd).backward()
+        torch.testing.assert_close(x.grad, xd.grad)
+
+
+def test_select_keeps_a_nonunique_level():
+    A = scorch.from_components((1, 3), "dc(nonunique)", pos=[None, torch.tensor([0, 3])],
+                               crd=[None, torch.tensor([0, 2, 2])],
+                               values=torch.tensor([1., 2., 3.]))
+    r = A[0]
+    assert not r.format.unique[0]
+    torch.testing.assert_close(r.to_dense(), torch.tensor([1., 0., 5.]))
+    C = scorch.to_sparse(torch.ones(2, 3), "csr")
+    torch.testing.assert_close(torch.einsum("ij,ij->ij", A, C).to_dense(),
+                               torch.tensor([[1., 0., 5.], [1., 0., 5.]]))

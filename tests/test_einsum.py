@@ -477,3 +477,18 @@ def test_built_in_kernels_run_without_a_usable_cache_directory(tmp_path):
                            text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert why in r.stdout
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc", "dcsr", "dense"])
+def test_index_notation_reads_one_operand_twice(fmt):
+    """Each read of an operand binds its own indices' extents (the last read's alone left
+    the others at 1: a 1-row output the kernel wrote past)."""
+    x = torch.tensor([[1., 0, 2], [0, 3, 0], [4, 0, 0]])
+    A = scorch.to_sparse(x, fmt)
+    for expr, want in (("C(i,k) = A(i,j) * A(j,k)", x @ x), ("C(i,k) = A(i,j) * A(k,j)", x @ x.t())):
+        for _ in range(2):
+            r = scorch.kernel(expr)(A)
+            r = r.to_dense() if isinstance(r, scorch.SparseTensor) else r
+            torch.testing.assert_close(r, want)
+    with pytest.raises(ValueError, match="index 'j' has size 4"):
+        scorch.kernel("C(i,k) = A(i,j) * A(j,k)")(scorch.to_sparse(torch.ones(3, 4), fmt))

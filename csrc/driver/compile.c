@@ -94,9 +94,14 @@ static sc_kernel *new_kernel(sc_compiler *c, const sc_lower_problem *p, const sc
         k->varname[v] = q;
         q += l + 1;
     }
-    for (int32_t a = 0; a < p->naccess; a++)
+    k->nacc = p->naccess;
+    for (int32_t a = 0; a < p->naccess; a++) {
+        k->acc_op[a] = p->acc[a].operand;
+        for (int32_t d = 0; d < SC_MAX_ORDER; d++)
+            k->acc_var[a][d] = d < p->acc[a].order ? p->acc[a].var[d] : -1;
         for (int32_t d = 0; d < p->acc[a].order; d++)
             k->var[p->acc[a].operand][d] = p->acc[a].var[d];
+    }
     for (int32_t v = 0; v < p->nvars; v++)
         k->fixed[v] = p->fixed[v];
     k->transpose = s->transpose;

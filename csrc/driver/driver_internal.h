@@ -9,6 +9,7 @@
 #define SC_DRIVER_INTERNAL_H
 
 #include "sc_driver.h"
+#include "../lower/sc_lower.h"
 
 #include <pthread.h>
 #include <sys/types.h>
@@ -24,6 +25,11 @@ struct sc_kernel {
     sc_dtype dtype;
     sc_index_type itype[SC_DRV_MAX_OPS];
     int32_t var[SC_DRV_MAX_OPS][SC_MAX_ORDER]; /* index variable of each dimension */
+    /* every access (index notation may read an operand twice, with other indices): the
+     * operand read and the index variable of each of its dimensions */
+    int32_t nacc;
+    int32_t acc_op[SC_LOWER_MAX_ACCESSES];
+    int32_t acc_var[SC_LOWER_MAX_ACCESSES][SC_MAX_ORDER];
     uint32_t bcast[SC_DRV_MAX_OPS];
     const char *opname[SC_DRV_MAX_OPS];  /* point into names */
     const char *varname[32];

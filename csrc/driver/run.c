@@ -51,7 +51,6 @@ static sc_status check_ops(const sc_kernel *k, const sc_tensor *const *ops, int6
                                k->opname[t], (int)l);
         }
         for (int32_t d = 0; d < o->fmt.order; d++) {
-            int32_t v = k->var[t][d];
             int64_t n = o->dims[d];
             if (n < 0)
                 return sc_fail(err, SC_USER, "run", "operand %s: negative size %lld", k->opname[t],
@@ -63,18 +62,23 @@ static sc_status check_ops(const sc_kernel *k, const sc_tensor *const *ops, int6
                                    (long long)n);
                 continue;
             }
-            if (v < 0)
-                continue;
-            if (ext[v] < 0) {
-                ext[v] = n;
-                who[v] = k->opname[t];
-                whodim[v] = d;
-            } else if (ext[v] != n) {
-                return sc_fail(err, SC_USER, "run",
-                               "size mismatch for index %s: %s dimension %d has size %lld, "
-                               "%s dimension %d has size %lld",
-                               k->varname[v], who[v], (int)whodim[v], (long long)ext[v],
-                               k->opname[t], (int)d, (long long)n);
+            /* each read of operand t binds its own index here (index notation may read
+             * an operand twice with other indices: A(i,j) * A(j,k)) */
+            for (int32_t a = 0; a < k->nacc; a++) {
+                int32_t v = k->acc_op[a] == t ? k->acc_var[a][d] : -1;
+                if (v < 0)
+                    continue;
+                if (ext[v] < 0) {
+                    ext[v] = n;
+                    who[v] = k->opname[t];
+                    whodim[v] = d;
+                } else if (ext[v] != n) {
+                    return sc_fail(err, SC_USER, "run",
+                                   "size mismatch for index %s: %s dimension %d has size %lld, "
+                                   "%s dimension %d has size %lld",
+                                   k->varname[v], who[v], (int)whodim[v], (long long)ext[v],
+                                   k->opname[t], (int)d, (long long)n);
+                }
             }
         }
         if (o->fmt.order > 0) {

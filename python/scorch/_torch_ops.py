@@ -137,8 +137,13 @@ def _linear_key(cols, sizes, n=1):
     return key
 
 
-def _same_arrays(x: SparseTensor, y: SparseTensor) -> bool:
-    if x._format != y._format or x.nnz != y.nnz:
+def _same_arrays(x: SparseTensor, y: SparseTensor, any_order=False) -> bool:
+    """Whether x and y store the same entries in the same arrays (``any_order``: under any
+    dimension order, as a permuted view's)."""
+    fx, fy = x._format, y._format
+    if (fx.kinds, fx.unique) != (fy.kinds, fy.unique) if any_order else fx != fy:
+        return False
+    if x.nnz != y.nnz:
         return False
     for a, b in zip(x._pos + x._crd, y._pos + y._crd):
         if (a is None) != (b is None):
@@ -323,7 +328,7 @@ def _einsum_grad(spec, i, ops, G, v):
     # operands each duplicate of one would meet every duplicate of the other.
     def kept(o):   # (the output kept o's pattern, duplicates and all)
         return spec.out and _is_sparse(G) and _is_sparse(o) and has_duplicates(o) and \
-            _same_arrays(G, o)
+            _same_arrays(G, o, any_order=True)
 
     own = kept(ops[i])
     joined = None if own else next((j for j, (t, o) in enumerate(zip(spec.ins, ops))
@@ -354,12 +359,19 @@ def _einsum_grad(spec, i, ops, G, v):
         return grad.to(v.dtype)
     avail = set(spec.out).union(*[set(t) for t in terms])
     keep = "".join(c for c in mine if c in avail)
-    r = _backward_einsum(",".join(terms) + "->" + keep, *operands,
-                    out_format="dense" if keep else None)
+    if terms:
+        r = _backward_einsum(",".join(terms) + "->" + keep, *operands,
+                             out_format="dense" if keep else None)
+    else:   # (the operand alone, summed to a scalar: its gradient is G everywhere)
+        r = torch.ones((), dtype=G.dtype)
     if _is_sparse(r):
         r = r.to_dense()
     if not spec.out:
         r = r * G
+    # a dimension of 1 the operand was broadcast along: its gradient sums over the stretch
+    stretched = [k for k, c in enumerate(keep) if v.shape[mine.index(c)] == 1 and r.shape[k] != 1]
+    if stretched:
+        r = r.sum(dim=stretched, keepdim=True)
     if keep != mine:
         shape = [v.shape[d] if c in avail else 1 for d, c in enumerate(mine)]
         r = r.reshape(shape).expand(v.shape)
@@ -1735,7 +1747,9 @@ def select(a: SparseTensor, dim: int, i: int):
     fmt = a._format
     if fmt.kinds == (0, 1) and fmt.order[0] == dim:     # a csr row, a csc column
         r = _select_segments(a, torch.tensor([i]), [1, 1])
-        return SparseTensor((a.shape[1 - dim],), Format("c"), [r._pos[1]], [r._crd[1]],
+        # (the level keeps its uniqueness: a nonunique one may repeat a coordinate)
+        return SparseTensor((a.shape[1 - dim],), _format_from_tuple((1,), fmt.unique[1:], (0,)),
+                            [r._pos[1]], [r._crd[1]],
                             r._values, requires_grad=r._values.requires_grad,
                             index_dtype=r.index_dtype)
     coords = dim_coords(a)
