@@ -629,3 +629,26 @@ def test_from_edge_index_keeps_the_values_gradient(fmt, dtype):
     torch.testing.assert_close(v.grad, vd.grad)
     with torch.no_grad():
         assert not scorch.from_edge_index(ei, 4, values=v, format=fmt).requires_grad
+
+
+def test_malformed_torch_compressed_tensors_are_refused():
+    """torch builds CSR/CSC/BSR tensors unchecked unless asked: a wrong crow_indices is a
+    ValueError naming it, by conversion and under scorch.enable(), never a wrong matrix."""
+    import warnings
+
+    def csr(crow):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.sparse_csr_tensor(torch.tensor(crow), torch.tensor([0, 2, 1]),
+                                           torch.tensor([1., 2, 3]), (2, 3),
+                                           check_invariants=False)
+    for crow in ([0, 3], [0, 3, 2], [0, 2, 2], [1, 2, 3]):
+        with pytest.raises(ValueError, match="crow_indices"):
+            scorch.to_sparse(csr(crow))
+        with scorch.enabled(), pytest.raises(ValueError, match="pos"):   # (level 1's)
+            torch.mm(csr(crow), torch.ones(3, 2))
+    good = csr([0, 2, 3])
+    assert scorch.to_sparse(good).to_dense().tolist() == [[1., 0, 2], [0, 3, 0]]
+    with scorch.enabled():
+        torch.testing.assert_close(torch.mm(good, torch.ones(3, 2)),
+                                   torch.tensor([[3., 3], [3, 3]]))

@@ -116,6 +116,8 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
         plain = x.col_indices() if layout is torch.sparse_csr else x.row_indices()
         if x.values().dim() != 1:
             raise NotImplementedError("hybrid CSR/CSC tensors are not supported")
+        _check_compressed(layout, compressed, x.shape[0 if layout is torch.sparse_csr else 1],
+                          plain.numel(), x.values().shape[0])
         outer = torch.repeat_interleave(
             torch.arange(compressed.numel() - 1, dtype=torch.int64), compressed.diff())
         coords = (torch.stack([outer, plain.to(torch.int64)]) if layout is torch.sparse_csr
@@ -125,6 +127,8 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
     if layout is torch.sparse_bsr:
         crow, col, blocks = x.crow_indices(), x.col_indices(), x.values()
         bh, bw = blocks.shape[1], blocks.shape[2]
+        _check_compressed(layout, crow, x.shape[0] // max(bh, 1), col.numel(),
+                          blocks.shape[0])
         brow = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow.diff())
         ii = torch.arange(bh).view(1, bh, 1)
         jj = torch.arange(bw).view(1, 1, bw)
@@ -134,6 +138,22 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
         return _from_coords(x.shape, torch.stack([rows, cols]), blocks.reshape(-1), format,
                             index_dtype, drop_zeros=True)
     raise NotImplementedError(f"torch layout {layout} is not supported by to_sparse")
+
+
+def _check_compressed(layout, compressed, outer, nplain, nvals):
+    """A torch compressed tensor's arrays, checked as from_components checks a compressed
+    level (torch builds them unchecked unless asked): one position per outer index and
+    one more, from 0, non-decreasing, ending at the number of entries."""
+    name = "crow_indices" if layout is not torch.sparse_csc else "ccol_indices"
+    if compressed.numel() != outer + 1:
+        raise ValueError(f"a {layout} tensor: {name} has {compressed.numel()} entries, "
+                         f"expected {outer + 1}")
+    if nplain != nvals:
+        raise ValueError(f"a {layout} tensor: {nplain} indices but {nvals} values")
+    c = compressed.to(torch.int64)
+    if c[0] != 0 or c[-1] != nplain or (c.diff() < 0).any():
+        raise ValueError(f"a {layout} tensor: {name} must start at 0, never decrease "
+                         f"and end at the number of entries ({nplain})")
 
 
 def _is_scipy_sparse(x) -> bool:

@@ -91,8 +91,12 @@ def _to_scorch(x: torch.Tensor, op):
         crd = x.col_indices() if csr else x.row_indices()
         if pos.dtype != crd.dtype:
             crd = crd.to(pos.dtype)
-        view = SparseTensor(tuple(x.shape), _CSR if csr else _CSC, [None, pos], [None, crd],
-                            x.values(), index_dtype=pos.dtype)
+        from ._convert import from_components
+
+        # (checked once per tensor and version, O(nnz): torch builds these unchecked
+        # unless asked, and a kernel trusts what it reads)
+        view = from_components(tuple(x.shape), _CSR if csr else _CSC, pos=[None, pos],
+                               crd=[None, crd], values=x.values())
         _remember(x, view)
         return view
     from ._convert import to_sparse
