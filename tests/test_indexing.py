@@ -362,3 +362,30 @@ def test_unsqueeze_squeeze_stack(fmt):
         torch.stack([A, scorch.to_sparse(x[:3], "csr")])
     with pytest.raises(IndexError, match="unsqueeze: dim 3"):
         A.unsqueeze(3)
+
+
+@pytest.mark.parametrize("fmt", ["dcsr", "coo", "dcsc"])
+def test_selection_along_a_hypersparse_dimension_is_o_nnz(fmt):
+    """2^40 columns, 3 entries: selecting columns (or rows of the transpose) goes through
+    the coordinates, not a selection matrix or csr of 2^40 positions."""
+    N = 2 ** 40
+    C = scorch.from_components((3, N), "coo", pos=[torch.tensor([0, 3]), None],
+                               crd=[torch.tensor([0, 1, 2]), torch.tensor([5, N - 1, 7])],
+                               values=torch.tensor([1., 2., 3.])).to_format(fmt)
+    assert C[:, [N - 1, 0, 5, 5]].to_dense().tolist() == [[0., 0, 1, 1], [2, 0, 0, 0],
+                                                            [0, 0, 0, 0]]
+    assert C.t()[[N - 1, 0, 7]].to_dense().tolist() == [[0., 2, 0], [0, 0, 0], [0, 0, 3]]
+    assert torch.index_select(C, 1, torch.tensor([7, N - 1])).to_dense().tolist() == \
+        [[0., 0], [0, 2], [3, 0]]
+
+
+def test_numpy_keys_index_as_torch_reads_them():
+    import numpy as np
+
+    x = torch.tensor([[1., 0, 2], [0, 3, 0]])
+    A = scorch.to_sparse(x, "csr")
+    torch.testing.assert_close(A[np.int64(1)].to_dense(), x[1])
+    torch.testing.assert_close(A[np.array([1, 0])].to_dense(), x[[1, 0]])
+    torch.testing.assert_close(A[:, np.array([2, 0])].to_dense(), x[:, [2, 0]])
+    torch.testing.assert_close(A[np.int32(0), np.int64(2)], x[0, 2])
+    torch.testing.assert_close(A[np.array([True, False])].to_dense(), x[[True, False]])

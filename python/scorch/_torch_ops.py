@@ -1594,8 +1594,8 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     rows, a coo's last) is a compiled product with a 0/1 selection matrix
     (``_select_by_product``, O(nnz)); a matrix's outer compressed level (a coo's or
     dcsr's rows) goes through csr / csc and back (two conversions, O(nnz)); any other
-    (a middle level) goes through the coordinates of the stored entries and one
-    conversion (O(nnz log nnz)).  (A product along an outer compressed level would
+    (a middle level), and any dimension far longer than the entries, goes through the
+    coordinates of the stored entries and one conversion (O(nnz log nnz)).  (A product along an outer compressed level would
     search that level for every selected position.)"""
     dim = _dim_index(name, dim, a.dim())
     index = _index_tensor(index)
@@ -1622,9 +1622,12 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     fmt = a._format
     if fmt.kinds == (0, 1) and fmt.order[0] == dim:
         return _select_segments(a, index, shape)
-    if fmt.order[-1] == dim:
+    # A dimension far longer than the entries (a hypersparse dcsr's or coo's) goes through
+    # the coordinates: the selection matrix and the csr detour take O(size) memory.
+    hypersparse = size > 2 * (a.nnz + index.numel()) + 1024
+    if fmt.order[-1] == dim and not hypersparse:
         return _select_by_product(a, dim, index)
-    if a.dim() == 2:   # (a matrix's outer compressed level: through csr / csc and back)
+    if a.dim() == 2 and not hypersparse:   # (outer compressed level: through csr / csc)
         outer = a.to_format(_CSR_LIKE[fmt.order], drop_zeros=False)
         return _select_segments(outer, index, shape).to_format(fmt, drop_zeros=False)
     coords = dim_coords(a)
@@ -1924,6 +1927,18 @@ def _pointwise(a: SparseTensor, keys) -> torch.Tensor:
     return (r.to_dense() if _is_sparse(r) else r).reshape(shape)
 
 
+def _as_torch_key(k):
+    """A NumPy index as torch reads it: an integer scalar as an int, a bool scalar as a
+    bool, an array as a tensor."""
+    if type(k).__module__ != "numpy":
+        return k
+    if isinstance(k, numbers.Integral):
+        return int(k)
+    if getattr(k, "dtype", None) is not None and k.shape == () and k.dtype.kind == "b":
+        return bool(k)
+    return torch.as_tensor(k) if hasattr(k, "__array__") else k
+
+
 @_register(torch.Tensor.__getitem__)
 def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j]: one index tensor (or list),
@@ -1932,7 +1947,7 @@ def _getitem(a, key):
     view; ``True`` does the same and ``False`` adds one of size 0, as torch reads a bool);
     A[r, c] with every dimension indexed by integer tensors (or ints) pairs them up
     (``_pointwise``: a dense result); several index tensors beside slices are refused."""
-    keys = key if isinstance(key, tuple) else (key,)
+    keys = tuple(_as_torch_key(k) for k in (key if isinstance(key, tuple) else (key,)))
 
     def added(k):   # (a key that adds a dimension rather than indexing one)
         return k is None or isinstance(k, bool)
