@@ -138,3 +138,26 @@ def test_to_format_carries_the_gradient(src, dst):
     kept = torch.zeros_like(w)
     kept[tuple(B.indices())] = 1
     assert torch.equal(v.grad, (w * kept)[tuple(A.indices())])
+
+
+def test_one_element_tensors_give_python_numbers():
+    import warnings
+
+    import torch.nn.functional as F
+
+    for x in (torch.tensor([[2.5]]), torch.zeros(1, 1), torch.tensor([[3]], dtype=torch.int32)):
+        for fmt in ("csr", "coo"):
+            A = scorch.to_sparse(x, fmt)
+            assert A.item() == x.item() and type(A.item()) is type(x.item())
+            assert (bool(A), float(A), int(A)) == (bool(x), float(x), int(x))
+    A = scorch.from_components((1, 1), "coo", pos=[torch.tensor([0, 2]), None],
+                               crd=[torch.tensor([0, 0]), torch.tensor([0, 0])],
+                               values=torch.tensor([1., 2.]))
+    assert A.item() == 3.0                                  # duplicates summed
+    B = scorch.to_sparse(torch.eye(2), "csr")
+    with pytest.raises(RuntimeError, match="4 elements"):
+        B.item()
+    with warnings.catch_warnings(record=True) as seen:      # F.softmax's implicit dim
+        warnings.simplefilter("always")
+        torch.testing.assert_close(F.softmax(B).to_dense(), torch.eye(2))
+    assert any("Implicit dimension" in str(w.message) for w in seen)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -1474,6 +1475,11 @@ def _softmax(name, a, dim, dtype, log):
     if not _is_sparse(a):
         refuse(name, a, why="the input must be the SparseTensor")
     n = a.dim()
+    if dim is None:   # (F.softmax's implicit dim, deprecated: torch's choice and warning)
+        dim = 0 if n in (0, 1, 3) else 1
+        warnings.warn(f"Implicit dimension choice for {name.split('.')[-1]} has been "
+                      f"deprecated. Change the call to include dim=X as an argument.",
+                      stacklevel=4)
     dim = _dim_index(name, dim, n)
     v = a._values if dtype is None else a._values.to(dtype)
     if not v.dtype.is_floating_point:
@@ -1509,6 +1515,22 @@ def _softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
            torch.sparse.log_softmax)
 def _log_softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
     return _softmax("torch.log_softmax", a, dim, dtype, log=True)
+
+
+def _item(kind):
+    """The one element of a one-element tensor (its stored values summed, 0 if none), as
+    the Python number torch gives (item) or the one asked for (bool, float, int)."""
+    def handler(a):
+        if a.numel() != 1:
+            raise RuntimeError(f"a Tensor with {a.numel()} elements cannot be converted to "
+                               f"Scalar")
+        return kind(a._values.detach().sum(dtype=a.dtype).item())
+    return handler
+
+
+for _f, _kind in ((torch.Tensor.item, lambda x: x), (torch.Tensor.__bool__, bool),
+                  (torch.Tensor.__float__, float), (torch.Tensor.__int__, int)):
+    _register(_f)(_item(_kind))
 
 
 # ---- structure: transpose, dtype, autograd flags ------------------------------------------
