@@ -485,7 +485,8 @@ def test_index_notation_reads_one_operand_twice(fmt):
     the others at 1: a 1-row output the kernel wrote past)."""
     x = torch.tensor([[1., 0, 2], [0, 3, 0], [4, 0, 0]])
     A = scorch.to_sparse(x, fmt)
-    for expr, want in (("C(i,k) = A(i,j) * A(j,k)", x @ x), ("C(i,k) = A(i,j) * A(k,j)", x @ x.t())):
+    for expr, want in (("C(i,k) = A(i,j) * A(j,k)", x @ x),
+                       ("C(i,k) = A(i,j) * A(k,j)", x @ x.t())):
         for _ in range(2):
             r = scorch.kernel(expr)(A)
             r = r.to_dense() if isinstance(r, scorch.SparseTensor) else r

@@ -1617,8 +1617,9 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     (``_select_by_product``, O(nnz)); a matrix's outer compressed level (a coo's or
     dcsr's rows) goes through csr / csc and back (two conversions, O(nnz)); any other
     (a middle level), and any dimension far longer than the entries, goes through the
-    coordinates of the stored entries and one conversion (O(nnz log nnz)).  (A product along an outer compressed level would
-    search that level for every selected position.)"""
+    coordinates of the stored entries and one conversion (O(nnz log nnz)).  (A product
+    along an outer compressed level would search that level for every selected
+    position.)"""
     dim = _dim_index(name, dim, a.dim())
     index = _index_tensor(index)
     if index.dtype == torch.uint8 and name == "indexing":
