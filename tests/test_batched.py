@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import scorch
-from conftest import make_dense, with_threads
+from conftest import make_dense, seed_of, with_threads
 
 
 def batch_of(shape, dtype, it, seed, kind="random", fmt="ddc"):
@@ -104,3 +104,22 @@ def test_short_wide_matrix_against_dense(dtype, rows):
     text = scorch.explain("ij,j->i", A, x)
     assert "if(sc_k_par_worth((Ni_" in text and "), ((int64_t)A1_pos_" in text
     assert "return n >= 2 && work >= 8192;" in text
+
+
+def test_matmul_broadcasts_a_batch_of_one_either_side():
+    """torch.matmul broadcasts a batch of 1 (bmm does not): a sparse operand's as well as
+    a dense one's, with gradients."""
+    g = torch.Generator().manual_seed(seed_of("matmul-batch-1"))
+    a1 = make_dense((1, 4, 5), torch.float64, seed_of("mb1"))
+    b3 = torch.randn(3, 5, 2, dtype=torch.float64, generator=g, requires_grad=True)
+    A1 = scorch.to_sparse(a1, "csf")
+    out = torch.matmul(A1, b3)
+    torch.testing.assert_close(out, a1 @ b3)
+    out.pow(2).sum().backward()
+    want, = torch.autograd.grad((a1 @ b3).pow(2).sum(), b3)
+    torch.testing.assert_close(b3.grad, want)
+    a3 = torch.randn(3, 2, 4, dtype=torch.float64, generator=g)
+    B1 = scorch.to_sparse(make_dense((1, 4, 5), torch.float64, seed_of("mb2")), "csf")
+    torch.testing.assert_close(torch.matmul(a3, B1), a3 @ B1.to_dense())
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.bmm(A1, b3)

@@ -1022,6 +1022,11 @@ def _multiplies(name, a, b, exprs):
         raise RuntimeError(f"{name}: shapes {sa} and {sb} cannot be multiplied")
 
 
+def _batch_of_one(expr, a, b):
+    """Whether matmul broadcasts one operand's batch of 1 against the other's batch."""
+    return expr == "bij,bjk->bik" and a.shape[0] != b.shape[0] and 1 in (a.shape[0], b.shape[0])
+
+
 def sparse_dense_product(exprs, a, b):
     """The product of SparseTensor ``a`` and plain tensor ``b`` on the hot route (no
     autograd to record), or None where the general route must decide.  It makes no torch
@@ -1034,7 +1039,7 @@ def sparse_dense_product(exprs, a, b):
     r = remembered(key, (a, b))
     if r is not None:
         return r
-    if b.layout is not _STRIDED or (
+    if b.layout is not _STRIDED or _batch_of_one(expr, a, b) or (
             torch.is_grad_enabled() and (a._values.requires_grad or b.requires_grad)):
         return None
     _multiplies(None, a, b, exprs)
@@ -1058,6 +1063,8 @@ def _product(name, exprs, a, b):
                 refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
     _multiplies(name, a, b, exprs)
+    if _batch_of_one(expr, a, b):   # (einsum drops a sparse operand's batch dimension of 1)
+        return einsum(expr, a, b)
     if torch.is_grad_enabled() and (
             (a._values if isinstance(a, SparseTensor) else a).requires_grad or
             (b._values if isinstance(b, SparseTensor) else b).requires_grad):
