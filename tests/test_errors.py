@@ -330,6 +330,21 @@ def test_to_sparse_int32_cannot_hold_a_dimension():
     assert x.shape == (1, n)
 
 
+def test_arrays_too_large_for_memory_are_refused():
+    """A level whose arrays' byte count overflows (a row array of 2^62 + 1 int64s) is out of
+    memory, not a small block written past its end."""
+    def coo(rows):
+        return torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 0]]), f32(1, 2), (rows, 1))
+    with pytest.raises(MemoryError, match="overflows"):
+        scorch.to_sparse(coo(2**62), "csr")
+    with pytest.raises(MemoryError, match="overflows"):
+        scorch.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=2**62)
+    D = scorch.to_sparse(coo(2**61), "dcsr")  # two stored rows: fits
+    with pytest.raises(MemoryError, match="overflows"):
+        D.to_format("csr")
+    assert D.to_format("coo").nnz == 2
+
+
 @pytest.mark.parametrize("index_dtype", [torch.float32, torch.int16, "int32", 32], ids=str)
 def test_to_sparse_bad_index_dtype(x, index_dtype):
     with pytest.raises(TypeError, match="index_dtype must be torch.int32 or torch.int64"):

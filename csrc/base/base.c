@@ -230,13 +230,18 @@ void *sc_alloc(const sc_ctx *ctx, size_t n, sc_error *err)
     return p;
 }
 
-void *sc_calloc(const sc_ctx *ctx, size_t count, size_t size, sc_error *err)
+void *sc_alloc_array(const sc_ctx *ctx, size_t count, size_t size, sc_error *err)
 {
     if (size && count > SIZE_MAX / size) {
         sc_fail(err, SC_NOMEM, "alloc", "allocation of %zu x %zu bytes overflows", count, size);
         return NULL;
     }
-    void *p = sc_alloc(ctx, count * size, err);
+    return sc_alloc(ctx, count * size, err);
+}
+
+void *sc_calloc(const sc_ctx *ctx, size_t count, size_t size, sc_error *err)
+{
+    void *p = sc_alloc_array(ctx, count, size, err);
     if (p)
         memset(p, 0, count * size);
     return p;

@@ -46,7 +46,11 @@ void sc_mem_free(void *p);
 
 /* Allocate n bytes (n == 0 gives a valid unique pointer); on failure fill err (NOMEM). */
 void *sc_alloc(const sc_ctx *ctx, size_t n, sc_error *err);
-/* Allocate count * size zeroed bytes, overflow-checked. */
+/* Allocate count * size bytes, uninitialised; a product that overflows size_t fails as
+ * out of memory (NOMEM) instead of allocating the wrapped, smaller size.  Every array
+ * whose length comes from data (a dimension, a number of entries) goes through here. */
+void *sc_alloc_array(const sc_ctx *ctx, size_t count, size_t size, sc_error *err);
+/* Allocate count * size zeroed bytes, overflow-checked as sc_alloc_array. */
 void *sc_calloc(const sc_ctx *ctx, size_t count, size_t size, sc_error *err);
 void sc_free(const sc_ctx *ctx, void *p);
 

@@ -136,7 +136,7 @@ static sc_status counting_pass(const sc_ctx *ctx, const int64_t *c, int64_t D,
     int nt = threads_for(ctx, n);
     if ((int64_t)nt > 1 && D > n)
         nt = 1; /* per-thread histograms would cost more than the pass */
-    int64_t *hist = sc_calloc(ctx, (size_t)nt * (size_t)(D + 1), sizeof(int64_t), err);
+    int64_t *hist = sc_calloc(ctx, (size_t)D + 1, (size_t)nt * sizeof(int64_t), err);
     if (!hist)
         return SC_NOMEM;
 #pragma omp parallel num_threads(nt)
@@ -248,8 +248,8 @@ static sc_status sort_entries(const sc_ctx *ctx, const entries *E, const int64_t
     for (int32_t q = 0; q < j; q++)
         huge |= dims[dst->lvl2dim[q]] > 4 * n + (1 << 20);
 
-    int64_t *a = sc_alloc(ctx, (size_t)n * sizeof(int64_t), err);
-    int64_t *b = a ? sc_alloc(ctx, (size_t)n * sizeof(int64_t), err) : NULL;
+    int64_t *a = sc_alloc_array(ctx, (size_t)n, sizeof(int64_t), err);
+    int64_t *b = a ? sc_alloc_array(ctx, (size_t)n, sizeof(int64_t), err) : NULL;
     if (!b) {
         sc_free(ctx, a);
         return SC_NOMEM;
@@ -384,10 +384,13 @@ static sc_status pack_compressed(const sc_ctx *ctx, const entries *E, const int6
                        "level %d stores %lld coordinates, which does not fit %s indices "
                        "(use int64)", (int)k, (long long)count, sc_index_name(it));
     size_t isz = sc_index_size(it);
+    if (P == INT64_MAX)
+        return sc_fail(err, SC_USER, "format",
+                       "level %d would need a pos array of more than 2^63 entries", (int)k);
     out->pos_len[k] = P + 1;
     out->crd_len[k] = count;
-    out->pos[k] = sc_alloc(ctx, (size_t)(P + 1) * isz, err);
-    out->crd[k] = out->pos[k] ? sc_alloc(ctx, (size_t)count * isz, err) : NULL;
+    out->pos[k] = sc_alloc_array(ctx, (size_t)P + 1, isz, err);
+    out->crd[k] = out->pos[k] ? sc_alloc_array(ctx, (size_t)count, isz, err) : NULL;
     if (!out->crd[k])
         return SC_NOMEM;
     void *pos = out->pos[k], *crd = out->crd[k];
@@ -446,7 +449,7 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
                                                             dst->kind[k] == SC_LEVEL_DENSE)) {
             int64_t *s = scratch[k & 1];
             if (!s) {
-                s = scratch[k & 1] = sc_alloc(ctx, (size_t)n * sizeof(int64_t), err);
+                s = scratch[k & 1] = sc_alloc_array(ctx, (size_t)n, sizeof(int64_t), err);
                 if (!s) {
                     st = SC_NOMEM;
                     goto fail;
@@ -484,7 +487,7 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
             size_t isz = sc_index_size(it);
             count = P;
             out->crd_len[k] = count;
-            out->crd[k] = sc_alloc(ctx, (size_t)count * isz, err);
+            out->crd[k] = sc_alloc_array(ctx, (size_t)count, isz, err);
             if (!out->crd[k]) {
                 st = SC_NOMEM;
                 goto fail;
@@ -572,8 +575,8 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
         for (int64_t e = 0; e < n0; e++)
             m += !val_is_zero(E.vals, E.dtype, e);
         if (m < n0) {
-            keep = sc_alloc(ctx, (size_t)m * sizeof(int64_t), err);
-            vbuf = keep ? sc_alloc(ctx, (size_t)m * sc_dtype_size(E.dtype), err) : NULL;
+            keep = sc_alloc_array(ctx, (size_t)m, sizeof(int64_t), err);
+            vbuf = keep ? sc_alloc_array(ctx, (size_t)m, sc_dtype_size(E.dtype), err) : NULL;
             if (!vbuf) {
                 st = SC_NOMEM;
                 goto done;
@@ -583,7 +586,7 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
                 if (!val_is_zero(E.vals, E.dtype, e))
                     keep[m++] = e;
             for (int32_t d = 0; d < N; d++) {
-                cbuf[d] = sc_alloc(ctx, (size_t)m * sizeof(int64_t), err);
+                cbuf[d] = sc_alloc_array(ctx, (size_t)m, sizeof(int64_t), err);
                 if (!cbuf[d]) {
                     st = SC_NOMEM;
                     goto done;
@@ -634,14 +637,14 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
     if (n > 0)
         eff[0] = 0;
     int64_t un = n;
-    uvals = sc_alloc(ctx, (size_t)n * sc_dtype_size(E.dtype), err);
+    uvals = sc_alloc_array(ctx, (size_t)n, sc_dtype_size(E.dtype), err);
     if (!uvals) {
         st = SC_NOMEM;
         goto done;
     }
     if (dups) {
         /* Compact: one entry per distinct coordinate, values summed in sorted order. */
-        merged = sc_alloc(ctx, (size_t)(n - dups) * sizeof(int64_t), err);
+        merged = sc_alloc_array(ctx, (size_t)(n - dups), sizeof(int64_t), err);
         if (!merged) {
             st = SC_NOMEM;
             goto done;
@@ -812,8 +815,8 @@ sc_status sc_fmt_from_dense(const sc_ctx *ctx, int32_t order, const int64_t *dim
     for (int64_t r = 0; r < rows; r++)
         rowstart[r + 1] += rowstart[r];
     const int64_t n = rowstart[rows];
-    int64_t *coords = sc_alloc(ctx, (size_t)order * (size_t)n * sizeof(int64_t), err);
-    void *vals = coords ? sc_alloc(ctx, (size_t)n * sc_dtype_size(dtype), err) : NULL;
+    int64_t *coords = sc_alloc_array(ctx, (size_t)n, (size_t)order * sizeof(int64_t), err);
+    void *vals = coords ? sc_alloc_array(ctx, (size_t)n, sc_dtype_size(dtype), err) : NULL;
     if (!vals) {
         sc_free(ctx, coords);
         sc_free(ctx, rowstart);
@@ -884,8 +887,8 @@ static sc_status unpack(const sc_ctx *ctx, const sc_tensor *src, int64_t **block
     int64_t n = max_level_size(src, err);
     if (n < 0)
         return err->kind;
-    int64_t *buf = sc_alloc(ctx, (size_t)N * (size_t)n * sizeof(int64_t), err);
-    int64_t *tmp = buf ? sc_alloc(ctx, (size_t)N * (size_t)n * sizeof(int64_t), err) : NULL;
+    int64_t *buf = sc_alloc_array(ctx, (size_t)n, (size_t)N * sizeof(int64_t), err);
+    int64_t *tmp = buf ? sc_alloc_array(ctx, (size_t)n, (size_t)N * sizeof(int64_t), err) : NULL;
     if (!tmp) {
         sc_free(ctx, buf);
         return SC_NOMEM;
@@ -1061,7 +1064,7 @@ static sc_status dense_relaid(const sc_ctx *ctx, const sc_tensor *src, const sc_
     out->index_type = index_type;
     for (int32_t d = 0; d < N; d++)
         out->dims[d] = src->dims[d];
-    out->vals = sc_alloc(ctx, (size_t)(total > 0 ? total : 1) * vs, err);
+    out->vals = sc_alloc_array(ctx, (size_t)(total > 0 ? total : 1), vs, err);
     if (!out->vals)
         return SC_NOMEM;
     out->nvals = total;

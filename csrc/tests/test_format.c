@@ -391,6 +391,32 @@ static void test_kept_blocks(void)
         ctx.mem.free(ctx.mem.user, again[i]);
 }
 
+/* Arrays sized by a huge dimension (a csr row array of 2^62 + 1 entries) fail as out of
+ * memory: their byte count overflows size_t and must not wrap to a small block that the
+ * conversion then writes past. */
+static void test_huge_dimensions(void)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    CHECK(sc_alloc_array(&ctx, SIZE_MAX / 4, 8, &err) == NULL && err.kind == SC_NOMEM);
+    CHECK(sc_calloc(&ctx, SIZE_MAX / 2 + 2, 2, &err) == NULL && err.kind == SC_NOMEM);
+    const int64_t coords[] = {0, 1, 0, 0};
+    const double v[] = {1, 2};
+    sc_format csr, dcsr;
+    CHECK(sc_fmt_parse("csr", 2, &csr, &err) == SC_OK);
+    CHECK(sc_fmt_parse("dcsr", 2, &dcsr, &err) == SC_OK);
+    const int64_t rows62[] = {(int64_t)1 << 62, 1}, rows61[] = {(int64_t)1 << 61, 1};
+    sc_tensor out, d;
+    CHECK(sc_fmt_from_coords(&ctx, 2, rows62, 2, coords, 2, v, SC_DTYPE_F64, &csr,
+                             SC_INDEX_I64, 0, &out, &err) == SC_NOMEM);
+    /* dcsr stores only the two rows; csr from it needs one position per row */
+    CHECK(sc_fmt_from_coords(&ctx, 2, rows61, 2, coords, 2, v, SC_DTYPE_F64, &dcsr,
+                             SC_INDEX_I64, 0, &d, &err) == SC_OK);
+    CHECK(sc_fmt_convert(&ctx, &d, &csr, SC_INDEX_I64, 0, &out, &err) == SC_NOMEM);
+    sc_tensor_release(&ctx, &d);
+}
+
 int main(void)
 {
     test_parse();
@@ -399,5 +425,6 @@ int main(void)
     test_alloc_failure();
     test_dense_transpose();
     test_kept_blocks();
+    test_huge_dimensions();
     return check_report("test_format");
 }
