@@ -352,6 +352,37 @@ def test_second_process_reuses_the_disk_cache(tmp_path):
     assert second == (0, first[0])            # the second only loaded from disk
 
 
+def test_a_kernel_file_cut_short_is_rebuilt(tmp_path):
+    """A cached kernel whose file lost its end (a full disk, a copy cut short) is not
+    loaded (dlopen would map pages past the end of the file: SIGBUS) but compiled again."""
+    import glob
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, scorch, scorch._C as C\n"
+        "A = scorch.to_sparse(torch.eye(5, dtype=torch.float64) * 3, 'csr')\n"
+        "y = scorch.einsum('ij,j->i', A, torch.arange(5.0, dtype=torch.float64))\n"
+        "assert torch.equal(y, torch.arange(5.0, dtype=torch.float64) * 3)\n"
+        "s = C.jit_stats(); print(s['compiles'], s['disk_hits'], s['disk_refused'])\n")
+    env = dict(os.environ, SCORCH_CACHE_DIR=str(tmp_path))
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+        return tuple(map(int, r.stdout.split()))
+
+    compiles = run()[0]
+    kernels = glob.glob(str(tmp_path / "*.so"))
+    assert compiles >= 1 and len(kernels) == compiles
+    for k in kernels:
+        os.truncate(k, os.path.getsize(k) // 2)
+    assert run() == (compiles, 0, compiles)  # each refused and compiled again
+    assert all(os.path.getsize(k) > 0 for k in kernels)
+
+
 @pytest.mark.parametrize("bfmt", ["csr", "dcsr", "dcsc", "coo"])
 @pytest.mark.parametrize("expr", ["ij,jk->ik", "ij,kj->ik"])
 def test_sparse_product_stores_only_its_entries(expr, bfmt):

@@ -2,13 +2,14 @@
  * disk.c — the on-disk side of the cache: whether <cache_dir>/<hex>.so may be loaded
  * (a regular file, not a symlink, owned by the effective user, not group/world-writable;
  * the directory itself was checked to be the user's and 0700-like in sc_jit_new, so
- * nobody else can swap the file between this check and dlopen), and loading it; small
- * notes kept beside the kernels under the same checks.
+ * nobody else can swap the file between this check and dlopen), and loading it once its
+ * ELF headers show it whole; small notes kept beside the kernels under the same checks.
  */
 #define _GNU_SOURCE
 #include "jit_impl.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,8 +28,75 @@ int sc_jit_disk_probe(const char *path)
     return 1;
 }
 
+/* The ELF class and byte order of this process, which a loadable kernel shares. */
+#if UINTPTR_MAX > 0xffffffffu
+typedef Elf64_Ehdr elf_ehdr;
+typedef Elf64_Phdr elf_phdr;
+#define HOST_CLASS ELFCLASS64
+#else
+typedef Elf32_Ehdr elf_ehdr;
+typedef Elf32_Phdr elf_phdr;
+#define HOST_CLASS ELFCLASS32
+#endif
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define HOST_DATA ELFDATA2MSB
+#else
+#define HOST_DATA ELFDATA2LSB
+#endif
+
+/* Whether the size-byte file open as fd is an ELF shared object of this process's class
+ * and byte order whose program header table and loadable segments all lie inside it.
+ * dlopen maps the segments without comparing them with the file's size, and the first
+ * touch of a mapped page past the end of the file raises SIGBUS: a kernel file cut short
+ * (a full disk, an interrupted copy of the cache) has to be refused before dlopen. */
+static bool elf_whole(int fd, uint64_t size)
+{
+    elf_ehdr eh;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
+        return false;
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != HOST_CLASS ||
+        eh.e_ident[EI_DATA] != HOST_DATA || eh.e_type != ET_DYN ||
+        eh.e_phentsize != sizeof(elf_phdr) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM)
+        return false;
+    if (eh.e_phoff > size || (uint64_t)eh.e_phnum * sizeof(elf_phdr) > size - eh.e_phoff)
+        return false;
+    elf_phdr ph[16];
+    for (unsigned i = 0; i < eh.e_phnum;) {
+        unsigned k = eh.e_phnum - i < 16u ? eh.e_phnum - i : 16u;
+        size_t bytes = k * sizeof *ph;
+        off_t at = (off_t)(eh.e_phoff + (uint64_t)i * sizeof *ph);
+        if (pread(fd, ph, bytes, at) != (ssize_t)bytes)
+            return false;
+        for (unsigned j = 0; j < k; j++)
+            if (ph[j].p_type == PT_LOAD &&
+                (ph[j].p_offset > size || ph[j].p_filesz > size - ph[j].p_offset))
+                return false;
+        i += k;
+    }
+    return true;
+}
+
+/* Whether path names a regular file that elf_whole accepts.  dlopen then opens the path
+ * again: only this user can change the cache directory, and it replaces a kernel only by
+ * renaming a finished file over it, so the path still names a whole file there. */
+static bool loadable(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0 &&
+              elf_whole(fd, (uint64_t)st.st_size);
+    close(fd);
+    return ok;
+}
+
 sc_status sc_jit_disk_open(const char *path, void **lib, sc_error *err)
 {
+    *lib = NULL;
+    if (!loadable(path))
+        return sc_fail(err, SC_RUNTIME, SC_JIT_STAGE,
+                       "cannot load kernel %s: not a whole shared object (cut short?)", path);
     *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!*lib) {
         const char *e = dlerror();

@@ -65,8 +65,10 @@ sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
 /* disk.c: 1 if path is a regular file owned by the effective user and not group- or
  * world-writable, 0 if it does not exist, -1 if it exists but must not be loaded. */
 int sc_jit_disk_probe(const char *path);
-/* disk.c: dlopen(path, RTLD_NOW | RTLD_LOCAL); the caller owns *lib.  RUNTIME error
- * with dlerror's text. */
+/* disk.c: dlopen(path, RTLD_NOW | RTLD_LOCAL); the caller owns *lib.  RUNTIME error,
+ * without dlopen, where path is not an ELF shared object of this process's kind whose
+ * program headers and loadable segments lie inside the file (one cut short would raise
+ * SIGBUS inside dlopen); else RUNTIME with dlerror's text. */
 sc_status sc_jit_disk_open(const char *path, void **lib, sc_error *err);
 /* disk.c: *fn = symbol's address in lib; on failure lib is dlclosed and the RUNTIME
  * error carries dlerror's text. */

@@ -253,6 +253,19 @@ static void test_paths(void)
     c = counts(jit);
     CHECK(c.compiles == 1 && c.disk_hits == 0 && c.disk_refused == 1);
 
+    /* And one cut short (its loadable segments past the end: dlopen would raise SIGBUS). */
+    sc_jit_free(jit);
+    CHECK(stat(so, &sb) == 0 && truncate(so, sb.st_size / 2) == 0);
+    jit = make_jit(NULL, cache);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && add1 && add1(3) == 4);
+    c = counts(jit);
+    CHECK(c.compiles == 1 && c.disk_hits == 0 && c.disk_refused == 1);
+    CHECK(stat(so, &sb) == 0 && sb.st_size > 0);
+
     /* Compile errors: the compiler's text and where the source was kept. */
     sc_jit_fn fn = NULL;
     st = sc_jit_get(jit, BROKEN, strlen(BROKEN), "broken", &fn, &err);
