@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import scorch
-from conftest import make_dense, seed_of
+from conftest import make_dense, run_code, seed_of
 
 DT = [torch.float32, torch.float64]
 IT = [torch.int32, torch.int64]
@@ -381,6 +381,26 @@ def test_a_kernel_file_cut_short_is_rebuilt(tmp_path):
         os.truncate(k, os.path.getsize(k) // 2)
     assert run() == (compiles, 0, compiles)  # each refused and compiled again
     assert all(os.path.getsize(k) > 0 for k in kernels)
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["compiler", "false"])
+def test_compiles_with_sigchld_ignored(failing, tmp_path):
+    """A process that ignores SIGCHLD (as daemons do) loses its children's exit statuses
+    (waitpid fails with ECHILD): kernels still compile, and a compiler that fails still
+    gives a CompileError, judged by the library it did not write."""
+    code = (
+        "import signal, torch, scorch\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "A = scorch.to_sparse(torch.eye(5, dtype=torch.float64) * 3, 'csr')\n"
+        "try:\n"
+        "    y = scorch.einsum('ij,j->i', A, torch.arange(5.0, dtype=torch.float64))\n"
+        "except scorch.CompileError as e:\n"
+        "    assert FAILING and 'no library written' in str(e), e\n"
+        "else:\n"
+        "    assert not FAILING and torch.equal(y, torch.arange(5.0, dtype=torch.float64) * 3)\n"
+        "print('ok')\n")
+    env = {"SCORCH_CC": "false"} if failing else {}
+    run_code(f"FAILING = {failing}\n" + code, tmp_path, **env)
 
 
 @pytest.mark.parametrize("bfmt", ["csr", "dcsr", "dcsc", "coo"])

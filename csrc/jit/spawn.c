@@ -1,7 +1,8 @@
 /*
  * spawn.c — running the C compiler: posix_spawnp with an argv array (never a shell),
  * stdin from /dev/null, stdout and stderr into a pipe (`cc --version`) or a temporary
- * file (compiles), then waitpid.  A compile writes <hex>-XXXXXX.c, builds <hex>-XXXXXX.so
+ * file (compiles), then waitpid (where SIGCHLD is ignored and the status lost, a compile
+ * is judged by its output).  A compile writes <hex>-XXXXXX.c, builds <hex>-XXXXXX.so
  * and publishes it with rename() as <hex>.so; on failure the source is kept as <hex>.c.
  * Every descriptor opened here is close-on-exec, so concurrent spawns from other
  * threads do not inherit it.
@@ -51,13 +52,28 @@ static int start(char *const argv[], int out_fd, pid_t *pid)
     return rc;
 }
 
-/* Wait for pid; 0 with its wait status, or an errno. */
+/* Wait for pid to end: 0 with its wait status, or an errno.  ECHILD (with *status 0, as
+ * CPython's subprocess reads it) means the child has ended but its status is lost: with
+ * SIGCHLD ignored (SIG_IGN or SA_NOCLDWAIT, as daemons set it) the kernel reaps it itself
+ * and waitpid fails once it has ended, as it does where a SIGCHLD handler reaped it
+ * first.  The caller then judges the run by what it left behind. */
 static int finish(pid_t pid, int *status)
 {
-    while (waitpid(pid, status, 0) < 0)
+    while (waitpid(pid, status, 0) < 0) {
+        if (errno == ECHILD)
+            *status = 0;
         if (errno != EINTR)
             return errno;
+    }
     return 0;
+}
+
+/* Whether the compiler left a nonempty regular file at path (where its exit status is
+ * lost; sc_jit_disk_open checks the file before it is loaded). */
+static bool built(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
 }
 
 sc_status sc_jit_identify(const sc_jit *jit, sc_jit_key *out, sc_error *err)
@@ -93,7 +109,7 @@ sc_status sc_jit_identify(const sc_jit *jit, sc_jit_key *out, sc_error *err)
     close(fds[0]);
     int status = 0;
     rc = finish(pid, &status);
-    if (rc)
+    if (rc && rc != ECHILD) /* (status lost: hashed as 0, a working compiler's) */
         return sc_fail(err, SC_INTERNAL, SC_JIT_STAGE, "waitpid: %s", strerror(rc));
     int64_t s = status;
     sc_jit_hash_field(&h, &s, sizeof s);
@@ -226,17 +242,20 @@ static sc_status run_compiler(const sc_jit *jit, const paths *p, int log_fd, sc_
         return spawn_failed(jit->argv[0], rc, err);
     int status = 0;
     rc = finish(pid, &status);
-    if (rc)
+    if (rc && rc != ECHILD)
         return sc_fail(err, SC_INTERNAL, SC_JIT_STAGE, "waitpid: %s", strerror(rc));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    const bool lost = rc == ECHILD;
+    if (lost ? built(p->so) : WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return SC_OK;
     char out[OUTPUT_EXCERPT + 1];
     excerpt(jit, p, log_fd, out, sizeof out);
     const char *kept = p->kept_c;
     if (rename(p->src, p->kept_c) != 0)
         kept = "(nowhere: rename failed)";
-    char how[48];
-    if (WIFEXITED(status))
+    char how[96];
+    if (lost)
+        snprintf(how, sizeof how, "no library written; exit status lost, SIGCHLD ignored?");
+    else if (WIFEXITED(status))
         snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
     else
         snprintf(how, sizeof how, "signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);

@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -419,6 +420,50 @@ static void test_notes(void)
     sc_jit_free(jit);
 }
 
+/* With SIGCHLD ignored the kernel reaps the compiler itself and its exit status is lost
+ * (waitpid: ECHILD): the compiler's identity is what it is with the status kept (a kernel
+ * compiled before is found on disk), a compile succeeds by the library it writes, and
+ * one that writes none is a COMPILE error with the compiler's output. */
+static void test_sigchld_ignored(void)
+{
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/sigchld", root);
+    sc_error err;
+    sc_status st;
+    sc_jit *jit = make_jit(NULL, dir);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    int_fn twice = get_int_fn(jit, TWICE, "twice", &st, &err);
+    CHECK(st == SC_OK && twice && twice(4) == 8);
+    sc_jit_free(jit);
+
+    CHECK(signal(SIGCHLD, SIG_IGN) != SIG_ERR);
+    jit = make_jit(NULL, dir);
+    CHECK(jit != NULL);
+    if (jit) {
+        twice = get_int_fn(jit, TWICE, "twice", &st, &err);
+        CHECK(st == SC_OK && twice && twice(5) == 10);
+        int_fn add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+        CHECK(st == SC_OK && add1 && add1(5) == 6);
+        sc_jit_counts c = counts(jit);
+        CHECK(c.disk_hits == 1 && c.compiles == 1);
+        sc_jit_fn fn = NULL;
+        st = sc_jit_get(jit, BROKEN, strlen(BROKEN), "broken", &fn, &err);
+        CHECK(st == SC_COMPILE && fn == NULL && strstr(err.msg, "error") != NULL);
+        sc_jit_free(jit);
+    }
+    jit = make_jit("false", dir);
+    CHECK(jit != NULL);
+    if (jit) {
+        sc_jit_fn fn = NULL;
+        st = sc_jit_get(jit, ADD1, strlen(ADD1), "add1", &fn, &err);
+        CHECK(st == SC_COMPILE && fn == NULL && strstr(err.msg, "no library written") != NULL);
+        sc_jit_free(jit);
+    }
+    CHECK(signal(SIGCHLD, SIG_DFL) != SIG_ERR);
+}
+
 int main(void)
 {
     sc_ctx_init(&ctx);
@@ -435,6 +480,7 @@ int main(void)
     test_nomem();
     test_threads();
     test_notes();
+    test_sigchld_ignored();
     tmpdir_remove(root);
     return check_report("test_jit");
 }
