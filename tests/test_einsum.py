@@ -544,3 +544,47 @@ def test_index_notation_reads_one_operand_twice(fmt):
             torch.testing.assert_close(r, want)
     with pytest.raises(ValueError, match="index 'j' has size 4"):
         scorch.kernel("C(i,k) = A(i,j) * A(j,k)")(scorch.to_sparse(torch.ones(3, 4), fmt))
+
+
+def test_kernel_objects_refuse_operands_that_require_grad():
+    """scorch.kernel computes without autograd: an operand that requires grad is refused
+    (its gradient was silently lost), and under no_grad or detached it runs."""
+    a = make_dense((4, 5), torch.float64, seed_of("kernel-grad"))
+    A, X = scorch.to_sparse(a, "csr"), torch.randn(5, 3, dtype=torch.float64)
+    k = scorch.kernel("C(i,k) = A(i,j) * B(j,k)")
+    for args in ((A, X.requires_grad_()), (A.detach().requires_grad_(), X.detach())):
+        with pytest.raises(RuntimeError, match="without autograd"):
+            k(*args)
+        with torch.no_grad():
+            torch.testing.assert_close(k(*args), a @ X.detach())
+    torch.testing.assert_close(k(A, X.detach()), a @ X.detach())
+
+
+def test_a_coo_tail_output_keeps_its_inner_singletons_nonunique():
+    t = torch.zeros(2, 2, 3)
+    t[0, 0, 0], t[0, 0, 2], t[1, 1, 1] = 1, 2, 3
+    T = scorch.to_sparse(t, "csf")
+    with pytest.raises(NotImplementedError, match="same coordinates through a unique"):
+        scorch.einsum("ijk->ijk", T, out_format="c(nonunique)ss")   # (0, 0) twice
+    u = torch.zeros(2, 2, 3)
+    u[0, 0, 0], u[0, 1, 2], u[1, 1, 1] = 1, 2, 3                    # every (i, j) once
+    U = scorch.einsum("ijk->ijk", scorch.to_sparse(u, "csf"), out_format="c(nonunique)ss")
+    torch.testing.assert_close(U.to_dense(), u)
+    r = scorch.einsum("ijk->ijk", T, out_format="c(nonunique)s(nonunique)s")
+    torch.testing.assert_close((r * T).to_dense(), t * t)
+
+
+def test_eight_index_expressions_are_scheduled():
+    """Beyond the search (more than 7 indices) the order keeps every sparse tensor's
+    levels in order, so a sparse output or operand does not make the kernel illegal."""
+    L = "abcdefgh"
+    x = make_dense((2,) * 8, torch.float64, seed_of("8-index"))
+    S8 = scorch.to_sparse(x, "csf")
+    r = scorch.kernel(f"C({','.join(L[::-1])}) = S({','.join(L)})")(S8)
+    torch.testing.assert_close(r.to_dense(), x.permute(*range(7, -1, -1)))
+    D = torch.randn(3, 3, 2, 2, 2, 2, 2, 2, dtype=torch.float64)
+    s = make_dense((3, 3), torch.float64, seed_of("8-index", 2))
+    got = torch.einsum("bacdefgh,ab->ab", D, scorch.to_sparse(s, "csr"))
+    torch.testing.assert_close(got.to_dense(), torch.einsum("bacdefgh,ab->ab", D, s))
+    with pytest.raises(ValueError, match="at most 8 dimensions"):
+        torch.einsum("abcdefghi,ab->ab", torch.randn(*[2] * 9), scorch.to_sparse(s, "csr"))

@@ -1,8 +1,9 @@
 /*
  * auto.c — the automatic schedule: every loop order of up to 7 indices is costed (a few
  * microseconds for typical 3-4 index kernels; beyond 7, the orders of the indices of
- * more than one iteration, those of one innermost), larger problems keep the order of
- * first appearance; the cheapest legal order wins, ties going to the earlier order.
+ * more than one iteration, those of one innermost), larger problems take the order of
+ * first appearance that keeps every sparse tensor's levels in order (concordant_order);
+ * the cheapest legal order wins, ties going to the earlier order.
  *
  * Cost (in "loop iterations"): for each loop the estimated iteration count, the product
  * of the fan-outs of the loops around it, where the fan-out of index v is what the
@@ -367,6 +368,48 @@ static void permute(search *S, int32_t d)
     }
 }
 
+/* Beyond the search: an order in which every sparse tensor's levels (operands' and a
+ * sparse output's) come in level order, where their orders agree — each step the first
+ * index (by appearance; a sparse output's indices before the others) that no unplaced
+ * index must precede; where they disagree, the first unplaced index. */
+static void concordant_order(const sc_lower_problem *p, uint32_t last, sc_expr_var *order)
+{
+    uint32_t before[SC_LOWER_MAX_VARS] = {0};   /* before[v]: indices that must precede v */
+    for (int32_t a = 0; a < p->naccess; a++) {
+        const sc_lower_access *ac = &p->acc[a];
+        if (!p->ops[ac->operand].sparse)
+            continue;
+        for (int32_t l = 1; l < ac->order; l++)
+            if (ac->lvar[l] != ac->lvar[l - 1])
+                before[ac->lvar[l]] |= 1u << ac->lvar[l - 1];
+    }
+    uint32_t out = 0;
+    if (p->out_sparse)
+        for (int32_t l = 0; l < p->out_order; l++) {
+            out |= 1u << p->out_lvar[l];
+            if (l > 0 && p->out_lvar[l] != p->out_lvar[l - 1])
+                before[p->out_lvar[l]] |= 1u << p->out_lvar[l - 1];
+        }
+    uint32_t placed = 0;
+    int32_t n = 0;
+    while (n < p->nvars - __builtin_popcount(last)) {
+        sc_expr_var pick = -1;
+        for (int pass = 0; pass < 3 && pick < 0; pass++)   /* output's free, any free, any */
+            for (sc_expr_var v = 0; v < p->nvars && pick < 0; v++) {
+                if (((placed | last) >> v) & 1)
+                    continue;
+                bool free = !(before[v] & ~placed);
+                if ((pass == 0 && free && ((out >> v) & 1)) || (pass == 1 && free) || pass == 2)
+                    pick = v;
+            }
+        order[n++] = pick;
+        placed |= 1u << pick;
+    }
+    for (sc_expr_var v = 0; v < p->nvars; v++)   /* (the indices kept innermost) */
+        if ((last >> v) & 1)
+            order[n++] = v;
+}
+
 sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -386,6 +429,8 @@ sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
                 S.last |= 1u << v;
     if (p->nvars - __builtin_popcount(S.last) <= 7)
         permute(&S, 0);
+    else
+        concordant_order(p, S.last, S.best);
     out->norder = p->nvars;
     memcpy(out->order, S.best, sizeof out->order);
     return sc_sched_check(p, out, err);

@@ -19,7 +19,7 @@ from torch.autograd import forward_ad as _fwad
 from . import _C
 from ._format import Format, _format_from_tuple
 from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
-                      _compiling, _torch, _wrap, outside, outside_graph)
+                      _compiling, _torch, _wrap, c_values, outside, outside_graph)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,6 +108,9 @@ def _dense_operand(x: torch.Tensor, dtype):
         n = x.dim()
         if not n:
             raise ValueError(_SCALAR_OPERAND)
+        if n > _C.MAX_ORDER:
+            raise ValueError(f"scorch supports at most {_C.MAX_ORDER} dimensions, an "
+                             f"operand has {n}")
         return x, _DENSE_SIG[n] if 1 not in x.shape else _with_ones(_DENSE_SIG[n], x)
     if x.requires_grad:
         x = x.detach()
@@ -265,8 +268,10 @@ def _bad_operand(operands):
                             "scorch.to_sparse first")
 
 
-# What _run does with a result, decided once per kernel.
-_OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE = range(4)
+# What _run does with a result, decided once per kernel.  _OUT_SPARSE_CHECKED: a format
+# whose COO tail has a unique singleton above its last level ("c(nonunique)ss"), which a
+# kernel cannot keep unique: the result is checked, as a conversion into it is.
+_OUT_SCALAR, _OUT_DENSE, _OUT_DENSE_PERMUTED, _OUT_SPARSE, _OUT_SPARSE_CHECKED = range(5)
 
 
 def _run(entry, descs, narrow=None):
@@ -288,6 +293,19 @@ def _finish(entry, raw):
     shape, (pos, crd, vals) = raw
     if how == _OUT_SPARSE:
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
+    if how == _OUT_SPARSE_CHECKED:
+        r = _wrap(shape, fmt, pos, crd, vals, index_dtype)
+        try:
+            _C.validate(tuple(shape), fmt.as_tuple(), [None if p is None else p.numpy()
+                                                       for p in r._pos],
+                        [None if c is None else c.numpy() for c in r._crd],
+                        c_values(r._values), _INDEX_NAMES[r.index_dtype])
+        except ValueError as e:
+            raise NotImplementedError(
+                f"the result has two entries with the same coordinates through a unique "
+                f"singleton level of its format {fmt} ({e}); make that level nonunique, "
+                f"as coo's are") from None
+        return r
     if how == _OUT_SCALAR:
         return _torch(vals).reshape(())
     order = fmt.order
@@ -301,6 +319,9 @@ def _out_kind(fmt) -> int:
     if fmt is None or not fmt.kinds:
         return _OUT_SCALAR
     if any(fmt.kinds):
+        inner = range(len(fmt.kinds) - 1)
+        if any(fmt.kinds[k] == 2 and fmt.unique[k] for k in inner):   # (a singleton's)
+            return _OUT_SPARSE_CHECKED
         return _OUT_SPARSE
     return _OUT_DENSE if fmt.order == tuple(range(len(fmt.order))) else _OUT_DENSE_PERMUTED
 
@@ -687,6 +708,15 @@ class Kernel:
         if _compiling():   # (torch.compile tracing: the call runs outside its graph)
             return outside(Kernel.__call__)(self, *operands)
         self._check(operands)
+        if torch.is_grad_enabled():
+            for name, x in zip(self._names or [None] * len(operands), operands):
+                v = x._values if isinstance(x, SparseTensor) else x
+                if isinstance(v, torch.Tensor) and v.requires_grad:
+                    raise RuntimeError(
+                        f"scorch.kernel computes without autograd, and operand "
+                        f"{name or ''} requires grad (its gradient would be lost): use "
+                        f"scorch.einsum or torch ops, which record, or call the kernel "
+                        f"under torch.no_grad()")
         key = (_LANG_INDEX, self.notation, _out_key(self.out_format), self.schedule)
         return _remembered_run(key, _LANG_INDEX, self.notation, operands, self.out_format,
                                self.schedule)

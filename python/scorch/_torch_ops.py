@@ -900,8 +900,10 @@ def _dense_for(a: SparseTensor, d: torch.Tensor, name):
             ld += la[off + k]
             keep.append(k)
         elif d.shape[k] != 1:
-            refuse(name, a, d, why=f"shapes {tuple(a.shape)} and {tuple(d.shape)} do not "
-                                   "broadcast")
+            stretch = a.shape[off + k] == 1
+            refuse(name, a, d, why=f"shapes {tuple(a.shape)} and {tuple(d.shape)} " + (
+                "would stretch the sparse operand's dimension of 1" if stretch else
+                "do not broadcast"))
     dd = d.reshape([d.shape[k] for k in keep])
     return la, dd, ld
 
