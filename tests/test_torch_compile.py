@@ -19,7 +19,8 @@ def model(A, X, W, k):
     S = torch.einsum("ij,ik,jk->ij", A, h, h)          # __torch_function__
     P = torch.softmax(S, 1)
     out = torch.mm(P, h).sum() + scorch.einsum("ij->", A)   # scorch's own function
-    out = out + A.to_dense().sum() + k(A, h).sum()     # a SparseTensor method, a Kernel
+    # a SparseTensor method, a Kernel (which computes without autograd)
+    out = out + A.to_dense().sum() + k(A.detach(), h.detach()).sum()
     return out + (scorch.to_sparse(X @ W, "coo") * 2).sum()
 
 
