@@ -708,6 +708,10 @@ class Kernel:
         if _compiling():   # (torch.compile tracing: the call runs outside its graph)
             return outside(Kernel.__call__)(self, *operands)
         self._check(operands)
+        key = (_LANG_INDEX, self.notation, _out_key(self.out_format), self.schedule)
+        r = remembered(key, operands)   # (the hot route: None where autograd would record)
+        if r is not None:
+            return r
         if torch.is_grad_enabled():
             for name, x in zip(self._names or [None] * len(operands), operands):
                 v = x._values if isinstance(x, SparseTensor) else x
@@ -717,7 +721,6 @@ class Kernel:
                         f"{name or ''} requires grad (its gradient would be lost): use "
                         f"scorch.einsum or torch ops, which record, or call the kernel "
                         f"under torch.no_grad()")
-        key = (_LANG_INDEX, self.notation, _out_key(self.out_format), self.schedule)
         return _remembered_run(key, _LANG_INDEX, self.notation, operands, self.out_format,
                                self.schedule)
 
