@@ -19,7 +19,7 @@ from torch.autograd import forward_ad as _fwad
 from . import _C
 from ._format import Format, _format_from_tuple
 from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
-                      _compiling, _torch, _wrap, c_values, outside, outside_graph)
+                      _compiling, _torch, _wrap, outside, outside_graph)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -294,12 +294,11 @@ def _finish(entry, raw):
     if how == _OUT_SPARSE:
         return _wrap(shape, fmt, pos, crd, vals, index_dtype)
     if how == _OUT_SPARSE_CHECKED:
+        from ._convert import from_components
+
         r = _wrap(shape, fmt, pos, crd, vals, index_dtype)
         try:
-            _C.validate(tuple(shape), fmt.as_tuple(), [None if p is None else p.numpy()
-                                                       for p in r._pos],
-                        [None if c is None else c.numpy() for c in r._crd],
-                        c_values(r._values), _INDEX_NAMES[r.index_dtype])
+            from_components(tuple(shape), fmt, pos=r._pos, crd=r._crd, values=r._values)
         except ValueError as e:
             raise NotImplementedError(
                 f"the result has two entries with the same coordinates through a unique "

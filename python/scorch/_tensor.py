@@ -280,7 +280,7 @@ class SparseTensor(torch.Tensor):
     def grad(self, value):
         """A SparseTensor with this pattern, its values as a 1-D tensor, or None."""
         if isinstance(value, SparseTensor):
-            if value.shape != self.shape or not _ops()._same_arrays(value, self):
+            if not _ops()._same_arrays(value, self):
                 raise ValueError(
                     f"A.grad must have A's pattern (shape {tuple(self.shape)}, format "
                     f"{self._format}, the same {self.nnz} stored coordinates); got shape "

@@ -139,10 +139,13 @@ def _linear_key(cols, sizes, n=1):
 
 
 def _same_arrays(x: SparseTensor, y: SparseTensor, any_order=False) -> bool:
-    """Whether x and y store the same entries in the same arrays (``any_order``: under any
-    dimension order, as a permuted view's)."""
+    """Whether x and y are one pattern: the same shape and format, the same entries in the
+    same arrays (``any_order``: under any dimension order, as a permuted view's)."""
     fx, fy = x._format, y._format
-    if (fx.kinds, fx.unique) != (fy.kinds, fy.unique) if any_order else fx != fy:
+    if any_order:
+        if (fx.kinds, fx.unique) != (fy.kinds, fy.unique):
+            return False
+    elif fx != fy or x._shape != y._shape:
         return False
     if x.nnz != y.nnz:
         return False
@@ -1547,9 +1550,7 @@ for _f, _kind in ((torch.Tensor.item, lambda x: x), (torch.Tensor.__bool__, bool
 def _permuted(a: SparseTensor, perm):
     """The same arrays under a new dimension order (no copy)."""
     n = a.dim()
-    for p in perm:
-        _norm_dims(p, n)   # (out of range: torch's IndexError)
-    perm = [p % n for p in perm]
+    perm = [_dim_index("permute", p, n) for p in perm]
     if sorted(perm) != list(range(n)):
         raise ValueError(f"permute: {tuple(perm)} is not a permutation of {n} dimensions")
     inv = [0] * n
@@ -1572,9 +1573,9 @@ def _permute(a, *dims):
            torch.swapdims, torch.Tensor.swapdims)
 def _transpose(a, d0, d1):
     n = a.dim()
-    _norm_dims(d0, n), _norm_dims(d1, n)   # (out of range: torch's IndexError)
+    d0, d1 = _dim_index("transpose", d0, n), _dim_index("transpose", d1, n)
     perm = list(range(n))
-    perm[d0 % n], perm[d1 % n] = perm[d1 % n], perm[d0 % n]
+    perm[d0], perm[d1] = perm[d1], perm[d0]
     return _permuted(a, perm)
 
 
@@ -2343,7 +2344,7 @@ def _register_hook(a, hook):
     def on_values(g):
         r = hook(pattern._rewrap(g))
         if isinstance(r, SparseTensor):
-            if r.shape != a.shape or not _same_arrays(r, pattern):
+            if not _same_arrays(r, pattern):
                 raise ValueError("a SparseTensor's gradient hook must return a gradient with "
                                  "the tensor's pattern (or its values), or None")
             return r._values
@@ -2370,8 +2371,7 @@ def _gradients_of(outputs, grads, name):
     out = []
     for o, g in zip(outputs, grads):
         if isinstance(g, SparseTensor):
-            if not isinstance(o, SparseTensor) or o.shape != g.shape or \
-                    not _same_arrays(o, g):
+            if not isinstance(o, SparseTensor) or not _same_arrays(o, g):
                 raise ValueError(f"{name}: a SparseTensor gradient must have its output's "
                                  f"pattern (shape, format and stored coordinates)")
             g = g._values
