@@ -350,6 +350,24 @@ def test_vmap_batched_operands_are_refused(fmt):
                                (a @ X).sum().expand(3))
 
 
+def test_func_transforms_are_refused_by_name():
+    """torch.func.grad / jacrev see through autograd Functions only with setup_context;
+    scorch's refuse by name (torch's own error spoke of setup_context)."""
+    A = scorch.to_sparse(torch.tensor([[1., 0, 2], [0, 3, 0]], dtype=torch.float64), "csr")
+    x = rnd((3,), 1).detach()
+    layer = scorch.nn.SparseLinear(3, 2, density=0.5).double()
+    params = dict(layer.named_parameters())
+    for call in (lambda: torch.func.grad(lambda v: (A @ v).sum())(x),
+                 lambda: torch.func.jacrev(lambda v: A @ v)(x),
+                 lambda: torch.func.grad(lambda v: (A.with_values(v) @ x).sum())(A.values()),
+                 lambda: torch.func.grad(lambda p: torch.func.functional_call(
+                     layer, p, (x[None],)).sum())(params)):
+        with pytest.raises(NotImplementedError, match="torch.func transforms"):
+            call()
+    torch.testing.assert_close(layer(x[None])[0], layer.weight.detach().to_dense() @ x
+                               + layer.bias.detach())
+
+
 @pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
 def test_autograd_api_on_sparse_tensors(fmt):
     """The autograd API takes SparseTensors where it takes tensors: the graph runs through

@@ -93,6 +93,31 @@ def test_in_a_model_with_double_dtype_and_state_dict():
     torch.testing.assert_close(clone(x), y.detach())
 
 
+def test_input_gradient_after_loading_another_pattern():
+    """load_state_dict writes the index buffers in place: the transposed copy a backward
+    kept for the old pattern must not serve the new one."""
+    a = SparseLinear(30, 20, density=0.3, generator=gen(1))
+    b = SparseLinear(30, 20, density=0.3, generator=gen(2))   # same nnz, other pattern
+    x = torch.randn(8, 30, requires_grad=True, generator=gen(3))
+    a(x).sum().backward()
+    a.load_state_dict(b.state_dict())
+    x.grad = None
+    a(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(8, 20) @ b.weight.detach().to_dense())
+
+
+def test_large_sparse_layer_is_built_in_its_stored_size():
+    """10^10 weights at density 10^-5: the pattern is drawn without a permutation of all
+    of them (80 GB), distinct and sorted."""
+    layer = SparseLinear(100_000, 100_000, density=1e-5, bias=False, generator=gen(4))
+    W = layer.weight
+    assert W.nnz == 100_000 and layer.values.numel() == 100_000
+    rows = torch.repeat_interleave(torch.arange(100_000), W._pos[1].diff().long())
+    keys = rows * 100_000 + W._crd[1].long()
+    assert bool((keys.diff() > 0).all())                    # distinct, in order
+    assert 0.3 < float(keys.float().mean()) / 1e10 < 0.7    # spread over the layer
+
+
 @pytest.mark.parametrize("kwargs,err,match", [
     (dict(in_features=4, out_features=3, density=0.0), ValueError, "density"),
     (dict(in_features=4, out_features=3, density=1.5), ValueError, "density"),
@@ -101,6 +126,12 @@ def test_in_a_model_with_double_dtype_and_state_dict():
 def test_bad_arguments(kwargs, err, match):
     with pytest.raises(err, match=match):
         SparseLinear(**kwargs)
+
+
+def test_built_on_the_cpu_only():
+    with torch.device("meta"):
+        with pytest.raises(ValueError, match="default device is meta"):
+            SparseLinear(6, 4)
 
 
 def test_from_dense_needs_a_linear():

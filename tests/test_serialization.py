@@ -240,7 +240,7 @@ def test_loaded_arrays_are_checked():
     assert y.shape == (4, 8)
 
 
-def test_data_is_detached_and_cannot_be_replaced():
+def test_data_is_detached_and_takes_only_a_sparse_tensor():
     x = torch.tensor([[1., 0, 2], [0, 3, 0]])
     A = scorch.to_sparse(x, "csr").requires_grad_()
     d = A.data
@@ -248,10 +248,64 @@ def test_data_is_detached_and_cannot_be_replaced():
     assert d.values().data_ptr() == A.values().data_ptr()
     with pytest.raises(NotImplementedError, match="A.data"):
         A.data = torch.zeros(2, 3)
-    with pytest.raises(NotImplementedError, match="A.data"):
-        A.data = scorch.to_sparse(torch.ones(5, 5), "csr")
     assert A.shape == (2, 3)
     torch.testing.assert_close(A.to_dense().detach(), x)
+    y = make_dense((5, 4), torch.float64, 3)
+    B = scorch.to_sparse(y, "csc")
+    A.data = B                                   # torch's set_data: A becomes B, shared
+    assert A.shape == (5, 4) and A.dtype == torch.float64 and A.format.name == "csc"
+    assert A.requires_grad and A.is_leaf and not B.requires_grad
+    assert A.values().data_ptr() == B.values().data_ptr()
+    X = torch.rand(4, 3, dtype=torch.float64)
+    (A @ X).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), torch.ones(5, 3, dtype=torch.float64)
+                               @ X.t() * (y != 0))
+    with pytest.raises(RuntimeError, match="only floating point"):
+        A.data = scorch.to_sparse(torch.eye(2, dtype=torch.int64), "csr")
+    assert A.dtype == torch.float64                         # refused before any change
+
+
+def test_module_conversions_of_a_sparse_parameter():
+    """Module._apply (.double(), .to(), .cpu()) sets each parameter's .data."""
+    x = make_dense((6, 5), torch.float32, 4)
+    m = torch.nn.Module()
+    m.A = torch.nn.Parameter(scorch.to_sparse(x, "csr"))
+    A = m.A
+    m.cpu()
+    assert m.A is A and A.dtype == torch.float32
+    m.double()
+    assert m.A is A and A.dtype == torch.float64 and A.requires_grad
+    X = torch.rand(5, 2, dtype=torch.float64)
+    torch.testing.assert_close(A @ X, x.double() @ X)
+    m.to(torch.float32)
+    assert A.dtype == torch.float32 and torch.equal(A.detach().to_dense(), x)
+
+
+def test_copy_keeping_the_pattern_writes_through_aliases():
+    """A copy_ that keeps the pattern writes the values array, so a detached alias or a
+    state_dict entry writes through to the tensor (torch.optim.swa_utils.AveragedModel
+    averages a parameter so); another pattern replaces only the written tensor's arrays."""
+    x = make_dense((5, 6), torch.float32, 5)
+    m = torch.nn.Module()
+    m.A = torch.nn.Parameter(scorch.to_sparse(x, "csr"))
+    swa = torch.optim.swa_utils.AveragedModel(m)
+    with torch.no_grad():
+        m.A.copy_(scorch.to_sparse(3 * x, "csr"))
+    swa.update_parameters(m)
+    torch.testing.assert_close(swa.module.A.to_dense(), 3 * x)
+    swa.update_parameters(m)
+    torch.testing.assert_close(swa.module.A.to_dense(), 3 * x)
+    with torch.no_grad():
+        m.state_dict()["A"].copy_(scorch.to_sparse(5 * x, "coo"))
+    torch.testing.assert_close(m.A.detach().to_dense(), 5 * x)
+    X = torch.rand(6, 2)
+    torch.testing.assert_close(m.A.t().t() @ X, 5 * x @ X)   # kept copies see the write
+    alias = m.A.detach()
+    y = make_dense((5, 6), torch.float32, 6, "empty_rows")
+    with torch.no_grad():
+        m.A.copy_(y)                                          # another pattern
+    assert torch.equal(m.A.detach().to_dense(), y)
+    torch.testing.assert_close(alias.to_dense(), 5 * x)       # the alias keeps the old one
 
 
 def test_transposes_take_dims_in_range():

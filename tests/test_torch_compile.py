@@ -72,6 +72,36 @@ def test_compiled_module_with_a_sparse_linear_layer():
     torch.testing.assert_close(grads[1], grads[0])
 
 
+def step(model, x, t):
+    loss = F.mse_loss(model(x), t)
+    loss.backward()                  # inside the compiled function: scorch's backward
+    return loss                      # kernels run outside the graph too
+
+
+def sum_of_products(A, X):
+    (A @ X).sum().backward()
+    return scorch.einsum("ij->", A.detach())
+
+
+def test_backward_inside_a_compiled_function():
+    torch.manual_seed(1)
+    layer = scorch.nn.SparseLinear(6, 4, density=0.5)
+    x, t = torch.randn(3, 6), torch.randn(3, 4)
+    X = torch.randn(6, 2, dtype=torch.float64)
+    grads = []
+    for fn, g in ((step, sum_of_products), (torch.compile(step, backend="eager"),
+                                            torch.compile(sum_of_products, backend="eager"))):
+        layer.zero_grad()
+        A = scorch.to_sparse(make_dense((5, 6), torch.float64, 4), "coo").requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loss = fn(layer, x, t)
+            total = g(A, X)
+        assert not [w for w in caught if "Dynamo does not know" in str(w.message)]
+        grads.append((loss.detach(), layer.values.grad.clone(), total, A.grad.to_dense()))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
 @pytest.mark.parametrize("dynamo_first", [False, True])
 def test_checks_armed_once_dynamo_is_loaded(dynamo_first):
     """Until torch._dynamo is loaded nothing can be tracing, and scorch's check is a

@@ -556,9 +556,11 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     return t
 
 
-# id(a pattern's last crd array) -> (weak references to all its pos and crd arrays,
-# {(source Format, shape, target Format): (pos, crd, source position of each entry) or
-# None where the conversion merges entries}); an entry leaves with that array.  (Arrays
+# id(a pattern's last crd array) -> (weak references to all its pos and crd arrays, their
+# versions, {(source Format, shape, target Format): (pos, crd, source position of each
+# entry) or None where the conversion merges entries}); an entry leaves with that array,
+# and an array written in place (load_state_dict writes SparseLinear's buffers so) makes
+# another pattern.  (Arrays
 # from from_components may be shared between patterns, and a transposed view (A.t())
 # shares A's arrays under another level order and shape: a record serves only the very
 # arrays, read the very way, it was made from.)
@@ -573,12 +575,13 @@ def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
     if key is None:
         return a.to_format(fmt, a.index_dtype, drop_zeros=False)
     slot = _PATTERNS.get(id(key))
-    if slot is None or len(slot[0]) != len(arrays) or any(
+    versions = [x._version for x in arrays]
+    if slot is None or len(slot[0]) != len(arrays) or slot[1] != versions or any(
             r() is not x for r, x in zip(slot[0], arrays)):
         if slot is None:
             weakref.finalize(key, _PATTERNS.pop, id(key), None)
-        slot = _PATTERNS[id(key)] = ([weakref.ref(x) for x in arrays], {})
-    moves, how = slot[1], (a._format, a._shape, fmt)
+        slot = _PATTERNS[id(key)] = ([weakref.ref(x) for x in arrays], versions, {})
+    moves, how = slot[2], (a._format, a._shape, fmt)
     if how not in moves:
         # the conversion of the entries' own positions (exact in float64) says where each
         # entry goes; one that sums repeated coordinates (COO to DCSR) has fewer entries

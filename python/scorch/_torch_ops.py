@@ -29,7 +29,7 @@ from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _C, _tensor
 from ._tensor import (_HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, _compiling,
-                      compute_dtype, outside)
+                      compute_dtype, outside, outside_graph)
 
 HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
 _LETTERS = "abcdefghlmnopqrstuvwxyz"   # batch / generic dims (no i, j, k clash below)
@@ -222,6 +222,7 @@ class _ToDenseFn(torch.autograd.Function):
         return box[0]._rewrap(v).to_dense()
 
     @staticmethod
+    @outside_graph   # (loss.backward() inside torch.compile: no tracing into it)
     def backward(ctx, g):
         return None, g[tuple(dim_coords(ctx.pattern))]
 
@@ -259,11 +260,19 @@ _PARSED: dict = {}   # expression text -> _parse's answer (the ins list is never
 def _apply(fn, *args):
     """``fn.apply(*args)`` for an autograd Function of ours.  Without a functorch transform
     active, torch.autograd.Function.apply only unwraps functorch's dead wrappers before
-    calling the C apply; calling that directly saves ~1.5 us a call.  (Under a transform
-    the ordinary apply runs, and refuses, as these Functions define no setup_context.)"""
+    calling the C apply; calling that directly saves ~1.5 us a call.  Under a transform
+    (torch.func.grad, vmap, jacrev, functional_call inside them) it is refused by name:
+    torch's own refusal speaks of a setup_context these Functions do not define."""
     if torch._C._are_functorch_transforms_active():
-        return fn.apply(*args)
+        refuse_transforms()
     return fn._c_apply(*args)
+
+
+def refuse_transforms():
+    raise NotImplementedError(
+        "scorch: torch.func transforms (torch.func.grad, vmap, jacrev, jacfwd, jvp) "
+        "cannot see through scorch's kernels; use torch.autograd.grad or backward(), "
+        "with torch.func.functional_call outside a transform if needed")
 
 
 class _Spec:
@@ -300,6 +309,7 @@ class _EinsumFn(torch.autograd.Function):
         return res
 
     @staticmethod
+    @outside_graph   # (loss.backward() inside torch.compile: no tracing into it)
     def backward(ctx, g):
         # (The gradients are einsums too: under create_graph=True, where grad mode is on
         # here, they record through the same route, so second derivatives come out right.)
@@ -682,6 +692,7 @@ class _AddFn(torch.autograd.Function):
         return res
 
     @staticmethod
+    @outside_graph   # (loss.backward() inside torch.compile: no tracing into it)
     def backward(ctx, g):
         pa, pb, box = ctx.spec
         G = box[0]._rewrap(g.contiguous()) if box else g
@@ -2146,8 +2157,11 @@ def _type_as(a, other):
 def _copy_(dst, src, non_blocking=False):
     """dst takes src's entries in place (Module.load_state_dict copies each buffer so):
     src converted to dst's format and index width, its values copied in dst's dtype.
-    The wrapper object stays; its arrays are replaced, never written, so tensors that
-    shared the old ones keep them (and what scorch kept of them is dropped)."""
+    Where that is dst's pattern, the values are written into dst's values array, so every
+    alias of dst (``dst.detach()``, a ``state_dict()`` entry, ``AveragedModel``'s copy
+    target) sees them, as a dense copy_ writes the shared storage.  Another pattern
+    replaces dst's arrays (the wrapper object stays): tensors that shared the old ones
+    keep them, and what scorch kept of them is dropped."""
     if not _is_sparse(dst):
         refuse("Tensor.copy_", dst, src, why="a dense tensor takes a sparse one's entries "
                                              "through src.to_dense()")
@@ -2162,6 +2176,10 @@ def _copy_(dst, src, non_blocking=False):
     else:
         from ._convert import to_sparse
         src = to_sparse(src.detach(), dst.format, dst.index_dtype)
+    if _same_arrays(src, dst):
+        with torch.no_grad():
+            dst._values.copy_(src._values)
+        return dst
     vals = src._values.detach().to(dst.dtype, copy=True)
     vals.requires_grad_(dst._values.requires_grad)
     dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals
@@ -2316,9 +2334,25 @@ def _data(a):
 
 @_register(torch.Tensor.data.__set__)
 def _set_data(a, value):
-    refuse("A.data = ...", a, value, why="it would replace a SparseTensor's storage behind "
-           "its arrays (torch.Tensor.set_data)", hint="build a new SparseTensor, or use "
-           "A.copy_(B) (B's arrays in A's format) or A.with_values(v)")
+    """``A.data = B`` with B a SparseTensor: A becomes B's tensor (shape, dtype, format and
+    arrays, shared as torch's set_data shares storage), keeping its identity and
+    requires_grad; ``Module._apply`` (``model.double()``, ``.to(...)``, ``.cpu()``) sets
+    each parameter so.  A dense B is refused: the wrapper has no storage to take."""
+    if not _is_sparse(value):
+        refuse("A.data = ...", a, value, why="a SparseTensor takes only another "
+               "SparseTensor's arrays (torch.Tensor.set_data would give it a dense "
+               "storage behind its arrays)", hint="build a new SparseTensor, or use "
+               "A.copy_(B) (B's arrays in A's format) or A.with_values(v)")
+    grad = a._values.requires_grad
+    vals = value._values.detach()
+    if grad and not (vals.is_floating_point() or vals.is_complex()):
+        raise RuntimeError(f"A.data = B: A requires grad and B's values are {vals.dtype}; "
+                           "only floating point and complex tensors can require grad")
+    torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
+    a._format, a._pos, a._crd = value._format, list(value._pos), list(value._crd)
+    a._values = vals.requires_grad_(grad)
+    a._index_dtype, a._shape, a._has_dups = value._index_dtype, value._shape, value._has_dups
+    a._desc = a._transposed = a._kernels = None
 
 
 @_register(torch.Tensor.detach, torch.detach)

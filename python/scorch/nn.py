@@ -16,6 +16,7 @@ from torch import nn
 from ._convert import _from_coords, from_components
 from ._format import Format
 from ._tensor import SparseTensor, outside_graph
+from ._torch_ops import refuse_transforms
 
 __all__ = ["SparseLinear"]
 
@@ -38,10 +39,14 @@ class SparseLinear(nn.Module):
             raise ValueError(f"in_features and out_features must be positive, got "
                              f"{in_features} and {out_features}")
         dtype = dtype or torch.get_default_dtype()
+        device = torch.empty(0).device   # (torch.device(...) as a context sets the default)
+        if device.type != "cpu":
+            raise ValueError(f"SparseLinear is built on the CPU, where scorch's kernels run; "
+                             f"torch's default device is {device}")
         self.in_features, self.out_features = in_features, out_features
         total = in_features * out_features
         k = max(1, min(total, round(density * total)))
-        flat = torch.randperm(total, generator=generator)[:k].sort().values
+        flat = _distinct(total, k, generator)
         coords = torch.stack([flat // in_features, flat % in_features])
         bound = 1.0 / math.sqrt(max(1.0, in_features * density))
         vals = (torch.rand(k, generator=generator, dtype=dtype) * 2 - 1) * bound
@@ -86,6 +91,8 @@ class SparseLinear(nn.Module):
         from a state dict or written in place, they are input like any other."""
         checked = getattr(self, "_checked", None)   # (the tensors checked, and versions)
         versions = (self.row_ptr._version, self.col_idx._version, self.values.shape)
+        if torch._C._are_functorch_transforms_active():
+            refuse_transforms()   # (its values would be functorch's, without storage)
         if checked is None or checked[0] is not self.row_ptr or \
                 checked[1] is not self.col_idx or checked[2] != versions:
             from_components((self.out_features, self.in_features), "csr",
@@ -112,3 +119,16 @@ class SparseLinear(nn.Module):
 
 
 _CSR = Format.parse("csr", 2)
+
+
+def _distinct(total: int, k: int, generator) -> torch.Tensor:
+    """``k`` distinct integers of ``[0, total)`` drawn uniformly, sorted, in O(k log k)
+    time and memory where ``k`` is a small part of ``total`` (a permutation of all
+    ``total`` would cost a large layer in x out memory for its few stored weights)."""
+    if total <= (1 << 20) or 2 * k > total:
+        return torch.randperm(total, generator=generator)[:k].sort().values
+    got = torch.empty(0, dtype=torch.int64)
+    while got.numel() < k:
+        more = torch.randint(total, (2 * (k - got.numel()),), generator=generator)
+        got = torch.cat([got, more]).unique()
+    return got[torch.randperm(got.numel(), generator=generator)[:k]].sort().values
