@@ -139,6 +139,39 @@ def test_autograd(dtype):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=_ids)
+def test_add_products_round_once(dtype):
+    """addmm / addmv / baddbmm / F.linear with a bias / add with alpha compute the product
+    and the sum in float32 and round once, as torch's half ops do (the product rounded
+    and then added differed from torch's in 1-4 % of the entries)."""
+    g = torch.Generator().manual_seed(7)
+    a = (torch.randn(40, 300, generator=g) * (torch.rand(40, 300, generator=g) < 0.3)).to(dtype)
+    X = torch.randn(300, 20, generator=g).to(dtype)
+    b = torch.randn(40, 20, generator=g).to(dtype)
+    A = scorch.to_sparse(a, "csr")
+    torch.testing.assert_close(torch.addmm(b, A, X), torch.addmm(b, a, X))
+    torch.testing.assert_close(torch.addmm(b, A, X, beta=2, alpha=0.3),
+                               torch.addmm(b, a, X, beta=2, alpha=0.3))
+    torch.testing.assert_close(torch.addmv(b[:, 0], A, X[:, 0]), torch.addmv(b[:, 0], a, X[:, 0]))
+    torch.testing.assert_close(torch.baddbmm(b[None], A.unsqueeze(0), X[None]),
+                               torch.baddbmm(b[None], a[None], X[None]))
+    x, bias = torch.randn(7, 300, generator=g).to(dtype), torch.randn(40, generator=g).to(dtype)
+    torch.testing.assert_close(F.linear(x, A, bias), F.linear(x, a, bias))
+    B = scorch.to_sparse(b, "coo")
+    torch.testing.assert_close(torch.add(scorch.to_sparse(b * 3, "csr"), B, alpha=0.7)
+                               .to_dense(), torch.add(b * 3, b, alpha=0.7))
+    # sampled_addmm (torch has no CPU half one): the float32 result rounded once
+    U, V = torch.randn(40, 16, generator=g).to(dtype), torch.randn(16, 300, generator=g).to(dtype)
+    got = torch.sparse.sampled_addmm(A, U, V, beta=0.5, alpha=2).to_dense()
+    want = (2 * (U.float() @ V.float()) * (a != 0) + 0.5 * a.float()).to(dtype)
+    torch.testing.assert_close(got, want)
+    Ag = A.detach().requires_grad_()
+    bg = b.clone().requires_grad_()
+    torch.addmm(bg, Ag, X, beta=2).float().sum().backward()
+    assert Ag.grad.dtype == dtype and bg.grad.dtype == dtype
+    torch.testing.assert_close(bg.grad, torch.full_like(b, 2))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=_ids)
 def test_conversions_between_dtypes(dtype):
     x32 = make_dense((5, 4), torch.float32, seed_of("half-to"), "random")
     A = scorch.to_sparse(x32, "csr")

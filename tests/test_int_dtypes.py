@@ -32,6 +32,41 @@ def same(got, want):
     assert torch.equal(got, want), (got, want)
 
 
+@pytest.mark.parametrize("dtype", (torch.int8, torch.int32), ids=_ids)
+def test_einsum_summing_an_index_of_one_operand_gives_int64(dtype):
+    """torch.einsum sums an index only one operand has (and the output has not) through
+    torch.sum first, which gives int64; the result is then int64 ("ij,jk->ij")."""
+    x = torch.full((2, 3), 100 if dtype is torch.int8 else 2**30, dtype=dtype)
+    y = torch.full((3, 4), 100, dtype=dtype)
+    for fmt in ("csr", "coo"):
+        X = scorch.to_sparse(x, fmt)
+        for expr in ("ij,jk->", "ij,jk->ij", "ij,jk->j", "ij,jk->ik", "ij,ij->i"):
+            other = x if expr.startswith("ij,ij") else y
+            for _ in range(2):                  # (the second call: the remembered route)
+                same(scorch.einsum(expr, X, other), torch.einsum(expr, x, other))
+    X = scorch.to_sparse(x, "csr")
+    assert scorch.einsum("ij,jk->", X, y.float()).dtype == torch.float32
+
+
+def test_add_with_alpha_scales_in_the_promoted_dtype():
+    a = torch.tensor([[1., 0.], [0., 2.]])
+    b = torch.tensor([[100, 0], [0, -100]], dtype=torch.int8)
+    A, B = scorch.to_sparse(a, "csr"), scorch.to_sparse(b, "coo")
+    for got, want in ((torch.add(A, B, alpha=3), torch.add(a, b, alpha=3)),
+                      (torch.sub(A, B, alpha=3), torch.sub(a, b, alpha=3)),
+                      (torch.add(A, b, alpha=3), torch.add(a, b, alpha=3)),
+                      (torch.rsub(B, A, alpha=3), torch.rsub(b, a, alpha=3))):
+        same(got.to_dense() if isinstance(got, scorch.SparseTensor) else got, want)
+    i = torch.tensor([[1, 0], [0, 3]])
+    with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+        torch.add(scorch.to_sparse(i, "csr"), scorch.to_sparse(i, "csr"), alpha=0.5)
+    # integer add-products truncate a float alpha or beta, as torch's do
+    inp, X, I = torch.ones(2, 2, dtype=torch.int64), torch.tensor([[3, 1], [1, 5]]), \
+        scorch.to_sparse(i, "csr")
+    for kw in (dict(alpha=0.5), dict(beta=0.5), dict(alpha=2.0, beta=3.0)):
+        same(torch.addmm(inp, I, X, **kw), torch.addmm(inp, i, X, **kw))
+
+
 @pytest.mark.parametrize("dtype", INTS, ids=_ids)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])

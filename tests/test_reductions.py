@@ -147,6 +147,17 @@ def test_stored_zero_ties_share_the_gradient_with_unstored_zeros(fmt, op, dim):
     (lambda A: torch.linalg.vector_norm(A, -1), NotImplementedError, "negative order"),
     (lambda A: torch.amax(A, out=torch.empty(0)), NotImplementedError, "out="),
     (lambda A: torch.amax(A, 2), IndexError, "Dimension out of range"),
+    (lambda A: A.mean(dtype=torch.int32), RuntimeError, "dtype= must be a floating"),
+    (lambda A: torch.linalg.vector_norm(A, dtype=torch.float16), RuntimeError, "narrowing"),
+    (lambda A: torch.linalg.matrix_norm(A, dtype=torch.bfloat16), RuntimeError, "narrowing"),
+    (lambda A: torch.linalg.vector_norm(A.long(), dtype=torch.float32), RuntimeError,
+     "floating point input"),
+    (lambda A: A * torch.ones(3, 3, dtype=torch.complex64), NotImplementedError, "complex"),
+    (lambda A: A + torch.ones(3, 3, dtype=torch.complex64), NotImplementedError, "complex"),
+    (lambda A: torch.mul(A, 1 + 2j), NotImplementedError, "complex"),
+    (lambda A: A / 1j, NotImplementedError, "complex"),
+    (lambda A: A.index_select(0, torch.tensor([True, False, True])), IndexError,
+     "integer tensor"),
 ])
 def test_refusals(call, err, match):
     A = scorch.to_sparse(torch.eye(3), "csr")

@@ -409,8 +409,8 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
         spelled = _ellipsis_spelled(expr, ops)
         return _as_written(expr, lambda: einsum(spelled, *ops, out_format=out_format,
                                                 schedule=schedule))
-    if len(ops) == 1 and type(expr) is str:
-        ops = _widened_for_sum(expr, ops[0])
+    if type(expr) is str:
+        ops = _widened_for_sum(expr, ops)
     if out_format is None and schedule is None and type(expr) is str:
         r = remembered(expr, ops)
         if r is not None:
@@ -625,18 +625,29 @@ def _format_of_dims(fmt: Format, dims, sparse) -> Format:
 _SUMS_IN_INT64 = (torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
-def _widened_for_sum(expr, a):
-    """``(a,)``, its integer values as int64 where the expression sums one of its indices:
-    torch.einsum of one integer operand sums in int64 as torch.sum does ("ij->i" gives
-    int64; "ij->ji" sums nothing and keeps the dtype).  Repeated coordinates are summed
-    in the tensor's own dtype first (_summed_as)."""
-    if not isinstance(a, torch.Tensor) or (
-            (a._values if type(a) is SparseTensor else a).dtype not in _SUMS_IN_INT64):
-        return (a,)
+def _widened_for_sum(expr, ops):
+    """``ops``, their integer values as int64 where an operand has an index that neither
+    another operand nor the output has: torch.einsum sums such an index first, through
+    torch.sum, which gives int64, and so the result is int64 ("ij->i", "ij,jk->ij",
+    "ij,jk->"; "ij->ji", "ij,jk->ik" sum none alone and keep the dtype; where torch then
+    raises, mixing int64 with int8 in a product, scorch gives the int64 result).  A float
+    operand makes the result float as it is.  Repeated coordinates are summed in the
+    tensor's own dtype first (_summed_as)."""
+    for x in ops:
+        if (x._values.dtype if type(x) is SparseTensor else
+                getattr(x, "dtype", None)) in _SUMS_IN_INT64:
+            break
+    else:
+        return ops
+    if not all(isinstance(x, torch.Tensor) and not x.dtype.is_floating_point for x in ops):
+        return ops
     ins, out, _ = _parse(expr)
-    if len(ins) != 1 or all(c in out for c in ins[0]):
-        return (a,)
-    return (_summed_as(a, torch.int64) if isinstance(a, SparseTensor) else a.to(torch.int64),)
+    if len(ins) != len(ops) or not any(
+            c not in out and not any(c in t for j, t in enumerate(ins) if j != k)
+            for k, s in enumerate(ins) for c in s):
+        return ops
+    return tuple(_summed_as(x, torch.int64) if isinstance(x, SparseTensor) else
+                 x.to(torch.int64) for x in ops)
 
 
 def _contract(expr, ops):
@@ -724,6 +735,7 @@ def _compile_index(text, *ops):
 
 def _add(name, a, b, sign=1):
     """a + sign * b where a or b is sparse."""
+    _no_complex(name, a, b)
     if _is_scalar(a) or _is_scalar(b):
         sc, other = (b, a) if _is_scalar(b) else (a, b)
         if _is_sparse(other) and isinstance(sc, torch.Tensor) and sc.requires_grad:
@@ -880,24 +892,57 @@ def _pow(a, p):
 @_register(torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
 def _add_handler(a, b, *, alpha=1, out=None):
     refuse_out("torch.add", out, a, b)
-    if alpha != 1:
-        b = _mul(b, alpha)
-    return _add("torch.add", a, b, 1)
+    return _add_scaled("torch.add", a, b, 1, alpha)
 
 
 @_register(torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__)
 def _sub_handler(a, b, *, alpha=1, out=None):
     refuse_out("torch.sub", out, a, b)
-    if alpha != 1:
-        b = _mul(b, alpha)
-    return _add("torch.sub", a, b, -1)
+    return _add_scaled("torch.sub", a, b, -1, alpha)
 
 
 @_register(torch.Tensor.__rsub__, torch.rsub)
 def _rsub_handler(a, b, *, alpha=1):
-    if alpha != 1:
-        a = _mul(a, alpha)
-    return _add("torch.sub", b, a, -1)
+    return _add_scaled("torch.sub", b, a, -1, alpha)
+
+
+def _add_scaled(name, a, b, sign, alpha):
+    """``a + sign * alpha * b`` as torch computes it: alpha scales b in the promoted dtype
+    (an int8 b times 3 does not wrap where the sum is float32), a float alpha is refused
+    for integer operands, and a float16 / bfloat16 result is rounded once."""
+    if alpha == 1:
+        return _add(name, a, b, sign)
+    dt = torch.result_type(a, b)
+    if isinstance(alpha, float) and not (dt.is_floating_point or dt.is_complex):
+        raise RuntimeError(f"{name}: for integral input tensors, argument alpha must not be "
+                           f"a floating point number")
+    if dt not in _HALF:
+        if isinstance(b, torch.Tensor) and b.dtype != dt:
+            b = _as_dtype(b, dt)
+        return _add(name, a, _mul(b, alpha), sign)
+    return _rounded_once(lambda a, b: _add(name, a, _mul(b, alpha), sign), a, b, dt=dt)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _rounded_once(fn, *tensors, dt=None):
+    """``fn(*tensors)``; where its result is float16 / bfloat16 (``dt``, or the tensors'
+    promoted dtype), computed on float32 copies and rounded once at the end, as torch's
+    half-type kernels compute in float32: a product rounded to half and then added to
+    (addmm, F.linear's bias, alpha scaling) would be rounded twice."""
+    if dt is None:
+        dt = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    if dt not in _HALF:
+        return fn(*tensors)
+    return _as_dtype(fn(*(_as_dtype(t, torch.float32) if isinstance(t, torch.Tensor) else t
+                          for t in tensors)), dt)
+
+
+def _as_dtype(t, dt):
+    """``t.to(dt)`` for a SparseTensor (from inside a handler, where torch functions do not
+    reach scorch's) or a dense tensor."""
+    return _to(t, dt) if _is_sparse(t) else t.to(dt)
 
 
 def _dense_for(a: SparseTensor, d: torch.Tensor, name):
@@ -922,7 +967,16 @@ def _dense_for(a: SparseTensor, d: torch.Tensor, name):
     return la, dd, ld
 
 
+def _no_complex(name, a, b):
+    """A complex operand refused by name, as NotImplementedError: torch's operators
+    (``A * D``) turn a TypeError into NotImplemented and Python's own message."""
+    for x in (a, b):
+        if isinstance(x, complex) or isinstance(x, torch.Tensor) and x.dtype.is_complex:
+            refuse(name, a, b, why="scorch stores and computes no complex values")
+
+
 def _mul(a, b, name="torch.mul"):
+    _no_complex(name, a, b)
     if (_is_scalar(b) or isinstance(b, bool)) and _is_sparse(a):
         return _map_values(a, lambda v: v * b, linear=_finite(b))
     if (_is_scalar(a) or isinstance(a, bool)) and _is_sparse(b):
@@ -977,6 +1031,7 @@ def _mul_handler(a, b, *, out=None):
 @_register(torch.div, torch.divide, torch.true_divide, torch.Tensor.div,
            torch.Tensor.__truediv__, torch.Tensor.true_divide)
 def _div_handler(a, b, *, rounding_mode=None, out=None):
+    _no_complex("torch.div", a, b)
     if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
         s = _float_of(b)
         if s == 0 or math.isnan(s):
@@ -1163,6 +1218,8 @@ def _added(name, inp, p, beta, alpha):
                                      zip(shape[::-1], want[::-1])):
         raise RuntimeError(f"{name}: the input's shape {shape} does not broadcast to the "
                            f"product's shape {want}")
+    if not (p.dtype.is_floating_point and inp.dtype.is_floating_point):
+        alpha, beta = int(alpha), int(beta)   # (torch's integer add-products truncate them)
     if alpha != 1:
         p = _mul(p, alpha)
     if beta == 0:
@@ -1178,19 +1235,29 @@ def _added(name, inp, p, beta, alpha):
 @_register(torch.addmm, torch.Tensor.addmm)
 def _addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
     refuse_out("torch.addmm", out, inp, mat1, mat2)
-    return _added("torch.addmm", inp, _mm(mat1, mat2), beta, alpha)
+    return _added_product("torch.addmm", _mm, inp, mat1, mat2, beta, alpha)
 
 
 @_register(torch.addmv, torch.Tensor.addmv)
 def _addmv(inp, mat, vec, *, beta=1, alpha=1, out=None):
     refuse_out("torch.addmv", out, inp, mat, vec)
-    return _added("torch.addmv", inp, _mv(mat, vec), beta, alpha)
+    return _added_product("torch.addmv", _mv, inp, mat, vec, beta, alpha)
 
 
 @_register(torch.baddbmm, torch.Tensor.baddbmm)
 def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
     refuse_out("torch.baddbmm", out, inp, batch1, batch2)
-    return _added("torch.baddbmm", inp, _bmm(batch1, batch2), beta, alpha)
+    return _added_product("torch.baddbmm", _bmm, inp, batch1, batch2, beta, alpha)
+
+
+def _added_product(name, product, inp, m1, m2, beta, alpha):
+    """``beta * inp + alpha * product(m1, m2)``; in float32 where it is a half type and
+    anything is added or scaled (_rounded_once)."""
+    if (beta == 0 and alpha == 1) or not all(isinstance(t, torch.Tensor)
+                                             for t in (inp, m1, m2)):
+        return _added(name, inp, product(m1, m2), beta, alpha)
+    return _rounded_once(lambda i, a, b: _added(name, i, product(a, b), beta, alpha),
+                         inp, m1, m2)
 
 
 @_register(torch.sparse.addmm)
@@ -1212,6 +1279,10 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
         raise RuntimeError(f"{name}: expected input (m, n), mat1 (m, k) and mat2 (k, n), "
                            f"got {tuple(inp.shape)}, {tuple(mat1.shape)} and "
                            f"{tuple(mat2.shape)}")
+    if (alpha != 1 or beta != 0) and functools.reduce(
+            torch.promote_types, (inp.dtype, mat1.dtype, mat2.dtype)) in _HALF:
+        return _rounded_once(lambda i, a, b: _sampled_addmm(i, a, b, beta=beta, alpha=alpha),
+                             inp, mat1, mat2)
     inp = _coalesced(inp)     # (spy has one 1 per coordinate)
     vals = sampled_at(inp, inp.dtype, lambda spy: einsum("ij,ik,kj->ij", spy, mat1, mat2))
     if alpha != 1:
@@ -1228,6 +1299,9 @@ def _linear(inp, weight, bias=None):
     if inp.shape[-1] != weight.shape[1]:
         raise RuntimeError(f"F.linear: the input's last dimension ({inp.shape[-1]}) is not "
                            f"the weight's in_features ({weight.shape[1]})")
+    if isinstance(bias, torch.Tensor) and not _is_sparse(bias) and functools.reduce(
+            torch.promote_types, (inp.dtype, weight.dtype, bias.dtype)) in _HALF:
+        return _rounded_once(_linear, inp, weight, bias)   # (the bias added before rounding)
     if _is_sparse(weight) and not _is_sparse(inp) and inp.dim() >= 2 and \
             inp.numel() >= _LINEAR_SPMM_MIN_BATCH * inp.shape[-1] and \
             weight.nnz * (inp.numel() // max(inp.shape[-1], 1)) >= _LINEAR_SPMM_MIN_WORK:
@@ -1398,11 +1472,20 @@ _register(torch.min, torch.Tensor.min)(_max_min("min", False))
 
 
 def _float_input(name, a, dtype):
-    """torch's reductions with a floating result (mean, norms) refuse integer inputs
-    unless a floating dtype is asked for: the same error here."""
-    if not (a.dtype.is_floating_point or dtype is not None and dtype.is_floating_point):
+    """torch's reductions with a floating result refuse what torch's do: ``mean`` an
+    integer ``dtype=``, or an integer input without one; a norm an integer input, an
+    integer ``dtype=`` or one narrower than the input's."""
+    if dtype is not None and not dtype.is_floating_point:
+        raise RuntimeError(f"{name}(): dtype= must be a floating point dtype, got {dtype}")
+    if name == "mean" and dtype is not None:
+        return
+    if not a.dtype.is_floating_point:
         raise RuntimeError(f"{name}(): expected a floating point input, got {a.dtype} "
-                           f"(convert with .float() or pass dtype=)")
+                           f"(convert with .float()" +
+                           (" or pass dtype=)" if name == "mean" else ")"))
+    if dtype is not None and torch.promote_types(a.dtype, dtype) != dtype:
+        raise RuntimeError(f"{name}(): the input's dtype {a.dtype} does not convert to "
+                           f"dtype={dtype} without narrowing")
 
 
 def _vector_norm(name, a, ord, dim, keepdim, dtype):
@@ -1645,7 +1728,7 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     index = _index_tensor(index)
     if index.dtype == torch.uint8 and name == "indexing":
         index = index.bool()     # (torch's indexing reads a uint8 index as a mask)
-    if index.dtype == torch.bool:
+    if index.dtype == torch.bool and name != "index_select":   # (index_select takes none)
         if index.shape != (a.shape[dim],):
             raise IndexError(f"{name}: a boolean mask along dim {dim} needs {a.shape[dim]} "
                              f"entries, got shape {tuple(index.shape)}")
