@@ -614,6 +614,27 @@ def test_enable_reuses_the_view_of_a_torch_csr_until_it_changes():
         assert key not in _dispatch._VIEWS                   # gone with the tensor
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_enable_sees_writes_to_the_tensor_a_torch_csc_was_built_over(layout):
+    """torch.sparse_csc_tensor(ccol, row, w).values() shares w's memory but not its
+    version counter: an optimizer step on w is seen by torch's kernel, so scorch keeps no
+    converted copy (the csr one a csc product reads) of such a view."""
+    x = make_dense((30, 20), torch.float32, seed_of("csc-over-w", layout))
+    s = x.to_sparse_csc() if layout == "csc" else x.to_sparse_csr()
+    w = s.values().clone()
+    ctor, idx = ((torch.sparse_csc_tensor, (s.ccol_indices(), s.row_indices()))
+                 if layout == "csc" else (torch.sparse_csr_tensor,
+                                          (s.crow_indices(), s.col_indices())))
+    C = ctor(*idx, w, s.shape)
+    X, Y = dn((20, 3), torch.float32, 1), dn((30, 2), torch.float32, 2)
+    with scorch.enabled():
+        for k in (1, 2, 3):
+            torch.testing.assert_close(torch.mm(C, X), k * x @ X)
+            torch.testing.assert_close(torch.mv(C, X[:, 0]), k * x @ X[:, 0])
+            torch.testing.assert_close(torch.mm(C.t(), Y), k * x.t() @ Y)
+            w.mul_((k + 1) / k)                             # w's version, not C's
+
+
 def _linear_matches_dense(y, xd, wd, bd, g):
     """y, F.linear over scorch operands, against F.linear over the dense leaves xd, wd, bd:
     the values, then one backward of the same random gradient through both; returns the

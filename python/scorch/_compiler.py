@@ -543,9 +543,13 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     training loop's every step) gets its copy by gathering its values in the order the
     pattern's conversion left (``_moved``), not by another conversion.  The copy of a
     bfloat16 / float16 tensor holds float32 values, what the kernels compute in: a
-    conversion that sums repeated coordinates sums them before any rounding."""
-    version = a._values._version
+    conversion that sums repeated coordinates sums them before any rounding.  A tensor
+    whose ``_transposed`` is False keeps no copy: its values' version does not follow
+    every write (the values of a torch CSR/CSC tensor built over a Parameter)."""
     cache = a._transposed
+    if cache is False:   # (a view of a torch CSR/CSC tensor: _dispatch._to_scorch)
+        return _moved(a, fmt)
+    version = a._values._version
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version:
         return hit[1]

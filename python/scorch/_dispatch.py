@@ -97,6 +97,10 @@ def _to_scorch(x: torch.Tensor, op):
         # unless asked, and a kernel trusts what it reads)
         view = from_components(tuple(x.shape), _CSR if csr else _CSC, pos=[None, pos],
                                crd=[None, crd], values=x.values())
+        # No converted copy is kept for it: x.values() shares the memory of the tensor
+        # x was built over (a Parameter an optimizer steps) but not its version counter,
+        # so a kept copy (csc as csr, the transpose backward reads) would go stale.
+        view._transposed = False
         _remember(x, view)
         return view
     from ._convert import to_sparse

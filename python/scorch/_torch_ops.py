@@ -2353,12 +2353,17 @@ for _name, _fmt, _which in (("crow_indices", "csr", "pos"), ("col_indices", "csr
 
 
 def has_duplicates(a: SparseTensor) -> bool:
-    """Whether two stored entries share every coordinate (only a format whose innermost
-    level is non-unique can hold such; entries are sorted, so duplicates are adjacent)."""
-    if a._format.unique[-1] or a.nnz < 2:
+    """Whether two stored entries share every coordinate (only a format with a non-unique
+    level can hold such).  Entries are sorted, so below a non-unique innermost level
+    duplicates are adjacent; a non-unique level above others (``c(nonunique)d``, from
+    from_components) can repeat a whole subtree, and the keys are sorted first."""
+    unique = a._format.unique
+    if all(unique) or a.nnz < 2:
         return False
     if a._has_dups is None:   # (kept on the tensor: its index arrays never change)
         key = _linear_key(level_coords(a), [a.shape[d] for d in a._format.order])
+        if unique[-1]:
+            key = key.sort().values
         a._has_dups = bool((key[1:] == key[:-1]).any())
     return a._has_dups
 
