@@ -73,7 +73,7 @@ def test_copy_kept_until_values_change_and_caller_untouched():
     crd0 = [c.copy() for c in A._arrays()[1] if c is not None]
     X = torch.rand(30, 8, dtype=torch.float64)
     torch.testing.assert_close(A @ X, d @ X)
-    (fmt, (_, copy)), = A._transposed.items()
+    (fmt, (_, copy, _)), = A._transposed.items()
     assert fmt.name == "dcsr" and copy.nnz < A.nnz               # duplicates summed
     torch.testing.assert_close(A @ X, d @ X)
     assert A._transposed[fmt][1] is copy                          # warm: the same copy

@@ -111,7 +111,7 @@ def test_transposed_operand_converted_once_until_its_values_change(it):
     a, b = A.to_dense(), B.to_dense()
     got = check("ij,ji->ij", A, B)
     assert isinstance(got, scorch.SparseTensor) and got.format.name == "csr"
-    (fmt, (_, copy)), = B._transposed.items()                # B, converted once
+    (fmt, (_, copy, _)), = B._transposed.items()                # B, converted once
     assert fmt.name == "csc" and copy.index_dtype == it
     compiles = _compiler._C.jit_stats()["compiles"] + _compiler._C.jit_stats()["disk_hits"]
     torch.testing.assert_close(dense_of(scorch.einsum("ij,ji->ij", A, B)), a * b.t())

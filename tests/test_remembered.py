@@ -51,9 +51,9 @@ def test_converted_copy_served_while_its_version_holds(expr):
     A, x, X = _pair(torch.float64, fmt="coo")
     b = X if expr == "ij,jk->ik" else X[:, 0].contiguous()
     torch.testing.assert_close(scorch.einsum(expr, A, b), x @ b)
-    (_, copy), = A._transposed.values()
-    n, entry, prepared, version = A._kernels[expr]
-    assert prepared is copy._desc[0] and version == A._values._version
+    (_, copy, _), = A._transposed.values()
+    n, entry, prepared, version, values = A._kernels[expr]
+    assert prepared is copy._desc[0] and version == A._values._version and values is A._values
     torch.testing.assert_close(_C.remembered(expr, (A, b)), x @ b)
     A.values().mul_(2)
     assert _C.remembered(expr, (A, b)) is None               # stale copy: general route

@@ -399,17 +399,18 @@ def _junk():
 
 
 def test_arrays_moved_to_shared_memory_are_read_at_their_new_place():
-    """share_memory_ (and Module.share_memory, the step before torch.multiprocessing) and
-    multiprocessing's pickler (queues, spawn, DataLoader workers) move the index and value
-    arrays into shared memory in place, freeing the old blocks: every SparseTensor sharing
-    them (a view prepared before, a with_values twin) reads them at their new place."""
+    """share_memory_ (and Module.share_memory, the step before torch.multiprocessing) move
+    the index and value arrays into shared memory in place, freeing the old blocks: every
+    SparseTensor sharing them (a view prepared before, a with_values twin) reads them at
+    their new place.  multiprocessing's pickler (queues, spawn, DataLoader workers) sends
+    arrays already shared as they are."""
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing  # noqa: F401  (registers torch's tensor reductions)
 
     x = make_dense((300, 200), torch.float32, seed_of("shm"), density=0.05)
     X, G = torch.randn(200, 16), torch.randn(300, 16)
-    for move in ("share_memory_", "module", "pickler"):
+    for move in ("share_memory_", "module", "shared then pickled"):
         A = scorch.to_sparse(x, "csr")
         T, W = A.t(), A.with_values(A.values() * 2)
         for _ in range(2):                      # prepared, and remembered by the hot route
@@ -421,14 +422,54 @@ def test_arrays_moved_to_shared_memory_are_read_at_their_new_place():
             m.register_buffer("adj", A)
             m.share_memory()
         else:
+            A.share_memory_()
             B = ForkingPickler.loads(ForkingPickler.dumps(A))
             torch.testing.assert_close(B @ X, x @ X)
+            with torch.no_grad():                                  # one memory
+                A.values()[0] += 1
+                assert B.values()[0] == A.values()[0]
+                A.values()[0] -= 1
         assert A.values().is_shared() and all(p.is_shared() for p in A._pos if p is not None)
         junk = _junk()
         torch.testing.assert_close(A @ X, x @ X)
         torch.testing.assert_close(T @ G, x.t() @ G)
         torch.testing.assert_close(W @ X, 2 * x @ X)
         del junk
+
+
+def test_pickling_for_processes_leaves_the_sender_alone():
+    """A queue pickles on its feeder thread while the program goes on with the tensor:
+    the sender's arrays are not moved (a kernel in another thread may be reading them);
+    the receiver gets shared-memory copies."""
+    import threading
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers torch's tensor reductions)
+
+    x = make_dense((300, 200), torch.float32, seed_of("shm-send"), density=0.05)
+    X = torch.randn(200, 16)
+    A = scorch.to_sparse(x, "csr")
+    ptrs = [t.data_ptr() for t in (A.values(), A._pos[1], A._crd[1])]
+    stop, bad = False, []
+
+    def compute():
+        while not stop:
+            if not torch.allclose(A @ X, x @ X, atol=1e-4):
+                bad.append(1)
+
+    th = threading.Thread(target=compute)
+    th.start()
+    try:
+        sent = [ForkingPickler.dumps(A) for _ in range(20)]
+    finally:
+        stop = True
+        th.join()
+    assert not bad
+    assert [t.data_ptr() for t in (A.values(), A._pos[1], A._crd[1])] == ptrs
+    assert not A.values().is_shared()
+    B = ForkingPickler.loads(sent[-1])
+    assert B.values().is_shared() and B._crd[1].is_shared()
+    torch.testing.assert_close(B @ X, x @ X)
 
 
 def test_storage_level_exports_are_refused():

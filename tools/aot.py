@@ -146,6 +146,9 @@ def _desc(C, op):
     it = np.int32 if op["index"] == "int32" else np.int64
     pos = [None if p is None else np.zeros(p, dtype=it) for p in op["pos"]]
     crd = [None if c is None else np.zeros(c, dtype=it) for c in op["crd"]]
+    for p, c in zip(pos, crd):   # (lengths that agree: pos ends at its crd's length)
+        if p is not None and c is not None and len(p):
+            p[-1] = len(c)
     vals = np.zeros(op["vals"], dtype=op["dtype"])
     return (tuple(op["shape"]), _tuple(op["fmt"]), pos, crd, vals, op["index"])
 

@@ -50,6 +50,12 @@ const char *sc_fmt_name(const sc_format *f);
  */
 int64_t sc_fmt_level_size(const sc_tensor *t, int32_t k, sc_error *err);
 
+/* Check that t's arrays agree in length with its format and dims and with each other
+ * (pos[0] = 0 and pos[P] = crd length read, nothing else): O(levels).  What a kernel
+ * needs of a tensor validated once, whose arrays another thread may have been replacing
+ * while they were read.  USER error naming the level. */
+sc_status sc_fmt_check_lengths(const sc_tensor *t, sc_error *err);
+
 /* Check every array of t against its format and dims (lengths, ranges, order, pos
  * monotonicity, index width).  O(nnz).  INDEX error for out-of-range coordinates,
  * USER error for the rest; the message names the level and position. */

@@ -28,6 +28,46 @@ static bool any_nonunique(const sc_format *f)
     return false;
 }
 
+sc_status sc_fmt_check_lengths(const sc_tensor *t, sc_error *err)
+{
+    const sc_format *f = &t->fmt;
+    const sc_index_type it = t->index_type;
+    int64_t P = 1;
+    int32_t k = 0;
+    for (; k < f->order; k++) {
+        const int64_t dim = t->dims[f->lvl2dim[k]];
+        const void *pos = t->pos[k];
+        bool ok;
+        switch ((sc_level_kind)f->kind[k]) {
+        case SC_LEVEL_DENSE:
+            ok = dim >= 0 && sc_mul_ok(P, dim, &P);
+            break;
+        case SC_LEVEL_COMPRESSED:
+            ok = pos && t->pos_len[k] == P + 1 && sc_idx_get(pos, it, 0) == 0 &&
+                 sc_idx_get(pos, it, P) == t->crd_len[k] && (t->crd[k] || !t->crd_len[k]);
+            P = t->crd_len[k];
+            break;
+        case SC_LEVEL_SINGLETON:
+            ok = t->crd_len[k] == P && (t->crd[k] || !P);
+            break;
+        default:
+            ok = false;
+        }
+        if (!ok)
+            break;
+    }
+    if (k == f->order && t->nvals == P && (t->vals || !P))
+        return SC_OK;
+#define REPLACED "(were the tensor's arrays replaced by another thread while this call read them?)"
+    if (k < f->order)
+        return sc_fail(err, SC_USER, "format",
+                       "level %d's arrays disagree in length with the levels above " REPLACED,
+                       (int)k);
+    return sc_fail(err, SC_USER, "format", "the values disagree in length with the levels "
+                   REPLACED);
+#undef REPLACED
+}
+
 sc_status sc_fmt_validate(const sc_ctx *ctx, const sc_tensor *t, sc_error *err)
 {
     const sc_format *f = &t->fmt;

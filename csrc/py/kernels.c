@@ -121,15 +121,19 @@ static int parse_desc(PyObject *module, PyObject *desc, sc_tensor *t)
     if (!PyArg_ParseTuple(desc, "OOOOOs|OO", &shape, &fmt, &pos, &crd, &vals, &index_name,
                           &pos_out, &crd_out))
         return -1;
-    return sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, t);
+    return sc_py_parse_agreeing(module, shape, fmt, pos, crd, vals, index_name, t);
 }
 
-/* prepare(desc) -> operand capsule: desc parsed now, and kept alive as long as the
- * capsule, so that a run reads the tensor's arrays without parsing them again. */
+/* prepare(desc[, epoch]) -> operand capsule: desc parsed now, and kept alive as long as
+ * the capsule, so that a run reads the tensor's arrays without parsing them again.  The
+ * capsule belongs to epoch (the current one by default): the caller passes the epoch it
+ * read before reading the arrays, so that arrays replaced in between (another thread's
+ * copy_, which then advances the epoch) leave the capsule retired. */
 PyObject *sc_py_prepare(PyObject *module, PyObject *args)
 {
     PyObject *desc;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &desc))
+    unsigned long long epoch = prepared_epoch;
+    if (!PyArg_ParseTuple(args, "O!|K", &PyTuple_Type, &desc, &epoch))
         return NULL;
     prepared *p = malloc(sizeof *p);
     if (!p)
@@ -140,7 +144,7 @@ PyObject *sc_py_prepare(PyObject *module, PyObject *args)
     }
     Py_INCREF(desc);
     p->desc = desc;
-    p->epoch = prepared_epoch;
+    p->epoch = epoch;
     PyObject *cap = PyCapsule_New(p, OPERAND_CAPSULE, free_prepared);
     if (!cap) {
         Py_DECREF(desc);
@@ -706,7 +710,8 @@ static int requires_grad(PyObject *const *T, PyObject *x)
  * on its prepared operand (_desc[0]) and the plain torch.Tensors ops[1:]; or, where the
  * kernel reads a converted copy of ops[0] (a transposed or DCSR copy, _compiler._transposed:
  * _kernels[key] = (len(ops), entry, the copy's prepared operand, ops[0]'s values version
- * when it was made)), on that copy while the version is unchanged; None where the
+ * when it was made, and its values tensor then)), on that copy while the values are that
+ * tensor at that version (a copy_ of another pattern replaces the tensor); None where the
  * general route must run the call: no such kernel, another operand type, autograd
  * recording (an operand requires grad in grad mode), or an operand the kernel does not
  * take as it is (a dtype to promote, a strided view, other fixed sizes).  A result whose
@@ -735,7 +740,7 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
         return NULL;
     PyObject *hit = PyDict_CheckExact(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
     if (!hit || !PyTuple_CheckExact(hit) ||
-        (PyTuple_GET_SIZE(hit) != 2 && PyTuple_GET_SIZE(hit) != 4) ||
+        (PyTuple_GET_SIZE(hit) != 2 && PyTuple_GET_SIZE(hit) != 5) ||
         PyLong_AsSsize_t(PyTuple_GET_ITEM(hit, 0)) != n)
         goto general;   /* (an unhashable key is an error the general route reports) */
     entry = PyTuple_GET_ITEM(hit, 1);
@@ -743,7 +748,11 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
     PyObject *vals = GET(a, SC_PY_T_VALUES);
     if (!vals)
         goto general;
-    if (PyTuple_GET_SIZE(hit) == 4) {   /* a converted copy, valid for one values version */
+    if (PyTuple_GET_SIZE(hit) == 5) {   /* a converted copy, valid for one values version */
+        if (vals != PyTuple_GET_ITEM(hit, 4)) {
+            Py_DECREF(vals);
+            goto general;
+        }
         PyObject *version = GET(vals, SC_PY_T_VERSION);
         int same = version ? PyObject_RichCompareBool(version, PyTuple_GET_ITEM(hit, 3), Py_EQ)
                            : -1;

@@ -462,6 +462,24 @@ int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObjec
     return 0;
 }
 
+int sc_py_parse_agreeing(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
+                         PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t)
+{
+    if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, t) < 0)
+        return -1;
+    for (int32_t k = 0; k < t->fmt.order; k++) {
+        if (t->fmt.kind[k] != SC_LEVEL_DENSE) {
+            sc_error err;
+            if (sc_fmt_check_lengths(t, &err) != SC_OK) {
+                sc_py_raise(module, &err);
+                return -1;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
 static void ctx_for_call(sc_ctx *ctx, int threads)
 {
     sc_ctx_init(ctx);
@@ -603,7 +621,7 @@ static PyObject *py_convert(PyObject *module, PyObject *args)
     sc_tensor src;
     sc_format f;
     sc_index_type it;
-    if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0 ||
+    if (sc_py_parse_agreeing(module, shape, fmt, pos, crd, vals, index_name, &src) < 0 ||
         sc_py_parse_fmt(module, dfmt, &f) < 0 || sc_py_index_of_name(dindex_name, &it) < 0)
         return NULL;
     sc_ctx ctx;
@@ -628,7 +646,7 @@ static PyObject *py_to_dense(PyObject *module, PyObject *args)
                           &out_o))
         return NULL;
     sc_tensor src;
-    if (sc_py_parse_tensor(module, shape, fmt, pos, crd, vals, index_name, &src) < 0)
+    if (sc_py_parse_agreeing(module, shape, fmt, pos, crd, vals, index_name, &src) < 0)
         return NULL;
     if (!PyArray_Check(out_o) || !PyArray_ISCARRAY((PyArrayObject *)out_o) ||
         PyArray_TYPE((PyArrayObject *)out_o) != sc_py_npy_of_dtype(src.dtype)) {

@@ -64,6 +64,11 @@ int sc_py_npy_of_dtype(sc_dtype t);
 /* Borrowed arrays from the arguments into t. */
 int sc_py_parse_tensor(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
                        PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t);
+/* sc_py_parse_tensor, then the arrays' lengths checked against each other
+ * (sc_fmt_check_lengths, O(levels)): for arrays validated once that another thread may
+ * have been replacing while the caller read them (copy_ of another pattern, .data =). */
+int sc_py_parse_agreeing(PyObject *module, PyObject *shape, PyObject *fmt, PyObject *pos,
+                         PyObject *crd, PyObject *vals, const char *index_name, sc_tensor *t);
 /* (pos list, crd list, vals) owning t's arrays (malloc'd); t is emptied.  A level that
  * t borrows (t->borrowed) gets lent[2k] and lent[2k + 1] (borrowed references: the
  * owner's arrays) as its pos and crd instead; lent may be NULL when t borrows none.  The

@@ -47,8 +47,8 @@ __all__ = [
 # torch.load(weights_only=True) may rebuild SparseTensors and Formats.
 _torch.serialization.add_safe_globals([_rebuild, SparseTensor])
 
-# Queues, spawned processes and DataLoader workers move the arrays to shared memory the way
-# share_memory_ does (see SparseTensor._reduce_for_processes).
+# Queues, spawned processes and DataLoader workers send the arrays through shared memory
+# without moving the sender's (see SparseTensor._reduce_for_processes).
 import multiprocessing.reduction as _mp_reduction  # noqa: E402
 
 _mp_reduction.ForkingPickler.register(SparseTensor, SparseTensor._reduce_for_processes)

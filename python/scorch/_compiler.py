@@ -158,16 +158,18 @@ _DENSE_SIG = {n: _dense_kind(n, None)[2] for n in range(1, _C.MAX_ORDER + 1)}
 
 def _sparse_operand(a: SparseTensor, dtype):
     """(desc, signature).  A SparseTensor's own arrays are described and parsed once per
-    tensor (_C.prepare; its arrays never change identity)."""
+    tensor and epoch (_C.prepare).  The epoch is read before any array: a copy_ or
+    .data = in another thread that replaces them advances it after, so a description
+    read from the old arrays is never kept past that."""
+    epoch = _C.epoch()
     vals = a._values
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
         return _sparse_desc(a, v)
     cached = a._desc
-    epoch = _C.epoch()
     if cached is None or cached[2] != epoch:   # (arrays moved since: retire_prepared)
         desc, sig = _sparse_desc(a, vals)
-        cached = a._desc = (_C.prepare(desc), sig, epoch)
+        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch)
     return cached[0], cached[1]
 
 
@@ -244,6 +246,8 @@ def _unseen_by_kernels(operands):
         v = x._values if isinstance(x, SparseTensor) else x
         if not isinstance(v, torch.Tensor):
             continue
+        if v.layout is not _STRIDED:   # (a torch sparse tensor has no storage either)
+            _bad_operand(operands)
         if not _has_storage(v):
             raise NotImplementedError(
                 f"scorch: operand {i} is a batched tensor of vmap (torch.vmap, torch.func's "
@@ -549,14 +553,15 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     cache = a._transposed
     if cache is False:   # (a view of a torch CSR/CSC tensor: _dispatch._to_scorch)
         return _moved(a, fmt)
-    version = a._values._version
+    arrays = (a._values, a._pos, a._crd)   # (the copy serves these very arrays only:
+    version = arrays[0]._version           # another thread may be replacing them)
     hit = cache.get(fmt) if cache is not None else None
-    if hit is not None and hit[0] == version:
+    if hit is not None and hit[0] == version and all(x is y for x, y in zip(hit[2], arrays)):
         return hit[1]
     t = _moved(a, fmt)
     if cache is None:
         cache = a._transposed = {}
-    cache[fmt] = (version, t)
+    cache[fmt] = (version, t, arrays)
     return t
 
 
@@ -635,8 +640,8 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
         if a._desc is not None and descs[0] is a._desc[0]:
             hit = (len(operands), entry)
         else:   # the kernel reads a converted copy of a (_transposed): while it is valid
-            hit = next(((len(operands), entry, c._desc[0], version)
-                        for version, c in (a._transposed or {}).values()
+            hit = next(((len(operands), entry, c._desc[0], version, arrays[0])
+                        for version, c, arrays in (a._transposed or {}).values()
                         if c._desc is not None and descs[0] is c._desc[0]), None)
         if hit is not None:
             memo = a._kernels

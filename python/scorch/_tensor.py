@@ -186,7 +186,7 @@ class SparseTensor(torch.Tensor):
         # goes through __torch_function__ (about 2 us each).
         self._shape = tuple(shape)
         self._desc = None  # (prepared operand, signature) once computed (_compiler)
-        self._transposed = None  # {Format: (values version, copy)}: _compiler._transposed
+        self._transposed = None  # {Format: (values version, copy, arrays)}: _compiler._transposed
         self._kernels = None  # {einsum text or kernel key: (operand count, entry)}: _compiler
         self._has_dups = None  # whether two entries share coordinates: _torch_ops
         return self
@@ -452,11 +452,19 @@ class SparseTensor(torch.Tensor):
             retire_prepared()
 
     def _reduce_for_processes(self):
-        """The reduction multiprocessing's pickler uses (queues, spawn, DataLoader workers):
-        torch's reducer would move the arrays into shared memory behind scorch's back;
-        they are moved first, as share_memory_ does."""
-        self._share_arrays()
-        return self.__reduce_ex__(2)
+        """The reduction multiprocessing's pickler uses (queues, spawn, DataLoader
+        workers): arrays already in shared memory (``share_memory_()`` first) are sent as
+        they are, the others as shared-memory copies.  torch's reducer would move them
+        into shared memory in place, freeing the blocks a kernel running in another
+        thread of the sender may be reading (a queue pickles on its feeder thread, while
+        the program goes on computing with the tensor)."""
+        def shared(a):
+            return a if a is None or a.is_shared() else a.clone().share_memory_()
+
+        return (_rebuild, (tuple(self.shape), self._format.as_tuple(),
+                           [shared(p) for p in self._pos], [shared(c) for c in self._crd],
+                           shared(self._values.detach()), self.requires_grad,
+                           _INDEX_NAMES[self.index_dtype]))
 
     def __repr__(self, *, tensor_contents=None):
         vals = self._values.detach()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ._compiler import (_LANG_EINSUM, _LANG_INDEX, _STRIDED, _compile, _einsum_run,
-                        _remembered_run, _run, remembered)
+                        _remembered_run, _run, remembered, retire_prepared)
 from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _C, _tensor
@@ -2265,9 +2265,18 @@ def _copy_(dst, src, non_blocking=False):
         return dst
     vals = src._values.detach().to(dst.dtype, copy=True)
     vals.requires_grad_(dst._values.requires_grad)
-    dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals
-    dst._desc = dst._transposed = dst._kernels = dst._has_dups = None
+    dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals   # (values last)
+    _replaced(dst)
     return dst
+
+
+def _replaced(a):
+    """After a's arrays were replaced: what scorch kept of the old ones dropped, and every
+    operand prepared so far retired (a thread that read a's arrays while they were being
+    replaced may still store a description of the old or mixed ones: its epoch is then
+    past; see _compiler._sparse_operand)."""
+    a._desc = a._transposed = a._kernels = a._has_dups = None
+    retire_prepared()
 
 
 @_register(torch.Tensor.share_memory_)
@@ -2437,10 +2446,10 @@ def _set_data(a, value):
         raise RuntimeError(f"A.data = B: A requires grad and B's values are {vals.dtype}; "
                            "only floating point and complex tensors can require grad")
     torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
-    a._format, a._pos, a._crd = value._format, list(value._pos), list(value._crd)
-    a._values = vals.requires_grad_(grad)
-    a._index_dtype, a._shape, a._has_dups = value._index_dtype, value._shape, value._has_dups
-    a._desc = a._transposed = a._kernels = None
+    a._format, a._index_dtype, a._shape = value._format, value._index_dtype, value._shape
+    a._pos, a._crd = list(value._pos), list(value._crd)
+    a._values = vals.requires_grad_(grad)   # (last: _compiler._transposed reads it first)
+    _replaced(a)
 
 
 @_register(torch.Tensor.detach, torch.detach)
