@@ -709,6 +709,18 @@ static void three(em *m, const char *open, const sc_ir_expr *a, const char *mid1
     pr(m, ")");
 }
 
+/* v as a C constant of its exact value: INT64_C(v) past int32's range, or always when
+ * wide; INT64_MIN, which C cannot write as one literal, as a constant expression. */
+static void int64_literal(em *m, int64_t v, bool wide)
+{
+    if (v == INT64_MIN)
+        pr(m, "(-INT64_C(9223372036854775807) - 1)");
+    else if (wide || v > INT32_MAX || v < -INT32_MAX)
+        sc_cg_printf(m->out, "INT64_C(%lld)", (long long)v);
+    else
+        sc_cg_printf(m->out, "%lld", (long long)v);
+}
+
 static void expr(em *m, const sc_ir_expr *e)
 {
     const sc_ir_func *fn = m->fn;
@@ -717,14 +729,12 @@ static void expr(em *m, const sc_ir_expr *e)
         pr(m, fn->vars[e->var].name);
         break;
     case SC_IR_E_INT:
-        if (e->ival > INT32_MAX || e->ival < -INT32_MAX)
-            sc_cg_printf(m->out, "INT64_C(%lld)", (long long)e->ival);
-        else
-            sc_cg_printf(m->out, "%lld", (long long)e->ival);
+        int64_literal(m, e->ival, false);
         break;
     case SC_IR_E_FLT: {
-        if (sc_ir_is_int_value(e->type)) { /* (an integer of the signed type, sc_lower checks) */
-            sc_cg_printf(m->out, "(%s)INT64_C(%lld)", ctype(e->type), (long long)e->fval);
+        if (sc_ir_is_int_value(e->type)) { /* (the unsigned type: the same bits) */
+            sc_cg_printf(m->out, "(%s)", ctype(e->type));
+            int64_literal(m, e->ival, true);
             break;
         }
         char tmp[64];

@@ -253,6 +253,19 @@ sc_status sc_expr_literal(sc_expr *e, double value, int32_t pos, const sc_expr_n
     return SC_OK;
 }
 
+sc_status sc_expr_int_literal(sc_expr *e, int64_t value, int32_t pos,
+                              const sc_expr_node **out, sc_error *err)
+{
+    sc_expr_node *n = NULL;
+    sc_status st = new_node(e, SC_EXPR_LITERAL, pos, 1, &n, err);
+    if (st)
+        return st;
+    n->integer = true;
+    n->ival = value;
+    *out = n;
+    return SC_OK;
+}
+
 sc_status sc_expr_neg(sc_expr *e, const sc_expr_node *a, int32_t pos,
                       const sc_expr_node **out, sc_error *err)
 {

@@ -18,7 +18,11 @@ typedef struct sc_expr_token {
     int kind;
     int32_t pos; /* column of the first character */
     int32_t len; /* length of the text */
-    double value; /* SC_EXPR_TK_NUMBER */
+    /* SC_EXPR_TK_NUMBER: an integer (no '.', no exponent) of value ival (UINT64_MAX past
+     * 2^63), or a float of value value */
+    bool integer;
+    uint64_t ival;
+    double value;
 } sc_expr_token;
 
 typedef struct sc_expr_lexer {

@@ -2,9 +2,11 @@
  * lex.c — tokens of index notation: names [A-Za-z_][A-Za-z0-9_]*, unsigned numbers
  * (digits, an optional fraction, an optional exponent), and the single characters
  * ( ) , = + - *.  Spaces, tabs and newlines separate tokens.  Columns are byte offsets.
- * A number is scanned here and converted by strtod, which assumes the "C" LC_NUMERIC
- * locale (Python keeps it); a locale that rejects '.' gives an INTERNAL error, not a
- * wrong value.
+ * A number without '.' or exponent is an integer, converted here exactly up to 2^63 (the
+ * magnitude of INT64_MIN) and saturated past it; the parser decides which of those are
+ * int64 literals.  Any other number is converted by strtod, which assumes the "C"
+ * LC_NUMERIC locale (Python keeps it); a locale that rejects '.' gives an INTERNAL error,
+ * not a wrong value.
  */
 #include "expr_internal.h"
 
@@ -34,6 +36,20 @@ static void char_text(char c, char *buf, size_t n)
         snprintf(buf, n, "byte \\x%02x", u);
 }
 
+/* The integer of the digits s[start, end): its value, or UINT64_MAX past 2^63. */
+static uint64_t integer_of(const char *s, int32_t start, int32_t end)
+{
+    const uint64_t max = (uint64_t)1 << 63;
+    uint64_t v = 0;
+    for (int32_t i = start; i < end; i++) {
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (max - d) / 10)
+            return UINT64_MAX;
+        v = v * 10 + d;
+    }
+    return v;
+}
+
 static sc_status lex_number(sc_expr_lexer *lx, sc_expr_token *tok, sc_error *err)
 {
     const char *s = lx->src;
@@ -41,6 +57,14 @@ static sc_status lex_number(sc_expr_lexer *lx, sc_expr_token *tok, sc_error *err
     while (is_digit(s[i])) {
         i++;
         digits++;
+    }
+    if (s[i] != '.' && s[i] != 'e' && s[i] != 'E') {
+        tok->kind = SC_EXPR_TK_NUMBER;
+        tok->len = i - start;
+        tok->integer = true;
+        tok->ival = integer_of(s, start, i);
+        lx->cur = i;
+        return SC_OK;
     }
     if (s[i] == '.') {
         i++;
@@ -90,6 +114,8 @@ sc_status sc_expr_lex_next(sc_expr_lexer *lx, sc_expr_token *tok, sc_error *err)
     char c = s[lx->cur];
     tok->pos = lx->cur;
     tok->len = 1;
+    tok->integer = false;
+    tok->ival = 0;
     tok->value = 0;
     if (c == '\0') {
         tok->kind = SC_EXPR_TK_EOF;

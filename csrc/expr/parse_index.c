@@ -8,6 +8,8 @@
  *   primary := NUMBER | access | '(' expr ')'
  *   access  := NAME [ '(' [ NAME { ',' NAME } ] ')' ]
  *
+ * An integer NUMBER is an int64 literal; 2^63 is one only right after a unary '-', the two
+ * being the literal INT64_MIN (C's and Python's -9223372036854775808).
  * The output is declared before the right-hand side is read, so an operand with the
  * output's name is caught where it appears.  Recursion is bounded by SC_EXPR_MAX_DEPTH.
  */
@@ -97,13 +99,32 @@ static sc_status parse_access(parser *p, const sc_expr_node **out)
 
 static sc_status parse_expr(parser *p, const sc_expr_node **out);
 
+/* The literal of the current token, a NUMBER; negate: it follows a unary '-' at pos (only
+ * 2^63 is read so, as INT64_MIN). */
+static sc_status parse_number(parser *p, bool negate, int32_t pos, const sc_expr_node **out)
+{
+    const sc_expr_token *t = &p->tok;
+    sc_status st;
+    if (!t->integer)
+        st = sc_expr_literal(p->e, t->value, t->pos, out, p->err);
+    else if (negate)
+        st = sc_expr_int_literal(p->e, INT64_MIN, pos, out, p->err);
+    else if (t->ival > INT64_MAX)
+        st = sc_expr_fail_at(p->err, SC_USER, t->pos,
+                             "integer %.*s is out of the int64 range; write %.*s.0 for a "
+                             "float constant", (int)t->len, p->lx.src + t->pos, (int)t->len,
+                             p->lx.src + t->pos);
+    else
+        st = sc_expr_int_literal(p->e, (int64_t)t->ival, t->pos, out, p->err);
+    return st ? st : next(p);
+}
+
 static sc_status parse_primary(parser *p, const sc_expr_node **out)
 {
     sc_status st;
     switch (p->tok.kind) {
     case SC_EXPR_TK_NUMBER:
-        st = sc_expr_literal(p->e, p->tok.value, p->tok.pos, out, p->err);
-        return st ? st : next(p);
+        return parse_number(p, false, p->tok.pos, out);
     case SC_EXPR_TK_NAME:
         return parse_access(p, out);
     case '(': {
@@ -130,7 +151,13 @@ static sc_status parse_unary(parser *p, const sc_expr_node **out)
     int32_t pos = p->tok.pos;
     const sc_expr_node *a;
     sc_status st;
-    if ((st = enter(p)) || (st = next(p)) || (st = parse_unary(p, &a)))
+    if ((st = enter(p)) || (st = next(p)))
+        return st;
+    if (p->tok.kind == SC_EXPR_TK_NUMBER && p->tok.integer && p->tok.ival == (uint64_t)1 << 63) {
+        p->depth--;
+        return parse_number(p, true, pos, out);
+    }
+    if ((st = parse_unary(p, &a)))
         return st;
     p->depth--;
     return sc_expr_neg(p->e, a, pos, out, p->err);

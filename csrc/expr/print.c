@@ -3,14 +3,17 @@
  *
  * One space around '=' and binary operators, none inside an access; parentheses only
  * where precedence or left-associativity would otherwise change the tree, so the text
- * parses back (sc_expr_parse_index) to the same tree.  Literals use the shortest "%g"
- * form that reads back to the same double.
+ * parses back (sc_expr_parse_index) to the same tree.  Integer literals print exactly;
+ * float literals in the shortest "%g" form that reads back to the same double, with ".0"
+ * where that form has neither '.' nor exponent (it would read back as an integer).
  */
 #include "expr_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const struct {
     const char *name, *symbol;
@@ -50,20 +53,24 @@ static void put(writer *w, const char *fmt, ...)
 /* A negative literal binds like a unary minus. */
 static int prec(const sc_expr_node *n)
 {
-    if (n->kind == SC_EXPR_LITERAL && n->value < 0)
+    if (n->kind == SC_EXPR_LITERAL && (n->integer ? n->ival < 0 : signbit(n->value)))
         return kind_table[SC_EXPR_NEG].prec;
     return kind_table[n->kind].prec;
 }
 
-static void put_literal(writer *w, double v)
+static void put_literal(writer *w, const sc_expr_node *n)
 {
+    if (n->integer) {
+        put(w, "%lld", (long long)n->ival);
+        return;
+    }
     char text[40];
     for (int digits = 15; digits <= 17; digits++) {
-        snprintf(text, sizeof text, "%.*g", digits, v);
-        if (strtod(text, NULL) == v)
+        snprintf(text, sizeof text, "%.*g", digits, n->value);
+        if (strtod(text, NULL) == n->value)
             break;
     }
-    put(w, "%s", text);
+    put(w, "%s%s", text, strpbrk(text, ".e") ? "" : ".0");
 }
 
 static void put_access(writer *w, const sc_expr *e, const sc_expr_node *n)
@@ -97,7 +104,7 @@ static void put_node(writer *w, const sc_expr *e, const sc_expr_node *n)
         put_access(w, e, n);
         break;
     case SC_EXPR_LITERAL:
-        put_literal(w, n->value);
+        put_literal(w, n);
         break;
     case SC_EXPR_NEG:
         put(w, "-");

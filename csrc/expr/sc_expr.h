@@ -49,7 +49,7 @@ typedef int32_t sc_expr_var;
  * One node.  Which fields mean something depends on kind:
  *   ACCESS   operand(idx[0], ..., idx[order-1]); operand is an id into sc_expr.operands
  *            or SC_EXPR_OUTPUT; idx_pos[k] is the column of index k (or -1)
- *   LITERAL  value (finite)
+ *   LITERAL  an integer, exactly: ival (integer set), or a float: value (finite)
  *   NEG      -a
  *   ADD/SUB/MUL  a op b
  * Fields a kind does not use are 0 / NULL.  pos is the column of the tensor name, the
@@ -64,7 +64,9 @@ struct sc_expr_node {
     int32_t order;
     sc_expr_var idx[SC_MAX_ORDER];
     int32_t idx_pos[SC_MAX_ORDER];
-    double value;
+    bool integer;  /* LITERAL: written without '.' or exponent */
+    int64_t ival;  /* LITERAL with integer */
+    double value;  /* LITERAL without integer */
     const sc_expr_node *a, *b;
 };
 
@@ -126,7 +128,9 @@ sc_status sc_expr_parse_einsum(sc_arena *arena, const char *equation, int32_t no
  * Parse index notation:  out = expr  where out is  name  or  name()  (a scalar) or
  * name(i, j, ...),  and expr is built from accesses  name(i, ...)  (or a bare name for a
  * scalar tensor), numbers (123, 1.5, .5, 2e-3), + - * with the usual precedence (left
- * associative), unary minus and parentheses.  Names are [A-Za-z_][A-Za-z0-9_]*; tensors
+ * associative), unary minus and parentheses.  A number without '.' or exponent is an
+ * int64 literal, kept exactly; "-9223372036854775808" (a unary minus right before 2^63)
+ * is the one literal INT64_MIN, and any other integer past INT64_MAX is a USER error.  Names are [A-Za-z_][A-Za-z0-9_]*; tensors
  * and index variables have separate namespaces.  Operands are numbered by first
  * appearance on the right-hand side.  Errors (USER, err->pos at the column): syntax;
  * a tensor used with two different orders; the output tensor on the right-hand side;
@@ -141,8 +145,9 @@ sc_status sc_expr_parse_index(sc_arena *arena, const char *text, sc_expr *out,
 /*
  * Write the canonical text of e into buf (at most n bytes including the NUL; nothing is
  * written when n == 0), e.g. "C(i,k) = A(i,j) * B(j,k) + 2 * D(i,k)".  Parentheses only
- * where the tree needs them; scalars print without "()"; literals in the shortest form
- * that reads back to the same double.  Returns the length of the whole text (excluding
+ * where the tree needs them; scalars print without "()"; integer literals exactly, float
+ * literals in the shortest form that reads back to the same double, with a '.' or an
+ * exponent (2.0, not 2), so that the text parses back to the same tree.  Returns the length of the whole text (excluding
  * the NUL), as snprintf does: a result >= n means buf was too small.  An unfinished e
  * prints as "".
  */
@@ -211,6 +216,9 @@ sc_status sc_expr_access(sc_expr *e, int32_t operand, const sc_expr_var *idx,
                          sc_error *err);
 sc_status sc_expr_literal(sc_expr *e, double value, int32_t pos, const sc_expr_node **out,
                           sc_error *err);
+/* An integer literal: value is kept exactly (lowering converts it to the kernel's dtype). */
+sc_status sc_expr_int_literal(sc_expr *e, int64_t value, int32_t pos,
+                              const sc_expr_node **out, sc_error *err);
 sc_status sc_expr_neg(sc_expr *e, const sc_expr_node *a, int32_t pos,
                       const sc_expr_node **out, sc_error *err);
 sc_status sc_expr_binary(sc_expr *e, sc_expr_kind kind, const sc_expr_node *a,

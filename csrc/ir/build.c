@@ -257,6 +257,13 @@ const sc_ir_expr *sc_ir_int(sc_ir_builder *b, int64_t v)
 
 const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t)
 {
+    if (sc_ir_is_int_value(t)) {
+        if (b->st == SC_OK && !(v >= -0x1p63 && v < 0x1p63 && v == (double)(int64_t)v)) {
+            sc_ir_fail(b, SC_INTERNAL, "constant %g of type %s", v, sc_ir_type_name(t));
+            return NULL;
+        }
+        return sc_ir_int_value(b, b->st == SC_OK ? (int64_t)v : 0, t);
+    }
     if (b->st == SC_OK && !sc_ir_is_value(t)) {
         sc_ir_fail(b, SC_INTERNAL, "float constant of type %s", sc_ir_type_name(t));
         return NULL;
@@ -267,6 +274,23 @@ const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t)
     e->kind = SC_IR_E_FLT;
     e->type = t;
     e->fval = v;
+    return e;
+}
+
+const sc_ir_expr *sc_ir_int_value(sc_ir_builder *b, int64_t v, sc_ir_type t)
+{
+    if (b->st == SC_OK && (!sc_ir_is_int_value(t) ||
+                           (t == SC_IR_VI32 && (v < INT32_MIN || v > INT32_MAX)))) {
+        sc_ir_fail(b, SC_INTERNAL, "integer constant %lld of type %s", (long long)v,
+                   sc_ir_type_name(t));
+        return NULL;
+    }
+    sc_ir_expr *e = node(b, sizeof *e);
+    if (!e)
+        return NULL;
+    e->kind = SC_IR_E_FLT;
+    e->type = t;
+    e->ival = v;
     return e;
 }
 

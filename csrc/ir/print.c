@@ -37,7 +37,10 @@ static void expr(sink *s, const sc_ir_func *fn, const sc_ir_expr *e)
         put(s, "%lld", (long long)e->ival);
         break;
     case SC_IR_E_FLT:
-        put(s, "%.17g", e->fval);
+        if (sc_ir_is_int_value(e->type))
+            put(s, "%lld", (long long)e->ival);
+        else
+            put(s, "%.17g", e->fval);
         break;
     case SC_IR_E_LOAD:
     case SC_IR_E_VLOAD:

@@ -155,9 +155,10 @@ struct sc_ir_expr {
     sc_ir_type type; /* result type (element type of a buffer-valued ARG/ALLOC) */
     bool buffer;     /* the value is a pointer (ARG of pos/crd/vals, ALLOC, buffer VAR) */
     sc_ir_var var;   /* VAR; LOAD: the buffer */
-    int64_t ival;    /* INT; ARG: operand; FOLD: output block width; LANE: the lane;
-                        RUNSPLIT: 1 = the share's end */
-    double fval;     /* FLT */
+    int64_t ival;    /* INT; FLT of an integer value type (VI32, VI64); ARG: operand;
+                        FOLD: output block width; LANE: the lane; RUNSPLIT: 1 = the
+                        share's end */
+    double fval;     /* FLT of F32 / F64 */
     sc_ir_op op;     /* BIN */
     sc_ir_arg arg;   /* ARG */
     int32_t level;   /* ARG */
@@ -279,7 +280,11 @@ bool sc_ir_is_int_value(sc_ir_type t);
 /* ---- Expression constructors (arena nodes; NULL once the builder failed) ---- */
 const sc_ir_expr *sc_ir_var_ref(sc_ir_builder *b, sc_ir_var v);
 const sc_ir_expr *sc_ir_int(sc_ir_builder *b, int64_t v);
+/* A value constant (kind FLT) of value type t: sc_ir_flt takes a double (with an integer
+ * value type: an integer it holds), sc_ir_int_value the exact integer of an integer value
+ * type (VI32: in int32's range).  INTERNAL error otherwise. */
 const sc_ir_expr *sc_ir_flt(sc_ir_builder *b, double v, sc_ir_type t);
+const sc_ir_expr *sc_ir_int_value(sc_ir_builder *b, int64_t v, sc_ir_type t);
 const sc_ir_expr *sc_ir_load(sc_ir_builder *b, sc_ir_var buf, const sc_ir_expr *idx);
 const sc_ir_expr *sc_ir_bin(sc_ir_builder *b, sc_ir_op op, const sc_ir_expr *x,
                             const sc_ir_expr *y);

@@ -183,6 +183,13 @@ static int32_t lvl_of_dim(const sc_format *f, int32_t d)
 
 /* ---- values at the leaf ---- */
 
+/* The constant of LIT n, in the kernel's value type. */
+static const sc_ir_expr *literal(lb *L, const sc_lower_node *n)
+{
+    return sc_ir_is_int_value(L->vt) ? sc_ir_int_value(B, n->ival, L->vt)
+                                     : sc_ir_flt(B, n->value, L->vt);
+}
+
 static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
 {
     if (!n)
@@ -205,7 +212,7 @@ static const sc_ir_expr *value(lb *L, const st *S, const sc_lower_node *n)
         return sc_ir_load(B, L->vals[ac->operand], addr);
     }
     case SC_LN_LIT:
-        return sc_ir_flt(B, n->value, L->vt);
+        return literal(L, n);
     case SC_LN_NEG:
         return sc_ir_neg(B, value(L, S, n->a));
     case SC_LN_MUL:
@@ -1584,7 +1591,7 @@ static const sc_ir_expr *gathered(lb *L, const sc_lower_node *n, const st *S, co
         return sc_ir_vgather_n(B, L->vals[t], L->crd[i0->operand][i0->level], pb, count, lanes);
     }
     case SC_LN_LIT:
-        return isfinite(n->value) ? sc_ir_splat(B, sc_ir_flt(B, n->value, L->vt), lanes) : NULL;
+        return isfinite(n->value) ? sc_ir_splat(B, literal(L, n), lanes) : NULL;
     case SC_LN_NEG: {
         const sc_ir_expr *x = gathered(L, n->a, S, i0, v, pb, count, lanes, has);
         return x ? sc_ir_neg(B, x) : NULL;

@@ -10,6 +10,7 @@
 #include "lower_internal.h"
 #include "../format/sc_format.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,7 +53,7 @@ static const sc_lower_node *spec(sc_arena *arena, const sc_lower_node *n, uint64
     case SC_LN_ACCESS:
         return (zero >> n->access) & 1 ? NULL : n;
     case SC_LN_LIT:
-        return n->value == 0.0 ? NULL : n;
+        return n->ival == 0 && n->value == 0.0 ? NULL : n;
     default:
         break;
     }
@@ -101,6 +102,38 @@ const sc_lower_node *sc_lower_specialize(sc_arena *arena, const sc_lower_node *n
     return r == &failed_node ? NULL : r;
 }
 
+/* Set n, a LIT, to literal x in p's dtype (see sc_lower_node).  false with a USER error at
+ * x's column for a float literal that an integer dtype does not hold. */
+static bool literal(const sc_lower_problem *p, const sc_expr_node *x, sc_lower_node *n,
+                    sc_error *err)
+{
+    n->kind = SC_LN_LIT;
+    bool is32 = p->dtype == SC_DTYPE_I32;
+    if (p->dtype == SC_DTYPE_F32 || p->dtype == SC_DTYPE_F64) {
+        /* an integer straight to float: through double it could round twice */
+        n->value = !x->integer ? x->value
+                   : p->dtype == SC_DTYPE_F32 ? (double)(float)x->ival : (double)x->ival;
+    } else if (x->integer) {
+        /* torch's Python int with an integer tensor: wrapped to the tensor's width */
+        uint32_t low = (uint32_t)(uint64_t)x->ival;
+        n->ival = !is32 ? x->ival
+                  : low >= 0x80000000u ? (int64_t)low - ((int64_t)1 << 32) : (int64_t)low;
+    } else {
+        double lim = is32 ? 0x1p31 : 0x1p63;
+        if (x->value != floor(x->value) || !(x->value >= -lim && x->value < lim)) {
+            char text[64];
+            sc_expr_print_node(p->e, x, text, sizeof text);
+            sc_fail(err, SC_USER, "lower", "the constant %s is not an %s value", text,
+                    sc_dtype_name(p->dtype));
+            if (err)
+                err->pos = x->pos;
+            return false;
+        }
+        n->ival = (int64_t)x->value;
+    }
+    return true;
+}
+
 const sc_lower_node *sc_lower_from_expr(sc_arena *arena, sc_lower_problem *p,
                                         const sc_expr_node *x, sc_error *err)
 {
@@ -128,9 +161,7 @@ const sc_lower_node *sc_lower_from_expr(sc_arena *arena, sc_lower_problem *p,
         return n;
     }
     case SC_EXPR_LITERAL:
-        n->kind = SC_LN_LIT;
-        n->value = x->value;
-        return n;
+        return literal(p, x, n, err) ? n : NULL;
     case SC_EXPR_NEG:
         n->kind = SC_LN_NEG;
         n->a = sc_lower_from_expr(arena, p, x->a, err);
@@ -178,7 +209,10 @@ static void text(sink *s, const sc_lower_problem *p, const sc_lower_node *n, int
         put(s, p->e->operands[p->acc[n->access].operand].name);
         return;
     case SC_LN_LIT:
-        snprintf(tmp, sizeof tmp, "%.17g", n->value);
+        if (p->dtype == SC_DTYPE_I32 || p->dtype == SC_DTYPE_I64)
+            snprintf(tmp, sizeof tmp, "%lld", (long long)n->ival);
+        else
+            snprintf(tmp, sizeof tmp, "%.17g", n->value);
         put(s, tmp);
         return;
     case SC_LN_NEG:

@@ -9,7 +9,6 @@
 #include "lower_internal.h"
 #include "../format/sc_format.h"
 
-#include <math.h>
 #include <string.h>
 
 static void set_lvars(sc_lower_problem *p)
@@ -22,18 +21,6 @@ static void set_lvars(sc_lower_problem *p)
     }
     for (int32_t k = 0; k < p->out_order; k++)
         p->out_lvar[k] = p->out_var[p->out_fmt.lvl2dim[k]];
-}
-
-/* The first constant of n that integer values of magnitude below lim cannot hold
- * exactly (a fraction, or out of range), or NULL. */
-static const sc_expr_node *non_integer_literal(const sc_expr_node *n, double lim)
-{
-    if (!n)
-        return NULL;
-    if (n->kind == SC_EXPR_LITERAL)
-        return n->value != floor(n->value) || !(fabs(n->value) < lim) ? n : NULL;
-    const sc_expr_node *a = non_integer_literal(n->a, lim);
-    return a ? a : non_integer_literal(n->b, lim);
 }
 
 sc_status sc_lower_prepare(sc_arena *arena, const sc_expr *e, int32_t nops,
@@ -81,17 +68,6 @@ sc_status sc_lower_prepare(sc_arena *arena, const sc_expr *e, int32_t nops,
             if (o->fmt.kind[k] != SC_LEVEL_DENSE)
                 lo->sparse = true;
         dimp[t] = lo->dims;
-    }
-    if (p->dtype == SC_DTYPE_I32 || p->dtype == SC_DTYPE_I64) {
-        double lim = p->dtype == SC_DTYPE_I32 ? 0x1p31 : 0x1p63;
-        const sc_expr_node *bad = non_integer_literal(e->rhs, lim);
-        if (bad) {
-            sc_status st = sc_fail(err, SC_USER, "lower", "the constant %g is not an %s value",
-                                   bad->value, sc_dtype_name(p->dtype));
-            if (err)
-                err->pos = bad->pos;
-            return st;
-        }
     }
     p->rhs = sc_lower_from_expr(arena, p, e->rhs, err);
     if (!p->rhs)

@@ -41,12 +41,16 @@ typedef enum {
     SC_LN_KIND_COUNT
 } sc_lower_node_kind;
 
-/* Immutable expression node; NULL stands for the constant zero. */
+/* Immutable expression node; NULL stands for the constant zero.  A LIT is the literal
+ * converted to the problem's dtype as torch converts a Python scalar: value for float32
+ * (rounded to float once, from the integer itself) and float64, ival for int32 (an
+ * integer literal wrapped, two's complement) and int64; the other field is 0. */
 typedef struct sc_lower_node sc_lower_node;
 struct sc_lower_node {
     sc_lower_node_kind kind;
     int32_t access; /* ACCESS */
-    double value;   /* LIT */
+    int64_t ival;   /* LIT of an integer dtype */
+    double value;   /* LIT of a float dtype */
     const sc_lower_node *a, *b;
 };
 
@@ -96,9 +100,10 @@ typedef struct sc_lower_problem {
 /*
  * Build the problem for e over operand descriptions ops[0..nops) (only fmt, dims, dtype,
  * index_type, nvals are read).  Checks: operand count and orders, one value dtype (USER),
- * shapes (USER naming the index, the operands and the sizes), formats (sc_fmt_check),
- * sparse operands with a repeated index or a broadcast dimension (UNSUPPORTED).  The
- * output is not set yet.  Memory: arena.
+ * a float literal with an integer dtype that is not an integer of the dtype's range
+ * (USER, at its column), shapes (USER naming the index, the operands and the sizes),
+ * formats (sc_fmt_check), sparse operands with a repeated index or a broadcast dimension
+ * (UNSUPPORTED).  The output is not set yet.  Memory: arena.
  */
 sc_status sc_lower_prepare(sc_arena *arena, const sc_expr *e, int32_t nops,
                            const sc_tensor *ops, sc_lower_problem *p, sc_error *err);

@@ -38,7 +38,7 @@ static double eval_node(const sc_expr_node *n, double *const *data, int64_t *con
         return data[n->operand][off];
     }
     case SC_EXPR_LITERAL:
-        return n->value;
+        return n->integer ? (double)n->ival : n->value;
     case SC_EXPR_NEG:
         return -eval_node(n->a, data, strides, val);
     case SC_EXPR_MUL:
@@ -668,6 +668,94 @@ static void test_goldens(void)
     golden(&add, g4, 7);
 }
 
+/* "C(i,j) = <text> * A(i,j)" (text: the literal c) over A of format fmt, 2x40, in dtype dt,
+ * against the product computed here as torch computes x * c: c converted to the dtype
+ * first (int64 exactly, int32 wrapped, float32 rounded once from the integer), then the
+ * products in the dtype, integers wrapping.  The generated C holds needle. */
+static void literal_kernel(const char *text, int64_t c, const char *fmt, sc_dtype dt,
+                           const char *needle)
+{
+    enum { R = 2, C = 40 };
+    char expr[96];
+    snprintf(expr, sizeof expr, "C(i,j) = %s * A(i,j)", text);
+    const int64_t dims[2] = {R, C};
+    int64_t a[R * C];
+    void *buf = malloc(R * C * 8), *want = malloc(R * C * 8), *got = malloc(R * C * 8);
+    for (int i = 0; i < R * C; i++) {
+        a[i] = i == 3 ? 1 : i % 7 == 1 ? 0 : i % 5 - 2; /* 1 at (0, 3), some zeros */
+        put_value(buf, i, dt, (double)a[i]);
+        uint64_t p = (uint64_t)c * (uint64_t)a[i];
+        switch (dt) {
+        case SC_DTYPE_F32: ((float *)want)[i] = (float)c * (float)a[i]; break;
+        case SC_DTYPE_F64: ((double *)want)[i] = (double)c * (double)a[i]; break;
+        case SC_DTYPE_I32: memcpy((int32_t *)want + i, &p, 4); break; /* (little-endian) */
+        default: memcpy((int64_t *)want + i, &p, 8); break;
+        }
+    }
+    sc_format f;
+    parse_fmt(fmt, 2, &f);
+    sc_tensor op, res;
+    memset(&res, 0, sizeof res);
+    sc_error err;
+    const sc_kernel *k = NULL;
+    const sc_tensor *opp[1] = {&op};
+    bool ok = sc_fmt_from_dense(&ctx, 2, dims, buf, dt, &f, SC_INDEX_I32, &op, &err) == SC_OK;
+    ok = ok && sc_compile(comp, SC_EXPR_LANG_INDEX, expr, 1, &op, NULL, NULL, &k, &err) == SC_OK;
+    ok = ok && sc_kernel_run(k, opp, 2, &res, &err) == SC_OK;
+    ok = ok && sc_fmt_to_dense(&ctx, &res, got, &err) == SC_OK;
+    if (!ok)
+        fprintf(stderr, "%s (%s, %s): %s\n", expr, fmt, sc_dtype_name(dt), err.msg);
+    CHECK(ok);
+    if (ok) {
+        /* integers bit for bit; floats by value (a structural zero is +0.0, not -0.0) */
+        size_t w = sc_dtype_size(dt);
+        bool same = true;
+        for (int i = 0; i < R * C; i++)
+            same &= is_int(dt) ? !memcmp((char *)got + i * w, (char *)want + i * w, w)
+                               : get_value(got, i, dt) == get_value(want, i, dt);
+        if (!same)
+            fprintf(stderr, "%s (%s, %s): out[3] = %.17g, want %.17g\n", expr, fmt,
+                    sc_dtype_name(dt), get_value(got, 3, dt), get_value(want, 3, dt));
+        CHECK(same);
+        bool found = !needle || strstr(sc_kernel_explain(k), needle) != NULL;
+        if (!found)
+            fprintf(stderr, "%s (%s, %s): no '%s' in the generated C\n", expr, fmt,
+                    sc_dtype_name(dt), needle);
+        CHECK(found);
+    }
+    sc_tensor_release(&ctx, &res);
+    sc_tensor_release(&ctx, &op);
+    free(buf);
+    free(want);
+    free(got);
+}
+
+/* Integer literals keep their exact int64 value into the generated C in every dtype. */
+static void test_literal_kernels(void)
+{
+    static const char *const fmts[] = {"csr", "dense"};
+    for (int f = 0; f < 2; f++) {
+        const char *fm = fmts[f];
+        /* 2^53 + 1: exact in int64 (a double holds 2^53) */
+        literal_kernel("9007199254740993", 9007199254740993, fm, SC_DTYPE_I64,
+                       "(uint64_t)INT64_C(9007199254740993)");
+        literal_kernel("9007199254740993", 9007199254740993, fm, SC_DTYPE_I32,
+                       "(uint32_t)INT64_C(1)");
+        literal_kernel("9007199254740993", 9007199254740993, fm, SC_DTYPE_F64,
+                       "(double)9007199254740992.0");
+        literal_kernel("9223372036854775807", INT64_MAX, fm, SC_DTYPE_I64,
+                       "(uint64_t)INT64_C(9223372036854775807)");
+        literal_kernel("-9223372036854775808", INT64_MIN, fm, SC_DTYPE_I64,
+                       "(uint64_t)(-INT64_C(9223372036854775807) - 1)");
+        literal_kernel("-9223372036854775808", INT64_MIN, fm, SC_DTYPE_F32, NULL);
+        literal_kernel("2147483648", 2147483648, fm, SC_DTYPE_I32,
+                       "(uint32_t)INT64_C(-2147483648)");
+        /* 2^60 + 2^36 + 1: float32 rounds it to 2^60 + 2^37, a double first to 2^60 */
+        literal_kernel("1152921573326323713", 1152921573326323713, fm, SC_DTYPE_F32,
+                       "(float)1.1529216420458004e+18");
+    }
+}
+
 /* Every case and SpGEMM format combination against the dense reference, with kernels
  * written for vectors of `bytes` (SCORCH_VEC_BYTES: both widths are tested on any host;
  * a wider vector than the target's is split by the C compiler). */
@@ -785,8 +873,10 @@ int main(void)
     }
     /* the goldens are the 64-byte (AVX-512) kernels' lines */
     int ok = sweep(&cfg, "64");
-    if (ok)
+    if (ok) {
         test_goldens();
+        test_literal_kernels();
+    }
     sc_compiler_free(comp);
     free(last_result);
     unsetenv("SCORCH_VEC_BYTES");

@@ -220,8 +220,8 @@ static void test_index(void)
     index_ok("y(i) = A(i) * (B(i) * C(i))", "y(i) = A(i) * (B(i) * C(i))", "");
     index_ok("y(i) = ((A(i)))", "y(i) = A(i)", "");
     index_ok("y(i) = 0.5*x(i) + 1e-3*z(i) + 2.50*w(i) + .25*v(i) + 3E+2*u(i) + 7.*t(i)",
-             "y(i) = 0.5 * x(i) + 0.001 * z(i) + 2.5 * w(i) + 0.25 * v(i) + 300 * u(i) + "
-             "7 * t(i)", "");
+             "y(i) = 0.5 * x(i) + 0.001 * z(i) + 2.5 * w(i) + 0.25 * v(i) + 300.0 * u(i) + "
+             "7.0 * t(i)", "");
     index_ok("y(i) = 0.1 * x(i)", "y(i) = 0.1 * x(i)", "");
     index_ok("out_1(i1, j2) = A_b(i1, k) * Bx(k, j2)", "out_1(i1,j2) = A_b(i1,k) * Bx(k,j2)", "k");
     index_ok("y(i) = alpha * x(i) + beta() * y0(i)", "y(i) = alpha * x(i) + beta * y0(i)", "");
@@ -245,7 +245,7 @@ static void test_index(void)
     CHECK(e.nvars == 3 && strcmp(e.vars[1].name, "k") == 0 && strcmp(e.vars[2].name, "j") == 0);
     CHECK(e.rhs->kind == SC_EXPR_ADD && e.rhs->pos == 25);
     CHECK(e.rhs->b->kind == SC_EXPR_MUL && e.rhs->b->a->kind == SC_EXPR_LITERAL &&
-          e.rhs->b->a->value == 2.0);
+          e.rhs->b->a->integer && e.rhs->b->a->ival == 2);
 
     /* A bounded buffer gets a truncated, terminated text and the full length back. */
     char small[8];
@@ -295,6 +295,66 @@ static void test_index_errors(void)
     index_err(chain, SC_USER, 6 + 4 * (SC_EXPR_MAX_DEPTH - 1), "nested too deeply");
 }
 
+/* The literal of "y(i) = <lit> * x(i)" (the product's left factor), or NULL. */
+static const sc_expr_node *factor(sc_arena *arena, const char *text)
+{
+    sc_error err;
+    sc_expr e;
+    if (sc_expr_parse_index(arena, text, &e, &err) != SC_OK)
+        return NULL;
+    const sc_expr_node *n = e.rhs->kind == SC_EXPR_MUL ? e.rhs->a : e.rhs;
+    return n->kind == SC_EXPR_LITERAL ? n : NULL;
+}
+
+static void test_literals(void)
+{
+    /* Integers (no '.', no exponent) are int64 literals, printed exactly; the float
+     * literals print with a '.' or an exponent, so each reads back as what it was. */
+    index_ok("y(i) = 9007199254740993 * x(i)", "y(i) = 9007199254740993 * x(i)", "");
+    index_ok("y(i) = 9223372036854775807*x(i)", "y(i) = 9223372036854775807 * x(i)", "");
+    index_ok("y(i) = -9223372036854775807*x(i)", "y(i) = -9223372036854775807 * x(i)", "");
+    index_ok("y(i) = -9223372036854775808*x(i)", "y(i) = -9223372036854775808 * x(i)", "");
+    index_ok("y(i) = x(i) * - 9223372036854775808", "y(i) = x(i) * -9223372036854775808", "");
+    index_ok("y(i) = --9223372036854775808*x(i)", "y(i) = -(-9223372036854775808) * x(i)", "");
+    index_ok("y(i) = 007 * x(i)", "y(i) = 7 * x(i)", "");
+    index_ok("y(i) = 2.0 * x(i) + 1e3 * z(i)", "y(i) = 2.0 * x(i) + 1000.0 * z(i)", "");
+    index_ok("y(i) = 1e16 * x(i)", "y(i) = 1e+16 * x(i)", "");
+    index_ok("y(i) = 12345678901234567.0 * x(i)", "y(i) = 12345678901234568.0 * x(i)", "");
+    index_ok("y(i) = 9223372036854775808.0 * x(i)", "y(i) = 9.223372036854776e+18 * x(i)", "");
+
+    sc_arena arena;
+    sc_arena_init(&arena, &ctx);
+    const sc_expr_node *n = factor(&arena, "y(i) = 9007199254740993 * x(i)");
+    CHECK(n && n->integer && n->ival == 9007199254740993 && n->pos == 7);
+    n = factor(&arena, "y(i) = 9223372036854775807 * x(i)");
+    CHECK(n && n->integer && n->ival == INT64_MAX);
+    /* a '-' right before 2^63 and the number are one literal, at the '-' */
+    n = factor(&arena, "y(i) = - 9223372036854775808 * x(i)");
+    CHECK(n && n->integer && n->ival == INT64_MIN && n->pos == 7);
+    /* any other '-' stays a negation */
+    CHECK(factor(&arena, "y(i) = -9223372036854775807 * x(i)") == NULL);
+    n = factor(&arena, "y(i) = 9007199254740993.0 * x(i)");
+    CHECK(n && !n->integer && n->value == 9007199254740992.0);
+    n = factor(&arena, "y(i) = 2e0 * x(i)");
+    CHECK(n && !n->integer && n->value == 2.0);
+    sc_arena_release(&arena);
+
+    /* past int64: a USER error at the number, naming it */
+    index_err("y(i) = 9223372036854775808 * x(i)", SC_USER, 7,
+              "integer 9223372036854775808 is out of the int64 range; write "
+              "9223372036854775808.0 for a float constant");
+    index_err("y(i) = x(i) - 9223372036854775808", SC_USER, 14,
+              "integer 9223372036854775808 is out of the int64 range");
+    index_err("y(i) = -9223372036854775809 * x(i)", SC_USER, 8,
+              "integer 9223372036854775809 is out of the int64 range");
+    index_err("y(i) = -(9223372036854775808) * x(i)", SC_USER, 9,
+              "integer 9223372036854775808 is out of the int64 range");
+    index_err("y(i) = 18446744073709551616 * x(i)", SC_USER, 7,
+              "integer 18446744073709551616 is out of the int64 range");
+    index_err("y(i) = x(i) * 100000000000000000000000000000", SC_USER, 14,
+              "write 100000000000000000000000000000.0 for a float constant");
+}
+
 static void test_builder(void)
 {
     sc_arena arena;
@@ -327,10 +387,16 @@ static void test_builder(void)
     CHECK(sc_expr_intern_operand(&e, "y", 1, 1, 7, &y, &err) == SC_USER);
     CHECK(sc_expr_intern_operand(&e, "z", 1, 9, 7, &y, &err) == SC_UNSUPPORTED);
 
+    const sc_expr_node *lo;
+    CHECK(sc_expr_int_literal(&e, INT64_MIN, 4, &lo, &err) == SC_OK && lo->integer &&
+          lo->ival == INT64_MIN && lo->pos == 4);
+
     CHECK(sc_expr_finish(&e, lhs, neg, &err) == SC_OK);
     char buf[128];
     sc_expr_print(&e, buf, sizeof buf);
-    CHECK(strcmp(buf, "y(i) = -2 * x(i) + -(-2)") == 0);
+    CHECK(strcmp(buf, "y(i) = -2.0 * x(i) + -(-2.0)") == 0);
+    CHECK(sc_expr_print_node(&e, lo, buf, sizeof buf) == 20 &&
+          strcmp(buf, "-9223372036854775808") == 0);
     CHECK(e.source == NULL && e.operands[0].naccesses == 1);
     sc_arena_release(&arena);
 }
@@ -477,6 +543,7 @@ int main(void)
     test_einsum_errors();
     test_index();
     test_index_errors();
+    test_literals();
     test_builder();
     test_bind();
     test_nomem();

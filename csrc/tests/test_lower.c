@@ -848,9 +848,143 @@ static void test_build_and_verify(void)
     test_bitmap_ir();
 }
 
+/* Prepare "C(i,j) = <rhs>" over A, a dense 2x3 of dtype dt, into *P; the literal of the
+ * right-hand side (itself or its product's left factor) in *lit, NULL where there is none. */
+static sc_status lower_literal(prob *P, const char *expr, sc_dtype dt, const sc_lower_node **lit)
+{
+    sc_arena_init(&P->arena, &ctx);
+    sc_tensor op;
+    memset(&op, 0, sizeof op);
+    sc_fmt_parse("dense", 2, &op.fmt, NULL);
+    op.dims[0] = 2;
+    op.dims[1] = 3;
+    op.dtype = dt;
+    op.index_type = SC_INDEX_I32;
+    op.nvals = 6;
+    sc_error_clear(&P->err);
+    *lit = NULL;
+    P->st = sc_expr_parse_index(&P->arena, expr, &P->e, &P->err);
+    if (P->st == SC_OK)
+        P->st = sc_lower_prepare(&P->arena, &P->e, 1, &op, &P->p, &P->err);
+    if (P->st == SC_OK) {
+        const sc_lower_node *n = P->p.rhs->kind == SC_LN_MUL ? P->p.rhs->a : P->p.rhs;
+        *lit = n->kind == SC_LN_LIT ? n : NULL;
+    }
+    return P->st;
+}
+
+static bool int_literal_is(const char *expr, sc_dtype dt, int64_t want)
+{
+    prob P;
+    const sc_lower_node *n;
+    bool ok = lower_literal(&P, expr, dt, &n) == SC_OK && n && n->ival == want;
+    if (!ok)
+        fprintf(stderr, "%s in %s: %s, got %lld, want %lld\n", expr, sc_dtype_name(dt),
+                P.st ? P.err.msg : "ok", n ? (long long)n->ival : 0LL, (long long)want);
+    sc_arena_release(&P.arena);
+    return ok;
+}
+
+static bool float_literal_is(const char *expr, sc_dtype dt, double want)
+{
+    prob P;
+    const sc_lower_node *n;
+    bool ok = lower_literal(&P, expr, dt, &n) == SC_OK && n && n->value == want;
+    if (!ok)
+        fprintf(stderr, "%s in %s: %s, got %.17g, want %.17g\n", expr, sc_dtype_name(dt),
+                P.st ? P.err.msg : "ok", n ? n->value : 0.0, want);
+    sc_arena_release(&P.arena);
+    return ok;
+}
+
+static bool literal_error(const char *expr, sc_dtype dt, int32_t pos, const char *phrase)
+{
+    prob P;
+    const sc_lower_node *n;
+    sc_status st = lower_literal(&P, expr, dt, &n);
+    bool ok = st == SC_USER && P.err.pos == pos && strstr(P.err.msg, phrase);
+    if (!ok)
+        fprintf(stderr, "%s in %s: %s at %lld: '%s', want USER at %d: '%s'\n", expr,
+                sc_dtype_name(dt), sc_status_name(st), (long long)P.err.pos, P.err.msg,
+                (int)pos, phrase);
+    sc_arena_release(&P.arena);
+    return ok;
+}
+
+/* Literals in the kernel's dtype, as torch converts a Python scalar for a tensor of it:
+ * an integer exactly in int64, wrapped in int32, rounded once (from the integer, not
+ * through a double) in float32; a float literal of an integer dtype only where it is an
+ * integer of its range.  Then the constant in the loop IR. */
+static void test_literals(void)
+{
+    const char *big = "C(i,j) = 9007199254740993 * A(i,j)"; /* 2^53 + 1 */
+    CHECK(int_literal_is(big, SC_DTYPE_I64, 9007199254740993));
+    CHECK(int_literal_is("C(i,j) = 9223372036854775807 * A(i,j)", SC_DTYPE_I64, INT64_MAX));
+    CHECK(int_literal_is("C(i,j) = -9223372036854775808 * A(i,j)", SC_DTYPE_I64, INT64_MIN));
+    CHECK(int_literal_is("C(i,j) = 3e9 * A(i,j)", SC_DTYPE_I64, 3000000000));
+    CHECK(int_literal_is(big, SC_DTYPE_I32, 1));
+    CHECK(int_literal_is("C(i,j) = 2147483648 * A(i,j)", SC_DTYPE_I32, INT32_MIN));
+    CHECK(int_literal_is("C(i,j) = 4294967295 * A(i,j)", SC_DTYPE_I32, -1));
+    CHECK(int_literal_is("C(i,j) = 9223372036854775807 * A(i,j)", SC_DTYPE_I32, -1));
+    CHECK(int_literal_is("C(i,j) = -9223372036854775808 * A(i,j)", SC_DTYPE_I32, 0));
+    CHECK(int_literal_is("C(i,j) = 2.0 * A(i,j)", SC_DTYPE_I32, 2));
+    CHECK(float_literal_is(big, SC_DTYPE_F64, 9007199254740992.0));
+    CHECK(float_literal_is("C(i,j) = -9223372036854775808 * A(i,j)", SC_DTYPE_F64, -0x1p63));
+    /* 2^60 + 2^36 + 1: float32's nearest is 2^60 + 2^37; through double (2^60 + 2^36, a
+     * tie) it would be 2^60 */
+    CHECK(float_literal_is("C(i,j) = 1152921573326323713 * A(i,j)", SC_DTYPE_F32,
+                           0x1p60 + 0x1p37));
+    CHECK(float_literal_is("C(i,j) = 1152921573326323713 * A(i,j)", SC_DTYPE_F64,
+                           0x1p60 + 0x1p36));
+    CHECK(float_literal_is("C(i,j) = 0.1 * A(i,j)", SC_DTYPE_F32, 0.1));
+    CHECK(literal_error("C(i,j) = 0.5 * A(i,j)", SC_DTYPE_I64, 9,
+                        "the constant 0.5 is not an int64 value"));
+    CHECK(literal_error("C(i,j) = A(i,j) + 3e9", SC_DTYPE_I32, 18,
+                        "the constant 3000000000.0 is not an int32 value"));
+    CHECK(literal_error("C(i,j) = 9223372036854775808.0 * A(i,j)", SC_DTYPE_I64, 9,
+                        "the constant 9.223372036854776e+18 is not an int64 value"));
+
+    /* the constant reaches the loop IR exactly, and its text */
+    prob P;
+    const sc_lower_node *n;
+    CHECK(lower_literal(&P, big, SC_DTYPE_I64, &n) == SC_OK);
+    if (P.st == SC_OK && sc_lower_set_output(&P.p, NULL, &P.err) == SC_OK) {
+        char txt[4096];
+        sc_lower_node_text(&P.p, P.p.rhs, txt, sizeof txt);
+        CHECK(strcmp(txt, "9007199254740993 * A") == 0);
+        sc_sched s;
+        sc_ir_func fn;
+        CHECK(sc_sched_auto(&P.p, &s, &P.err) == SC_OK);
+        CHECK(sc_lower_build(&P.arena, &P.p, &s, "k", &fn, &P.err) == SC_OK);
+        CHECK(sc_ir_verify(&fn, &P.err) == SC_OK);
+        sc_ir_print(&fn, txt, sizeof txt);
+        CHECK(strstr(txt, "9007199254740993") != NULL);
+    }
+    sc_arena_release(&P.arena);
+
+    /* the checking constructors of value constants */
+    sc_arena ar;
+    sc_arena_init(&ar, &ctx);
+    sc_ir_func f;
+    sc_error err;
+    sc_ir_builder bld;
+    sc_ir_builder_init(&bld, &ar, &f, "lit", SC_DTYPE_I64, &err);
+    const sc_ir_expr *c = sc_ir_int_value(&bld, INT64_MIN, SC_IR_VI64);
+    CHECK(c && c->kind == SC_IR_E_FLT && c->type == SC_IR_VI64 && c->ival == INT64_MIN);
+    c = sc_ir_flt(&bld, -3.0, SC_IR_VI32);
+    CHECK(c && c->kind == SC_IR_E_FLT && c->ival == -3);
+    CHECK(sc_ir_int_value(&bld, (int64_t)1 << 31, SC_IR_VI32) == NULL && bld.st == SC_INTERNAL);
+    sc_ir_builder_init(&bld, &ar, &f, "lit", SC_DTYPE_I64, &err);
+    CHECK(sc_ir_flt(&bld, 0.5, SC_IR_VI64) == NULL && bld.st == SC_INTERNAL);
+    sc_ir_builder_init(&bld, &ar, &f, "lit", SC_DTYPE_I64, &err);
+    CHECK(sc_ir_int_value(&bld, 1, SC_IR_F64) == NULL && bld.st == SC_INTERNAL);
+    sc_arena_release(&ar);
+}
+
 int main(void)
 {
     sc_ctx_init(&ctx);
+    test_literals();
     test_lattices();
     test_inference();
     test_loop_orders();
