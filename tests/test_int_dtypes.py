@@ -295,10 +295,51 @@ def test_index_notation_constants():
     k = scorch.kernel("C(i,j) = 0.5*A(i,j)", A="csr")
     with pytest.raises(ValueError, match="0.5 is not an int32 value"):
         k(A)
-    k = scorch.kernel("C(i,j) = 4294967296*A(i,j)", A="csr")
-    with pytest.raises(ValueError, match="not an int32 value"):
+    # a float constant must be an integer of the dtype's range (torch would promote)
+    k = scorch.kernel("C(i,j) = 3e9*A(i,j)", A="csr")
+    with pytest.raises(ValueError, match=r"3000000000.0 is not an int32 value \(at column 9\)"):
         k(A)
+    same(k(A.long()), 3000000000 * x.long())
+    # an integer constant wraps to the dtype, as torch's Python int with an int32 tensor
+    k = scorch.kernel("C(i,j) = 4294967296*A(i,j)", A="csr")
+    same(k(A), x * 4294967296)
     same(k(A.long()), 4294967296 * x.long())
+
+
+# Integer constants past 2^53 (where a double is no longer exact), int64's ends, and one
+# whose float32 rounding differs through a double (2^60 + 2^36 + 1: float32's nearest is
+# 2^60 + 2^37, a double's is the tie 2^60 + 2^36, then 2^60).
+BIG_CONSTANTS = (9007199254740993, 2**63 - 1, -2**63, 2**60 + 2**36 + 1, 2**31 + 3, 4294967299)
+
+
+@pytest.mark.parametrize("dtype", INTS + (torch.float32, torch.float64), ids=_ids)
+@pytest.mark.parametrize("c", BIG_CONSTANTS)
+@pytest.mark.parametrize("fmt", ("csr", "dense"))
+def test_index_notation_integer_constants_exact(dtype, c, fmt):
+    """An integer constant is the Python int torch would take: its exact int64 value,
+    wrapped to an integer dtype, rounded once to a float one; the result equals torch's
+    x * c and x * c + c * x (int16, int8 and uint8 computed in int32 and narrowed)."""
+    x = torch.tensor([[1, 0, -2, 7], [0, 3, 0, -1]]).to(dtype)
+    A = scorch.to_sparse(x, fmt) if fmt != "dense" else x
+    same(scorch.kernel(f"C(i,j) = {c} * A(i,j)")(A), x * c)
+    same(scorch.kernel(f"C(i,j) = A(i,j) * {c} + {c} * A(i,j)")(A), x * c + c * x)
+
+
+def test_index_notation_integer_constant_errors():
+    x = torch.tensor([[1, 0], [0, 3]])
+    A = scorch.to_sparse(x, "csr")
+    for text, col in (("9223372036854775808", 9), ("-9223372036854775809", 10),
+                      ("18446744073709551616", 9), ("123456789012345678901234567890", 9)):
+        digits = text.lstrip("-")
+        with pytest.raises(ValueError, match=f"integer {digits} is out of the int64 range; "
+                                             rf"write {digits}.0 for a float constant "
+                                             rf"\(at column {col}\)"):
+            scorch.kernel(f"C(i,j) = {text}*A(i,j)", A="csr")(A)
+    # the same magnitudes as float constants, where the dtype is a float one
+    Af = scorch.to_sparse(x.double(), "csr")
+    same(scorch.kernel("C(i,j) = 9223372036854775808.0*A(i,j)")(Af), x.double() * 2.0**63)
+    with pytest.raises(ValueError, match="not an int64 value"):
+        scorch.kernel("C(i,j) = 9223372036854775808.0*A(i,j)")(A)
 
 
 def test_enabled_route_takes_torch_integer_sparse():
