@@ -2,6 +2,7 @@
 runs as one fused kernel, and every result equals eager PyTorch on dense tensors."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import scorch
 from scorch._fuse import _Product
@@ -584,3 +585,92 @@ def test_views_of_views_compute_from_their_root():
         torch.testing.assert_close(got[0], want[0])
         assert got[0].stride() == want[0].stride()
         torch.testing.assert_close(got[1].to_dense(), want[1].to_dense())
+
+
+def test_a_torch_compiled_function_inside_runs_as_written():
+    """A torch.compile'd function called inside scorch.compile: Dynamo traces its torch
+    calls, and scorch's mode passes them through (a cached frame of the mode had run the
+    next call's op with the last one's: (Q @ K.T) * 2 + 1 came out as p + 3)."""
+    Q, K = _dense((4, 3), torch.float32, 1), _dense((5, 3), torch.float32, 2)
+    M = _mask((4, 5), "csr", torch.float32, 3)[1]
+    g = torch.compile(lambda Q, K: (Q @ K.T) * 2 + 1, backend="eager")
+    h = torch.compile(lambda p: p * 3 - 1, backend="eager")
+    lin = torch.compile(torch.nn.Linear(3, 3), backend="eager")
+    f = scorch.compile(lambda Q, K, M: (g(Q, K), M * h(Q @ K.T), lin(Q) @ K.T))
+    want = ((Q @ K.T) * 2 + 1, M * ((Q @ K.T) * 3 - 1), lin(Q) @ K.T)
+    for _ in range(3):
+        got = f(Q, K, M)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1].to_dense(), want[1].to_dense())
+        torch.testing.assert_close(got[2], want[2].detach())
+
+
+def test_running_statistics_written_inside_are_seen():
+    """F.batch_norm (training) writes its running mean and variance, F.instance_norm with
+    running statistics too, F.embedding(max_norm=) its weight: a product reading them
+    is computed before, as eager computed it (batch_norm's write moves no version)."""
+    x = _dense((4, 3), torch.float32, 4) + 5
+    W, M = torch.ones(3, 2), _mask((3, 2), "csr", torch.float32, 5)[1]
+
+    def bn(rm, rv):
+        p = rm @ W
+        q = torch.einsum("i,j->ij", rm, torch.ones(2))
+        F.batch_norm(x, rm, rv, training=True)
+        return p, M * q
+
+    def inst(rm, rv):
+        q = torch.einsum("i,j->ij", rm, torch.ones(2))
+        F.instance_norm(x.T[None], rm, rv, use_input_stats=True)
+        return M * q
+
+    for fn in (bn, inst):
+        eager = fn(torch.zeros(3), torch.ones(3))
+        got = scorch.compile(fn)(torch.zeros(3), torch.ones(3))
+        for e, c in zip(eager if isinstance(eager, tuple) else (eager,),
+                        got if isinstance(got, tuple) else (got,)):
+            torch.testing.assert_close(c.to_dense() if isinstance(c, scorch.SparseTensor)
+                                       else c, e.to_dense() if
+                                       isinstance(e, scorch.SparseTensor) else e)
+
+    def emb(w):
+        p = M * (w @ torch.ones(2, 2))[:3]
+        F.embedding(torch.tensor([0, 1]), w, max_norm=0.5)
+        return p
+
+    w = _dense((4, 2), torch.float32, 6)
+    torch.testing.assert_close(scorch.compile(emb)(w.clone()).to_dense(),
+                               emb(w.clone()).to_dense())
+
+
+def test_what_is_returned_is_computed_in_any_container():
+    import dataclasses
+    import types
+
+    @dataclasses.dataclass(frozen=True)
+    class Out:
+        scores: torch.Tensor
+        n: int = 1
+
+    class Pair(tuple):
+        pass
+
+    Q, K = _dense((4, 3), torch.float32, 7), _dense((5, 3), torch.float32, 8)
+    p = Q @ K.T
+    got = scorch.compile(lambda Q, K: (Out(Q @ K.T), types.SimpleNamespace(s=Q @ K.T),
+                                       Pair((Q @ K.T, Q)), torch.max(Q @ K.T, 1)))(Q, K)
+    out, ns, pair, mx = got
+    assert type(out) is Out and type(out.scores) is torch.Tensor and out.n == 1
+    assert type(ns.s) is torch.Tensor and type(pair) is Pair and type(pair[0]) is torch.Tensor
+    assert type(mx).__name__ == "max" and type(mx.values) is torch.Tensor
+    for t in (out.scores, ns.s, pair[0]):
+        torch.testing.assert_close(t, p)
+    torch.testing.assert_close(mx.values, p.max(1).values)
+
+
+def test_a_zero_scale_is_not_folded():
+    """A product times 0 is computed as written: eager's inf * 0 is nan."""
+    Q, K = torch.tensor([[3e38, 3e38]]), torch.tensor([[1., 1.]])
+    M = scorch.to_sparse(torch.ones(1, 1), "csr")
+    f = lambda Q, K, M: M * (Q @ K.T) * 0   # noqa: E731
+    assert torch.isnan(scorch.compile(f)(Q, K, M).values()).all()
+    assert torch.isnan(f(Q, K, M).values()).all()

@@ -19,15 +19,18 @@ as for any other scorch op.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 import numbers
+import types
 import weakref
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ._tensor import SparseTensor, outside_graph
+from ._tensor import SparseTensor, _compiling, outside_graph
 
 _MAX_TERMS = 12   # a product with more operands is computed, not extended (the compiler
                   # takes 16; each factor multiplied in adds one)
@@ -140,6 +143,9 @@ def _computed(tree):
 
 
 def _mapped(x, fn):
+    """x with fn applied to the deferred products in it: through tuples (namedtuples,
+    torch.return_types, other subclasses), lists, dicts, dataclass instances and
+    SimpleNamespaces, each copied where something in it changed."""
     if type(x) is _Product:
         return fn(x)
     if isinstance(x, (tuple, list)):
@@ -150,6 +156,11 @@ def _mapped(x, fn):
             return type(x)(ys)
         if hasattr(type(x), "_fields"):   # (a namedtuple)
             return type(x)(*ys)
+        if isinstance(x, tuple):          # (a structseq or another subclass: from a
+            try:                          # sequence, or a plain tuple where it takes none)
+                return type(x)(ys)
+            except TypeError:
+                return tuple(ys)
         y = copy.copy(x)
         y[:] = ys
         return y
@@ -159,6 +170,17 @@ def _mapped(x, fn):
             return x
         y = copy.copy(x)   # (a dict subclass keeps its type: defaultdict, OrderedDict)
         y.update(ys)
+        return y
+    if isinstance(x, types.SimpleNamespace) or (dataclasses.is_dataclass(x) and
+                                                not isinstance(x, type)):
+        names = (f.name for f in dataclasses.fields(x)) if dataclasses.is_dataclass(x) \
+            else list(vars(x))
+        ys = {n: _mapped(getattr(x, n), fn) for n in names}
+        if all(ys[n] is getattr(x, n) for n in ys):
+            return x
+        y = copy.copy(x)
+        for n, v in ys.items():
+            object.__setattr__(y, n, v)   # (a frozen dataclass too)
         return y
     return x
 
@@ -204,16 +226,42 @@ _IN_PLACE = {"__setitem__", "__set__", "__iadd__", "__isub__", "__imul__", "__it
              "__ilshift__", "__irshift__", "__imatmul__"}
 
 
+# Functions that write into operands of theirs that are not the first, and when: the
+# running statistics of a normalisation that updates them, the weight an embedding
+# renormalises (max_norm).  ATen's batch_norm does not count these writes in the version
+# counters, and the embedding's write runs inside the function, below this mode.
+_WRITES_INTO = {
+    F.batch_norm: (("running_mean", "running_var"), lambda b: b.get("training", False)),
+    F.instance_norm: (("running_mean", "running_var"),
+                      lambda b: b.get("use_input_stats", True)),
+    F.embedding: (("weight",), lambda b: b.get("max_norm") is not None),
+    F.embedding_bag: (("weight",), lambda b: b.get("max_norm") is not None),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(func):
+    return inspect.signature(func)
+
+
 def _written(func, args, kwargs):
     """The tensors func writes into: its first operand (or the tensors of a list there:
     ``_foreach_mul_``) for an in-place op or one called with ``inplace=True``
-    (``F.relu``), ``out``; ``x.data = y`` writes x."""
+    (``F.relu``), ``out``; ``x.data = y`` writes x; the operands _WRITES_INTO names."""
     name = getattr(func, "__name__", "")
     out = kwargs.get("out")
     written = [out] if isinstance(out, torch.Tensor) else list(out or ())
     if args and (name in _IN_PLACE or kwargs.get("inplace") is True or
                  (name.endswith("_") and not name.endswith("__"))):
         written += args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
+    others = _WRITES_INTO.get(func)
+    if others is not None:
+        try:
+            bound = _signature(func).bind(*args, **kwargs).arguments
+        except TypeError:   # (torch reports a wrong call)
+            bound = {}
+        if bound and others[1](bound):
+            written += [bound.get(n) for n in others[0]]
     return [t for t in written if isinstance(t, torch.Tensor)]
 
 
@@ -333,9 +381,9 @@ def _scalar_factor(s, dtype):
     beyond the dtype's range or below its smallest normal would round)."""
     if dtype in (torch.float16, torch.bfloat16):
         return None
-    if s != 0 and not 2.0 ** -16 <= abs(s) <= 2.0 ** 16:   # (folded into the sum of
-        return None   # products, a large one overflows sooner than eager's, ints past int64
-    return torch.tensor(s, dtype=dtype)   # eager refuses; a tiny one loses bits)
+    if not 2.0 ** -16 <= abs(s) <= 2.0 ** 16:   # (folded into the sum of products, a large
+        return None   # one overflows sooner than eager's, ints past int64 eager refuses, a
+    return torch.tensor(s, dtype=dtype)   # tiny one loses bits; 0 turns eager's inf to 0)
 
 
 def _mul(a, b):
@@ -474,6 +522,8 @@ class _Deferring(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _compiling():   # (a torch.compile'd function called inside: Dynamo traces
+            return func(*args, **kwargs)   # its torch calls, and would cache this frame)
         rule = _RULES.get(func)
         if rule is not None:
             # (a product computed already is its value: an in-place op may have changed it)

@@ -103,7 +103,8 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 # SDDMM call after a 64 MB sweep).  A finder on sys.meta_path that finds nothing sees
 # torch._dynamo's import go by and arms the real check (_arm_compile_checks).
 _compiling = bool
-_CHECKED = ("scorch._tensor", "scorch._torch_ops", "scorch._compiler")   # (their _compiling)
+_CHECKED = ("scorch._tensor", "scorch._torch_ops", "scorch._compiler",   # (their _compiling)
+            "scorch._fuse")
 
 
 def _arm_compile_checks():
