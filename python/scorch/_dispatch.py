@@ -158,13 +158,26 @@ def _mv(a, x):
 
 
 def _addmm(inp, mat1, mat2, *, beta=1, alpha=1):
-    p = _mm(mat1, mat2)
+    """beta * inp + alpha * (mat1 @ mat2) in inp's layout, as torch's addmm gives it (CSR
+    for BSR / BSC); a sparse product is scaled and added in scorch (torch's CSC tensors
+    take neither)."""
+    global calls
+    calls += 1
+    p = _einsum_run("ij,jk->ik", (_to_scorch(mat1, "addmm"), _to_scorch(mat2, "addmm")))
     if not p.dtype.is_floating_point:   # (torch's sparse kernels cast the scalars to the
         alpha, beta = int(alpha), int(beta)   # integer type: 0.5 is 0)
+    if not isinstance(p, SparseTensor):
+        if inp.layout is not torch.strided and beta != 0:
+            _refuse("addmm", inp, "a sparse input added to a dense product")
+        if alpha != 1:
+            p = p * alpha
+        return p if beta == 0 else p + (inp if beta == 1 else inp * beta)
     if alpha != 1:
         p = p * alpha
-    if beta == 0:
-        return p
-    if inp.layout is not torch.strided and p.layout is torch.strided:
-        _refuse("addmm", inp, "a sparse input added to a dense product")
-    return p + (inp if beta == 1 else inp * beta)
+    if inp.layout is torch.strided:
+        p = p.to_dense()
+        return p if beta == 0 else p + (inp if beta == 1 else inp * beta)
+    if beta != 0:
+        i = _to_scorch(inp, "addmm")
+        p = p + (i if beta == 1 else i * beta)
+    return _from_scorch(p, inp)
