@@ -20,15 +20,16 @@ from conftest import (FLOAT_DTYPES, INDEX_DTYPES, SHAPES_2D, SHAPES_ND, SOURCES_
                       snapshot, sparse_arrays)
 
 FORMATS_2D = ["dense", "csr", "csc", "coo", "dcsr", "dcsc", "cd", "c(nonunique)s",
-              Format("dc", order=(1, 0))]
+              Format("dc", order=(1, 0)), "c(nonunique)d", "c(nonunique)c"]
 FORMATS_BY_NDIM = {
     3: ["dense", "csf", "coo", "dcc", "cdc", "c(nonunique)s(nonunique)s",
-        Format("ccc", order=(2, 0, 1))],
+        Format("ccc", order=(2, 0, 1)), "c(nonunique)s(nonunique)d", "c(nonunique)sd"],
     4: ["dense", "csf", "coo", "dcdc", Format("cccc", order=(3, 1, 0, 2))],
 }
 # to_format pairs run over these (all pairs, both directions, a format to itself too).
-PAIR_FORMATS_2D = ["dense", "csr", "csc", "coo", "dcsr", "dcsc", "cd", "c(nonunique)s"]
-PAIR_FORMATS_3D = ["dense", "csf", "coo", "dcc", "cdc"]
+PAIR_FORMATS_2D = ["dense", "csr", "csc", "coo", "dcsr", "dcsc", "cd", "c(nonunique)s",
+                   "c(nonunique)d"]
+PAIR_FORMATS_3D = ["dense", "csf", "coo", "dcc", "cdc", "c(nonunique)s(nonunique)d"]
 INDEX_PAIRS = [(torch.int32, torch.int32), (torch.int64, torch.int64),
                (torch.int32, torch.int64), (torch.int64, torch.int32)]
 
@@ -210,6 +211,133 @@ def test_to_format_from_summed_duplicates(a, b):
     B = A.to_format(b)
     check_sparse(B, ref, b, torch.int32, stored)
     assert_arrays_equal(sparse_arrays(A), before)
+
+
+# ---- non-unique levels above dense and compressed levels -------------------------------
+# A non-unique level opens one position per entry only where a singleton level below needs
+# it (coo's c(nonunique)s); above a dense or compressed level equal coordinates share a
+# position, so every conversion's output is coalesced (it stored one padded row per entry).
+
+COALESCED_2D = ["c(nonunique)d", "c(nonunique)c", "c(nonunique)c(nonunique)", "dc(nonunique)",
+                Format("c(nonunique)d", order=(1, 0)), "coo", "csr", "dcsr"]
+COALESCED_3D = ["c(nonunique)s(nonunique)d", "c(nonunique)sd", "c(nonunique)s(nonunique)c",
+                "c(nonunique)sc", "c(nonunique)dd", "c(nonunique)cd", "cc(nonunique)d",
+                "dc(nonunique)s", Format("c(nonunique)s(nonunique)d", order=(2, 0, 1)),
+                Format("c(nonunique)sd", order=(1, 2, 0)), "coo", "csf"]
+COALESCED_CASES = (
+    [pytest.param(shape, kind, f, id=f"{name}-{fid(f)}") for f in COALESCED_2D
+     for name, shape, kind in [("1x2", (1, 2), "full"), ("0x3", (0, 3), "random"),
+                               ("3x0", (3, 0), "random"), ("zeros_4x6", (4, 6), "zeros"),
+                               ("empty_rows_6x4", (6, 4), "empty_rows"),
+                               ("7x13", (7, 13), "random")]]
+    + [pytest.param(shape, kind, f, id=f"{name}-{fid(f)}") for f in COALESCED_3D
+       for name, shape, kind in [("1x1x2", (1, 1, 2), "full"), ("2x0x3", (2, 0, 3), "random"),
+                                 ("zeros_2x3x2", (2, 3, 2), "zeros"),
+                                 ("empty_rows_4x3x2", (4, 3, 2), "empty_rows"),
+                                 ("3x4x5", (3, 4, 5), "random")]])
+
+
+def _coo_with_duplicates(ref, index_dtype, seed):
+    """A scorch coo built by from_components holding duplicates (sorted, uncoalesced),
+    and the coordinates it stores."""
+    idx, vals, stored = duplicate_coo(ref, seed)
+    key = torch.zeros(idx.shape[1], dtype=torch.int64)
+    for d in range(ref.dim()):
+        key = key * ref.shape[d] + idx[d]
+    o = key.argsort(stable=True)
+    idx, vals = idx[:, o], vals[o]
+    pos = [torch.tensor([0, idx.shape[1]], dtype=index_dtype)] + [None] * (ref.dim() - 1)
+    A = scorch.from_components(tuple(ref.shape), "coo", pos=pos,
+                               crd=[c.to(index_dtype) for c in idx], values=vals)
+    return A, stored
+
+
+def _stored_places(stored, shape, fmt):
+    """The dense mask of what a coalesced tensor storing ``stored`` keeps in fmt: a dense
+    level keeps every coordinate under a kept parent, a sparse one the stored prefixes."""
+    order, levels = fmt.order, fmt.levels
+    prefixes = [{tuple(c[d] for d in order[:k + 1]) for c in stored} for k in range(len(order))]
+    mask = torch.zeros(shape, dtype=torch.bool)
+    for c in np.ndindex(*shape):
+        lc = tuple(c[d] for d in order)
+        mask[c] = all(levels[k] == "dense" or lc[:k + 1] in prefixes[k]
+                      for k in range(len(order)))
+    return mask
+
+
+def _kernels_take(fmt):
+    """Generated kernels read no dense or compressed level under a non-unique one."""
+    return all(fmt.unique[k - 1] or fmt.levels[k] == "singleton" for k in range(1, len(fmt.order)))
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtid)
+@pytest.mark.parametrize("source", ["dense", "torch_coo_dup", "coo_dup"])
+@pytest.mark.parametrize("shape, kind, fmt", COALESCED_CASES)
+def test_conversions_into_nonunique_levels_are_coalesced(shape, kind, fmt, source,
+                                                         index_dtype):
+    seed = seed_of("coalesced", shape, kind, source)
+    ref = make_dense(shape, torch.float64, seed, kind)
+    if source == "coo_dup":
+        x, stored = _coo_with_duplicates(ref, index_dtype, seed)
+        A = x.to_format(fmt)
+        assert A.index_dtype == index_dtype
+    else:
+        x, stored = make_source(source, ref, seed)
+        A = scorch.to_sparse(x, fmt, index_dtype=index_dtype)
+    f = Format.parse(fmt, ref.dim())
+    check_sparse(A, ref, fmt, index_dtype, stored)
+    assert A.is_coalesced()
+    C = A.coalesce()
+    assert C.nnz == A.nnz and torch.equal(C.to_dense(), ref)
+    B = A.to_format(fmt, drop_zeros=False)                 # into itself: nothing merges
+    assert_arrays_equal(sparse_arrays(B), sparse_arrays(A))
+    # ops against dense (softmax over what the format stores: padding of dense levels too)
+    if ref.numel():
+        assert torch.equal(A.max(), ref.max())
+    assert torch.equal(torch.relu(A).to_dense(), torch.relu(ref))
+    torch.testing.assert_close(A.sum(), ref.sum())
+    mask = _stored_places(stored, shape, f)
+    want = torch.softmax(ref.masked_fill(~mask, -float("inf")), -1).nan_to_num(0.0)
+    torch.testing.assert_close(torch.softmax(A, -1).to_dense(), want.masked_fill(~mask, 0))
+    if _kernels_take(f):
+        s = A.sum(-1)
+        torch.testing.assert_close(s.to_dense() if isinstance(s, scorch.SparseTensor) else s,
+                                   ref.sum(-1))
+        W = make_dense((shape[-1], 3), torch.float64, seed + 1, "full")
+        torch.testing.assert_close(scorch.einsum("...k,kl->...l", A, W), ref @ W)
+
+
+def test_a_nonunique_level_above_a_dense_one_stores_each_row_once():
+    x = torch.tensor([[-1.0, -2.0]])
+    A = scorch.to_sparse(x, "c(nonunique)d")
+    assert A.nnz == 2 and torch.equal(A.values(), torch.tensor([-1.0, -2.0]))
+    assert A.indices(0)[1].tolist() == [0]
+    assert A.is_coalesced() and A.coalesce().nnz == 2
+    assert A.max().item() == -1.0
+    B = scorch.to_sparse(x[None], "c(nonunique)s(nonunique)d")
+    assert B.nnz == 2 and B.is_coalesced() and B.max().item() == -1.0
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtid)
+def test_a_unique_singleton_over_a_dense_level_stores_what_csd_does(index_dtype):
+    """c(nonunique)sd was refused (suggesting c(nonunique)s(nonunique)d, which padded a row
+    per entry); entries equal through the singleton share its position, as in csd."""
+    x = torch.tensor([[[-1.0, -2.0]]])
+    A = scorch.to_sparse(x, "c(nonunique)sd", index_dtype=index_dtype)
+    B = scorch.to_sparse(x, "csd", index_dtype=index_dtype)
+    C = scorch.to_sparse(x, "c(nonunique)s(nonunique)d", index_dtype=index_dtype)
+    assert_arrays_equal(sparse_arrays(A), sparse_arrays(B))
+    assert_arrays_equal(sparse_arrays(C), sparse_arrays(B))
+    # two rows of one i: a nonunique level above the singleton repeats i, csd cannot
+    y = torch.zeros(2, 2, 3)
+    y[0, 0, 0], y[0, 0, 1], y[0, 1, 2], y[1, 1, 0] = 1, 2, 3, 4
+    A = scorch.to_sparse(y, "c(nonunique)sd", index_dtype=index_dtype)
+    assert A.nnz == 9 and A.indices(0)[1].tolist() == [0, 0, 1]
+    assert torch.equal(A.to_dense(), y)
+    W = torch.arange(6.0).reshape(3, 2)
+    torch.testing.assert_close(scorch.einsum("ijk,kl->ijl", A, W), y @ W)
+    with pytest.raises(NotImplementedError, match="make the level above it nonunique"):
+        scorch.to_sparse(y, "csd")
 
 
 # ---- explicit zeros ---------------------------------------------------------------------

@@ -7,6 +7,8 @@
  *     → sort into the target's level order (stable LSD counting sort, skipping the keys the
  *       input order already gives; comparison sort for huge dimensions)
  *     → sum duplicates, mark each entry's first level that differs from its predecessor
+ *       and so the level it opens new positions from (equal coordinates share positions
+ *       except above a singleton level: the output is coalesced in every format)
  *     → pack level by level (dense: position arithmetic; compressed: append + segment
  *       counts; singleton: one coordinate per parent position).
  *
@@ -285,24 +287,25 @@ static sc_status sort_entries(const sc_ctx *ctx, const entries *E, const int64_t
 
 /* ---- packing ------------------------------------------------------------------------ */
 
-static int32_t first_nonunique(const sc_format *f)
+/*
+ * Where an entry that first differs from its predecessor at level e opens new positions:
+ * from new_at[e] on.  A dense or compressed level holds several children per position, so
+ * entries equal above it share positions there (new_at[e] = e: the result is coalesced,
+ * whatever the levels' uniqueness).  A singleton level holds one coordinate per position
+ * of its parent, so an entry that first differs at a singleton needs new positions from
+ * the level above that run of singletons (as coo's c(nonunique)s does); every level from
+ * there to e-1 then repeats a coordinate prefix, which only a nonunique level may: bad[e]
+ * is the first unique one of them (-1: none).
+ */
+static void new_position_levels(const sc_format *f, int32_t new_at[SC_MAX_ORDER],
+                                int32_t bad[SC_MAX_ORDER])
 {
-    for (int32_t k = 0; k < f->order; k++)
-        if (!f->unique[k])
-            return k;
-    return f->order;
-}
-
-/* The first unique singleton level above the last that sits below a nonunique level, or
- * the order: entries equal through it are separate positions above it that it cannot
- * tell apart (kernels trust a unique level to hold each coordinate once per path), and
- * the duplicates summed before packing cover only the last level. */
-static int32_t unique_singleton_below_nonunique(const sc_format *f)
-{
-    for (int32_t k = first_nonunique(f) + 1; k + 1 < f->order; k++)
-        if (f->unique[k] && f->kind[k] == SC_LEVEL_SINGLETON)
-            return k;
-    return f->order;
+    for (int32_t e = 0; e < f->order; e++) {
+        new_at[e] = e > 0 && f->kind[e] == SC_LEVEL_SINGLETON ? new_at[e - 1] : e;
+        bad[e] = -1;
+        for (int32_t k = e - 1; k >= new_at[e]; k--)
+            bad[e] = f->unique[k] ? k : bad[e];
+    }
 }
 
 void sc_tensor_release(const sc_ctx *ctx, sc_tensor *t)
@@ -420,8 +423,8 @@ static sc_status pack_compressed(const sc_ctx *ctx, const entries *E, const int6
 /*
  * Build out from sorted entries.  perm (NULL = identity) orders them; the first n entries
  * of that order are used.  eff[u] is the first level at which position u must be new
- * (min(first differing level, first nonunique level)); uvals holds the summed values in
- * sorted order (pack takes it).
+ * (new_position_levels of its first differing level; never a singleton level); uvals holds
+ * the summed values in sorted order (pack takes it).
  *
  * Per level, every entry's position at that level is needed only by the level below; it
  * is kept in one of two scratch arrays, or aliased to the coordinates (a dense root) or to
@@ -494,10 +497,9 @@ static sc_status pack(const sc_ctx *ctx, const entries *E, const int64_t *perm, 
             }
             for (int64_t u = 0; u < n; u++) {
                 if (eff[u] == k) {
-                    st = sc_fail(err, SC_UNSUPPORTED, "format",
-                                 "format cannot store two entries that differ only from "
-                                 "level %d on: that singleton level sits under a unique "
-                                 "level (make the level above it nonunique)", (int)k);
+                    st = sc_fail(err, SC_INTERNAL, "format",
+                                 "entry %lld opens a position at singleton level %d but not "
+                                 "at its parent", (long long)u, (int)k);
                     goto fail;
                 }
                 if (eff[u] < k)
@@ -615,13 +617,17 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
     const int64_t *lc[SC_MAX_ORDER];
     for (int32_t k = 0; k < N; k++)
         lc[k] = E.c[dst->lvl2dim[k]];
-    /* Without duplicates, eff only matters at sparse levels above the last one and below
-     * the first nonunique one; with none such, every entry is new everywhere (eff = 0). */
-    bool need_eff = !E.unique;
-    for (int32_t k = 0; k + 1 < N && k < first_nonunique(dst); k++)
+    int32_t new_at[SC_MAX_ORDER], bad[SC_MAX_ORDER];
+    new_position_levels(dst, new_at, bad);
+    /* Without duplicates, eff only matters at sparse levels where an entry can share its
+     * predecessor's position (above new_at[N-1]) and where a unique level may be asked to
+     * repeat a coordinate; with none such, every entry is new everywhere (eff = 0). */
+    bool need_eff = !E.unique, any_bad = false;
+    for (int32_t k = 0; k < new_at[N - 1]; k++)
         need_eff |= dst->kind[k] != SC_LEVEL_DENSE;
-    int32_t ks = unique_singleton_below_nonunique(dst);
-    need_eff |= ks < N;
+    for (int32_t e = 0; e < N; e++)
+        any_bad |= bad[e] >= 0;
+    need_eff |= any_bad;
     int64_t dups = 0;
     if (!need_eff)
         memset(eff, 0, (size_t)n);
@@ -669,20 +675,29 @@ static sc_status build(const sc_ctx *ctx, const entries *E0, const int64_t *dims
     } else {
         val_gather(uvals, E.vals, perm, n, E.dtype, nt);
     }
-    for (int64_t u = 1; u < un && ks < N; u++)
-        if (eff[u] > ks) {
+    int64_t first_bad = INT64_MAX;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(min : first_bad) if (any_bad)
+    for (int64_t u = 1; u < (any_bad ? un : 1); u++)
+        if (bad[eff[u]] >= 0 && u < first_bad)
+            first_bad = u;
+    if (first_bad != INT64_MAX) {
+        int32_t k = bad[eff[first_bad]];
+        if (dst->kind[k] == SC_LEVEL_SINGLETON)
             st = sc_fail(err, SC_UNSUPPORTED, "format",
                          "format cannot store two entries with the same coordinates through "
                          "level %d: that singleton level is unique (make it nonunique)",
-                         (int)ks);
-            goto done;
-        }
-    int32_t nu = first_nonunique(dst);
-    if (need_eff && nu < N) {
+                         (int)k);
+        else
+            st = sc_fail(err, SC_UNSUPPORTED, "format",
+                         "format cannot store two entries that differ only from level %d on: "
+                         "that singleton level sits under a unique level (make the level "
+                         "above it nonunique)", (int)(k + 1));
+        goto done;
+    }
+    if (need_eff) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t u = 0; u < un; u++)
-            if (eff[u] > nu)
-                eff[u] = (uint8_t)nu;
+            eff[u] = (uint8_t)new_at[eff[u]];
     }
 
     st = pack(ctx, &E, perm, un, eff, uvals, dst, dims, it, out, err);

@@ -30,7 +30,8 @@ static void failing_free(void *user, void *p)
 }
 
 static const char *const specs2[] = {"dense", "csr", "csc", "coo", "dcsr", "dcsc", "cd",
-                                     "c(nonunique)s", "dd", "cc"};
+                                     "c(nonunique)s", "dd", "cc", "c(nonunique)d",
+                                     "c(nonunique)c"};
 
 static void test_parse(void)
 {
@@ -391,6 +392,87 @@ static void test_kept_blocks(void)
         ctx.mem.free(ctx.mem.user, again[i]);
 }
 
+/* One conversion into fmt (order N, e entries of coords[N][e]) into out, checked against
+ * the dense sum of the entries and a valid tensor with nvals values. */
+static void check_coalesced(const char *fmt, int32_t N, const int64_t *dims, int64_t e,
+                            const int64_t *coords, const double *v, int64_t nvals)
+{
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    sc_format f;
+    CHECK(sc_fmt_parse(fmt, N, &f, &err) == SC_OK);
+    int64_t total = 1;
+    for (int32_t d = 0; d < N; d++)
+        total *= dims[d];
+    double ref[64] = {0}, got[64];
+    for (int64_t i = 0; i < e; i++) {
+        int64_t at = 0;
+        for (int32_t d = 0; d < N; d++)
+            at = at * dims[d] + coords[d * e + i];
+        ref[at] += v[i];
+    }
+    for (int it = 0; it < SC_INDEX_COUNT; it++) {
+        sc_tensor t, u;
+        CHECK(sc_fmt_from_coords(&ctx, N, dims, e, coords, e, v, SC_DTYPE_F64, &f,
+                                 (sc_index_type)it, 0, &t, &err) == SC_OK);
+        CHECK(t.nvals == nvals && sc_fmt_validate(&ctx, &t, &err) == SC_OK);
+        CHECK(sc_fmt_to_dense(&ctx, &t, got, &err) == SC_OK && same(ref, got, (int)total));
+        /* into its own format again (coalesce): nothing changes */
+        CHECK(sc_fmt_convert(&ctx, &t, &f, (sc_index_type)it, 0, &u, &err) == SC_OK);
+        CHECK(u.nvals == nvals && !memcmp(u.vals, t.vals, (size_t)nvals * sizeof(double)));
+        sc_tensor_release(&ctx, &u);
+        sc_tensor_release(&ctx, &t);
+    }
+}
+
+/* A non-unique level opens a position per entry only above a singleton level; above a
+ * dense or compressed one equal coordinates share it and the result is coalesced. */
+static void test_nonunique_levels_coalesce(void)
+{
+    /* [[-1, -2]]: one row, stored once (it was once per nonzero, each a padded row) */
+    const int64_t d2[] = {1, 2}, c2[] = {0, 0, 0, 1};
+    const double v2[] = {-1, -2};
+    check_coalesced("c(nonunique)d", 2, d2, 2, c2, v2, 2);
+    check_coalesced("c(nonunique)c", 2, d2, 2, c2, v2, 2);
+    check_coalesced("coo", 2, d2, 2, c2, v2, 2);
+    /* 3x4 entries with duplicates: rows 0 and 2, (0, 1) three times, (2, 3) twice */
+    const int64_t d3[] = {3, 4}, c3[] = {2, 0, 0, 2, 0, 0, /**/ 3, 1, 1, 3, 1, 2};
+    const double v3[] = {1, 2, 3, 4, 5, 6};
+    check_coalesced("c(nonunique)d", 2, d3, 6, c3, v3, 8);
+    check_coalesced("c(nonunique)c(nonunique)", 2, d3, 6, c3, v3, 3);
+    check_coalesced("coo", 2, d3, 6, c3, v3, 3);
+    /* 3-D: the singleton run under the non-unique level ends at a dense level */
+    const int64_t d4[] = {2, 2, 3}, c4[] = {0, 0, 1, 0, /**/ 0, 0, 1, 1, /**/ 0, 1, 2, 2};
+    const double v4[] = {1, 2, 3, 4};
+    check_coalesced("c(nonunique)s(nonunique)d", 3, d4, 4, c4, v4, 9);
+    check_coalesced("c(nonunique)sd", 3, d4, 4, c4, v4, 9);
+    check_coalesced("c(nonunique)s(nonunique)c", 3, d4, 4, c4, v4, 4);
+    check_coalesced("c(nonunique)s(nonunique)s", 3, d4, 4, c4, v4, 4);
+    check_coalesced("c(nonunique)dd", 3, d4, 4, c4, v4, 12);
+    check_coalesced("c(nonunique)dc", 3, d4, 4, c4, v4, 4);
+    check_coalesced("c(nonunique)c(nonunique)d", 3, d4, 4, c4, v4, 9);
+    /* a unique level above a singleton that would repeat a coordinate is still refused */
+    sc_ctx ctx;
+    sc_ctx_init(&ctx);
+    sc_error err;
+    sc_format f;
+    sc_tensor t;
+    CHECK(sc_fmt_parse("c(nonunique)ss", 3, &f, &err) == SC_OK);
+    CHECK(sc_fmt_from_coords(&ctx, 3, d4, 4, c4, 4, v4, SC_DTYPE_F64, &f, SC_INDEX_I32, 0, &t,
+                             &err) == SC_UNSUPPORTED &&
+          strstr(err.msg, "through level 1: that singleton level is unique"));
+    CHECK(sc_fmt_parse("cs(nonunique)s", 3, &f, &err) == SC_OK);
+    CHECK(sc_fmt_from_coords(&ctx, 3, d4, 4, c4, 4, v4, SC_DTYPE_F64, &f, SC_INDEX_I32, 0, &t,
+                             &err) == SC_UNSUPPORTED &&
+          strstr(err.msg, "from level 1 on: that singleton level sits under a unique level"));
+    CHECK(sc_fmt_parse("csd", 3, &f, &err) == SC_OK);
+    const int64_t c5[] = {0, 0, /**/ 0, 1, /**/ 0, 0};
+    CHECK(sc_fmt_from_coords(&ctx, 3, d4, 2, c5, 2, v4, SC_DTYPE_F64, &f, SC_INDEX_I32, 0, &t,
+                             &err) == SC_UNSUPPORTED &&
+          strstr(err.msg, "make the level above it nonunique"));
+}
+
 /* Arrays sized by a huge dimension (a csr row array of 2^62 + 1 entries) fail as out of
  * memory: their byte count overflows size_t and must not wrap to a small block that the
  * conversion then writes past. */
@@ -426,5 +508,6 @@ int main(void)
     test_dense_transpose();
     test_kept_blocks();
     test_huge_dimensions();
+    test_nonunique_levels_coalesce();
     return check_report("test_format");
 }
