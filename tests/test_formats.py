@@ -318,6 +318,32 @@ def test_a_nonunique_level_above_a_dense_one_stores_each_row_once():
     assert B.nnz == 2 and B.is_coalesced() and B.max().item() == -1.0
 
 
+@pytest.mark.parametrize("fmt,shape", [("c(nonunique)d", (1, 2)),
+                                       ("c(nonunique)s(nonunique)d", (1, 1, 2)),
+                                       (Format("c(nonunique)d", order=(1, 0)), (2, 1))])
+def test_repeated_subtrees_over_a_dense_level_are_summed(fmt, shape):
+    """from_components may repeat a coordinate of a nonunique level above a dense one: its
+    dense coordinates restart, so the stored entries are not sorted across the repeats,
+    and a conversion sorts them before summing (it took the last repeat)."""
+    fmt = fmt if isinstance(fmt, Format) else Format.parse(fmt, len(shape))
+    n = len(shape)
+    crd = [torch.tensor([0, 0])] + [torch.tensor([0, 0]) if fmt.levels[k] == "singleton"
+                                    else None for k in range(1, n)]
+    pos = [torch.tensor([0, 2])] + [None] * (n - 1)
+    A = scorch.from_components(shape, fmt, pos=pos, crd=crd,
+                               values=torch.tensor([1.0, 2.0, 3.0, -5.0]))
+    d = A.to_dense()
+    assert torch.equal(d.reshape(-1), torch.tensor([4.0, -3.0]))
+    assert not A.is_coalesced()
+    C = A.coalesce()
+    assert C.is_coalesced() and C.nnz == 2 and torch.equal(C.to_dense(), d)
+    for op in (torch.relu, torch.abs, torch.amax, torch.amin, torch.linalg.vector_norm,
+               lambda t: t ** 2):
+        r = op(A)
+        torch.testing.assert_close(r.to_dense() if isinstance(r, scorch.SparseTensor) else r,
+                                   op(d))
+
+
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtid)
 def test_a_unique_singleton_over_a_dense_level_stores_what_csd_does(index_dtype):
     """c(nonunique)sd was refused (suggesting c(nonunique)s(nonunique)d, which padded a row

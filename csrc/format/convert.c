@@ -1128,10 +1128,18 @@ sc_status sc_fmt_convert(const sc_ctx *ctx, const sc_tensor *src, const sc_forma
     st = unpack(ctx, src, &block, (int64_t **)E.c, err);
     if (st != SC_OK)
         return st;
+    /* Stored entries come sorted by the levels' dims, except below a dense level under a
+     * nonunique one: each repeat of a coordinate there restarts the dense coordinates
+     * (c(nonunique)d stores (0,0) (0,1) (0,0) (0,1)), so from that level on they are
+     * sorted again, and repeats summed. */
     E.unique = true;
+    bool repeats_above = false;
     for (int32_t k = 0; k < src->fmt.order; k++) {
         E.sorted_by[k] = src->fmt.lvl2dim[k];
         E.unique &= src->fmt.unique[k] != 0;
+        if (repeats_above && src->fmt.kind[k] == SC_LEVEL_DENSE && E.nsorted > k)
+            E.nsorted = k;
+        repeats_above |= !src->fmt.unique[k];
     }
     st = build(ctx, &E, src->dims, dst, index_type, flags, out, err);
     sc_free(ctx, block);
