@@ -676,6 +676,59 @@ def test_enable_sees_writes_to_the_tensor_a_torch_csc_was_built_over(layout):
             w.mul_((k + 1) / k)                             # w's version, not C's
 
 
+_LAYOUTS = {"csr": lambda t: t.to_sparse_csr(), "csc": lambda t: t.to_sparse_csc(),
+            "coo": lambda t: t.to_sparse(), "dense": lambda t: t}
+
+
+@pytest.mark.parametrize("inp", list(_LAYOUTS))
+@pytest.mark.parametrize("mats", [("csr", "csr"), ("csc", "csc"), ("csr", "csc"),
+                                  ("coo", "coo"), ("csc", "dense"), ("dense", "csr")])
+def test_enabled_addmm_gives_the_inputs_layout(inp, mats):
+    """torch's addmm gives its input's layout; CSC + CSC @ CSC raised inside torch.  A
+    sparse input with a dense product is refused, unless beta=0 leaves the product."""
+    x, y, z = (make_dense((5, 5), torch.float32, seed_of("en-addmm", k), density=0.4)
+               for k in range(3))
+    i, a, b = _LAYOUTS[inp](x), _LAYOUTS[mats[0]](y), _LAYOUTS[mats[1]](z)
+    for kw in ({}, dict(beta=0.5, alpha=2.0), dict(beta=0)):
+        want = kw.get("alpha", 1) * (y @ z) + kw.get("beta", 1) * x
+        if inp != "dense" and "dense" in mats and kw.get("beta", 1) != 0:
+            with scorch.enabled(), pytest.raises(NotImplementedError, match="dense product"):
+                torch.addmm(i, a, b, **kw)
+            continue
+        with scorch.enabled():
+            r = torch.addmm(i, a, b, **kw)
+        dense = inp == "dense" or "dense" in mats   # (a dense product at beta=0: itself)
+        assert r.layout is (torch.strided if dense else i.layout)
+        torch.testing.assert_close(r.to_dense() if r.layout is not torch.strided else r, want)
+
+
+def test_enabled_takes_blocked_and_unsorted_compressed_tensors():
+    w = torch.tensor([[1., 2, 0, 0], [3, 4, 0, 0], [0, 0, 0, 5], [0, 0, 6, 0],
+                      [0, 7, 0, 0], [0, 0, 0, 0]])
+    X, Y = torch.randn(4, 3), torch.randn(2, 6)
+    for block in ((2, 2), (3, 1), (1, 2)):
+        for t in (w.to_sparse_bsr(block), w.to_sparse_bsc(block)):
+            with scorch.enabled():
+                torch.testing.assert_close(torch.mm(t, X), w @ X)
+                torch.testing.assert_close(torch.mm(Y, t), Y @ w)
+    # a row's columns out of order (torch's own SpGEMM leaves them so): converted
+    U = torch.sparse_csr_tensor(torch.tensor([0, 2, 3]), torch.tensor([2, 0, 1]),
+                                torch.tensor([1., 2., 3.]), (2, 3))
+    with pytest.raises(ValueError, match="not strictly increasing"):
+        scorch.from_components((2, 3), "csr", pos=[None, U.crow_indices()],
+                               crd=[None, U.col_indices()], values=U.values())
+    with scorch.enabled():
+        torch.testing.assert_close(torch.mm(U, X[:3]), U.to_dense() @ X[:3])
+
+
+def test_einsum_names_a_torch_sparse_operand():
+    A = scorch.to_sparse(torch.eye(3), "csr")
+    for T in (torch.eye(3).to_sparse_csr(), torch.eye(3).to_sparse()):
+        for call in (scorch.einsum, torch.einsum):
+            with pytest.raises(TypeError, match="convert it with scorch.to_sparse"):
+                call("ij,jk->ik", A, T)
+
+
 def _linear_matches_dense(y, xd, wd, bd, g):
     """y, F.linear over scorch operands, against F.linear over the dense leaves xd, wd, bd:
     the values, then one backward of the same random gradient through both; returns the

@@ -5,6 +5,7 @@ Code written for torch.sparse reads ``_nnz()``, ``crow_indices()``, ``indices()`
 for the matching format (or name the format it needs), and conversions stay scorch
 tensors, differentiable w.r.t. the values.
 """
+import numpy as np
 import pytest
 import torch
 
@@ -161,3 +162,32 @@ def test_one_element_tensors_give_python_numbers():
         warnings.simplefilter("always")
         torch.testing.assert_close(F.softmax(B).to_dense(), torch.eye(2))
     assert any("Implicit dimension" in str(w.message) for w in seen)
+
+
+def test_unbound_methods_run_the_sparse_tensors_own():
+    """torch.Tensor.to_dense(A) reached aten's to_dense, which gave A itself back."""
+    x = torch.tensor([[1., 0], [0, 2]])
+    A = scorch.to_sparse(x, "coo")
+    d = torch.Tensor.to_dense(A)
+    assert type(d) is torch.Tensor and torch.equal(d, x)
+    assert torch.equal(torch.Tensor.values(A), A.values())
+    assert torch.equal(torch.Tensor.indices(A), A.indices())
+
+
+@pytest.mark.parametrize("fmt,layout", [("csr", None), ("csc", None), ("coo", None),
+                                        ("dcsr", torch.sparse_csr), ("csr", torch.sparse_csc)])
+def test_to_torch_carries_the_gradient(fmt, layout):
+    x = torch.tensor([[1., 0, 2], [0, 3, 0]])
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    w = torch.arange(6.).reshape(2, 3)
+    (A.to_torch(layout).to_dense() * w).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), w * (x != 0))
+    with torch.no_grad():
+        assert not A.to_torch(layout).requires_grad
+
+
+def test_format_orders_are_ints():
+    assert scorch.Format("dc", order=(1, 0)) == scorch.Format("dc", order=[np.int64(1), 0])
+    for order in ((1.5, 0), "10", 5):
+        with pytest.raises(TypeError, match="sequence of ints"):
+            scorch.Format("dc", order=order)

@@ -62,7 +62,7 @@ def to_sparse(x, format="csr", index_dtype=None) -> SparseTensor:
     string such as "dc", or a ``scorch.Format``).
 
     ``x`` may be a dense torch.Tensor (zeros are not stored), a torch sparse tensor (COO,
-    CSR, CSC or BSR), a SparseTensor, a scipy.sparse matrix or array, or a NumPy array.
+    CSR, CSC, BSR or BSC), a SparseTensor, a scipy.sparse matrix or array, or a NumPy array.
     Duplicates are summed; explicit zeros in sparse inputs are kept.  ``index_dtype`` is
     torch.int32 (the default when sizes fit) or torch.int64.
     """
@@ -124,12 +124,18 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
                   else torch.stack([plain.to(torch.int64), outer]))
         return _from_coords(x.shape, coords, x.values(), format, index_dtype,
                             is_sorted=False)
-    if layout is torch.sparse_bsr:
-        crow, col, blocks = x.crow_indices(), x.col_indices(), x.values()
+    if layout in (torch.sparse_bsr, torch.sparse_bsc):
+        bsr = layout is torch.sparse_bsr
+        ptr, idx = (x.crow_indices(), x.col_indices()) if bsr else \
+            (x.ccol_indices(), x.row_indices())
+        blocks = x.values()
+        if blocks.dim() != 3:
+            raise NotImplementedError(f"hybrid {layout} tensors are not supported")
         bh, bw = blocks.shape[1], blocks.shape[2]
-        _check_compressed(layout, crow, x.shape[0] // max(bh, 1), col.numel(),
-                          blocks.shape[0])
-        brow = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow.diff())
+        _check_compressed(layout, ptr, x.shape[0] // max(bh, 1) if bsr else
+                          x.shape[1] // max(bw, 1), idx.numel(), blocks.shape[0])
+        outer = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+        brow, col = (outer, idx) if bsr else (idx.to(torch.int64), outer)
         ii = torch.arange(bh).view(1, bh, 1)
         jj = torch.arange(bw).view(1, 1, bw)
         rows = (brow.view(-1, 1, 1) * bh + ii).expand(-1, bh, bw).reshape(-1)
@@ -144,7 +150,7 @@ def _check_compressed(layout, compressed, outer, nplain, nvals):
     """A torch compressed tensor's arrays, checked as from_components checks a compressed
     level (torch builds them unchecked unless asked): one position per outer index and
     one more, from 0, non-decreasing, ending at the number of entries."""
-    name = "crow_indices" if layout is not torch.sparse_csc else "ccol_indices"
+    name = "ccol_indices" if layout in (torch.sparse_csc, torch.sparse_bsc) else "crow_indices"
     if compressed.numel() != outer + 1:
         raise ValueError(f"a {layout} tensor: {name} has {compressed.numel()} entries, "
                          f"expected {outer + 1}")

@@ -95,8 +95,16 @@ def _to_scorch(x: torch.Tensor, op):
 
         # (checked once per tensor and version, O(nnz): torch builds these unchecked
         # unless asked, and a kernel trusts what it reads)
-        view = from_components(tuple(x.shape), _CSR if csr else _CSC, pos=[None, pos],
-                               crd=[None, crd], values=x.values())
+        try:
+            view = from_components(tuple(x.shape), _CSR if csr else _CSC, pos=[None, pos],
+                                   crd=[None, crd], values=x.values())
+        except ValueError as e:
+            if "not strictly increasing" not in str(e):
+                raise
+            # (torch's own SpGEMM leaves a row's columns unsorted: converted, which sorts
+            # them and sums repeats, and not kept, as a converted COO is not)
+            from ._convert import to_sparse
+            return to_sparse(x, "csr" if csr else "csc")
         # No converted copy is kept for it: x.values() shares the memory of the tensor
         # x was built over (a Parameter an optimizer steps) but not its version counter,
         # so a kept copy (csc as csr, the transpose backward reads) would go stale.

@@ -6,6 +6,8 @@ parsing itself happens in the C core (csrc/format), so C and Python agree on eve
 """
 from __future__ import annotations
 
+import operator
+
 from . import _C
 
 LEVEL_KINDS = tuple(_C.LEVEL_KINDS)  # ("dense", "compressed", "singleton")
@@ -34,7 +36,13 @@ class Format:
             ndim = _count_levels(levels)
         kinds, unique, l2d = _C.parse_format(levels, ndim)
         if order is not None:
-            order = tuple(int(d) for d in order)
+            try:   # (ints only: int() took 1.5 as 1, and the string "10" as (1, 0))
+                if isinstance(order, (str, bytes)):
+                    raise TypeError
+                order = tuple(operator.index(d) for d in order)
+            except TypeError:
+                raise TypeError(f"format order must be a sequence of ints, got "
+                                f"{order!r}") from None
             if sorted(order) != list(range(ndim)):
                 raise ValueError(
                     f"format order {order} is not a permutation of 0..{ndim - 1}")

@@ -372,7 +372,9 @@ class SparseTensor(torch.Tensor):
     @outside_graph
     def to_torch(self, layout=None) -> torch.Tensor:
         """A torch sparse tensor: CSR for csr, CSC for csc, COO (coalesced) otherwise, or
-        the ``layout`` asked for (torch.sparse_coo / sparse_csr / sparse_csc)."""
+        the ``layout`` asked for (torch.sparse_coo / sparse_csr / sparse_csc); its values
+        are a copy, differentiable w.r.t. this tensor's values (torch's constructors
+        record)."""
         name = self._format.name
         if layout is None:
             layout = {"csr": torch.sparse_csr, "csc": torch.sparse_csc}.get(
@@ -383,15 +385,14 @@ class SparseTensor(torch.Tensor):
             ctor = torch.sparse_csr_tensor if want == "csr" else torch.sparse_csc_tensor
             with warnings.catch_warnings():  # torch's "CSR support is in beta" notice
                 warnings.simplefilter("ignore", UserWarning)
-                return ctor(t._pos[1].clone(), t._crd[1].clone(),
-                            t._values.detach().clone(), size=tuple(self.shape),
-                            check_invariants=False)
+                return ctor(t._pos[1].clone(), t._crd[1].clone(), _copy_of(t._values),
+                            size=tuple(self.shape), check_invariants=False)
         if layout is not torch.sparse_coo:
             raise ValueError(f"to_torch supports sparse_coo, sparse_csr and sparse_csc, "
                              f"not {layout}")
         t = self.to_format("coo", torch.int64)
         idx = torch.stack(t._crd) if self.dim() else torch.zeros(0, 0, dtype=torch.int64)
-        return torch.sparse_coo_tensor(idx, t._values.detach().clone(), tuple(self.shape),
+        return torch.sparse_coo_tensor(idx, _copy_of(t._values), tuple(self.shape),
                                        is_coalesced=True, check_invariants=False)
 
     @outside_graph
@@ -496,6 +497,12 @@ def _ops():
     from . import _torch_ops
 
     return _torch_ops
+
+
+def _copy_of(values):
+    """A copy of values, recorded by autograd where they require grad (detached else)."""
+    return values.clone() if values.requires_grad and torch.is_grad_enabled() else \
+        values.detach().clone()
 
 
 def _copied_values(values, requires_grad):

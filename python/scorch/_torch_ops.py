@@ -2279,6 +2279,12 @@ def _replaced(a):
     retire_prepared()
 
 
+# The unbound torch.Tensor methods that SparseTensor overrides run its own
+# (torch.Tensor.to_dense(A) reached aten's, which returned A itself: nothing densified).
+for _name in ("values", "indices", "to_dense"):
+    _register(getattr(torch.Tensor, _name))(getattr(SparseTensor, _name))
+
+
 @_register(torch.Tensor.share_memory_)
 def _share_memory_(a):
     """The index and value arrays moved to shared memory (torch's own call would move a
