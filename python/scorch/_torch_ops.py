@@ -409,12 +409,12 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
         spelled = _ellipsis_spelled(expr, ops)
         return _as_written(expr, lambda: einsum(spelled, *ops, out_format=out_format,
                                                 schedule=schedule))
+    if out_format is None and schedule is None and type(expr) is str:
+        r = remembered(expr, ops)   # (before the widening below: a kernel remembered for
+        if r is not None:           # these dtypes ran them unwidened, which they need not)
+            return r
     if type(expr) is str:
         ops = _widened_for_sum(expr, ops)
-    if out_format is None and schedule is None and type(expr) is str:
-        r = remembered(expr, ops)
-        if r is not None:
-            return r
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
     taken = _rewritten(expr, ops)
