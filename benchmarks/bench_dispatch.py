@@ -181,7 +181,8 @@ def next_op(args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_dispatch",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=64, help="rows and columns of A")
     ap.add_argument("--k", type=int, default=16, help="columns of X")
     ap.add_argument("--density", type=float, default=0.05)

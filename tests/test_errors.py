@@ -537,3 +537,71 @@ def test_enabled_integer_addmm_casts_the_scalars_as_torch():
 def test_an_unknown_level_word_is_named():
     with pytest.raises(ValueError, match="unknown level 'densecompressed' at column 0"):
         Format("densecompressed")
+
+
+def test_format_levels_and_ndim_must_agree():
+    assert Format("dc", ndim=2) == Format("csr", ndim=2)
+    for spec in ("dc", "csr"):
+        with pytest.raises(ValueError, match="has 2 levels, not ndim=3"):
+            Format(spec, ndim=3)
+
+
+def test_kernel_scalar_operand_advice_works():
+    A = scorch.to_sparse(torch.tensor([[1., 0], [0, 3]]), "csr")
+    with pytest.raises(ValueError, match=r"s\(k\) with a tensor of shape \(1,\)"):
+        scorch.kernel("C(i,j) = s * A(i,j)")(torch.tensor(2.), A)
+    r = scorch.kernel("C(i,j) = s(k) * A(i,j)")(torch.tensor([2.]), A)   # the advice
+    torch.testing.assert_close(r.to_dense(), torch.tensor([[2., 0], [0, 6]]))
+
+
+def test_explain_describes_and_checks_these_operands():
+    """The kernel text is kept per kernel, which serves other sizes: explain gives these
+    operands' entry counts and refuses sizes the call refuses."""
+    A = scorch.to_sparse(torch.eye(4), "csr")
+    B = scorch.to_sparse(torch.ones(5, 6), "csr")
+    scorch.explain(torch.mv, A, torch.ones(4))
+    lines = scorch.explain(torch.mv, B, torch.ones(6)).splitlines()
+    assert "nnz 30" in lines[1] and "nnz 6" in lines[2]
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        scorch.explain(torch.mv, B, torch.ones(7))
+    with pytest.raises(ValueError, match="size mismatch"):
+        scorch.explain("ij,j->i", B, torch.ones(7))
+    k = scorch.kernel("y(i) = A(i,j) * x(j)", A="csr")
+    assert "nnz 30" in k.explain(B, torch.ones(6)).splitlines()[1]
+    with pytest.raises(ValueError, match="size mismatch"):
+        k.explain(B, torch.ones(7))
+
+
+def test_small_api_corners():
+    x = torch.tensor([[1., 0], [0, 3]])
+    A = scorch.to_sparse(x, "csr")
+    assert not A.is_shared()
+    A.share_memory_()
+    assert A.is_shared() and A.values().is_shared()
+    with pytest.raises(NotImplementedError, match="masked_grad=False"):
+        A.to_dense(masked_grad=False)
+    assert torch.equal(A.to_dense(masked_grad=True), x)
+    with pytest.raises(TypeError, match=r"operand 1 is a torch.sparse_csr tensor"):
+        scorch.einsum("ij,jk->ik", A, x.to_sparse_csr())
+
+
+def test_cli_options_are_checked():
+    import subprocess
+    import sys
+    for args in (["--epochs", "0"], ["--repeat", "-2", "--convert"], ["--threads", "0"]):
+        r = subprocess.run([sys.executable, "-m", "scorch", *args], capture_output=True,
+                           text=True)
+        assert r.returncode == 2 and "must be at least 1" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "scorch", "--help"], capture_output=True,
+                       text=True, check=True)
+    assert "--seed" in r.stdout
+
+
+def test_a_malformed_cache_size_is_said():
+    import os
+    import subprocess
+    import sys
+    for value, warned in (("32MiB", True), ("-5", True), ("32M", False)):
+        r = subprocess.run([sys.executable, "-c", "import scorch"], capture_output=True,
+                           text=True, env={**os.environ, "SCORCH_CACHE_BYTES": value})
+        assert ("SCORCH_CACHE_BYTES" in r.stderr) == warned, r.stderr

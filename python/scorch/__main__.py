@@ -29,6 +29,14 @@ def _median_time(fn, repeat):
     return statistics.median(times)
 
 
+def positive(text):
+    """An argparse type: an int of at least 1."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m scorch",
@@ -36,9 +44,11 @@ def main(argv=None):
                     "with torch.sparse (default), or the format conversions (--convert).")
     ap.add_argument("--convert", action="store_true",
                     help="run the format-conversion demo instead of the GCN")
-    ap.add_argument("--epochs", type=int, default=200, help="GCN training epochs")
-    ap.add_argument("--threads", type=int, default=None, help="threads for torch and scorch")
-    ap.add_argument("--repeat", type=int, default=7,
+    ap.add_argument("--epochs", type=positive, default=200, help="GCN training epochs")
+    ap.add_argument("--seed", type=int, default=0, help="GCN initialisation and dropout seed")
+    ap.add_argument("--threads", type=positive, default=None,
+                    help="threads for torch and scorch")
+    ap.add_argument("--repeat", type=positive, default=7,
                     help="conversion timing repetitions (median)")
     args = ap.parse_args(argv)
     if not args.convert:
@@ -48,9 +58,11 @@ def main(argv=None):
 
         with warnings.catch_warnings():   # torch's "sparse CSR support is in beta" notice
             warnings.simplefilter("ignore", UserWarning)
-            gcn_main(["--epochs", str(args.epochs)]
+            gcn_main(["--epochs", str(args.epochs), "--seed", str(args.seed)]
                      + (["--threads", str(args.threads)] if args.threads else []))
         return
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     data = datasets.cora()
     n = data["num_nodes"]

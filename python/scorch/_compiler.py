@@ -46,6 +46,19 @@ def _aot_path():
     return None
 
 
+def _check_cache_bytes():
+    """$SCORCH_CACHE_BYTES as the C core reads it (a positive byte count, K / M / G allowed,
+    up to 2^40); anything else is ignored there (sysfs's size is used), said here."""
+    v = os.environ.get("SCORCH_CACHE_BYTES", "")
+    m = re.fullmatch(r"\s*\+?([0-9]+)([KMG]?)\s*", v)
+    if v and not (m and 0 < int(m.group(1)) <= 1 << 40):
+        import warnings
+
+        warnings.warn(f"SCORCH_CACHE_BYTES={v!r} is not a byte count such as 33554432 or "
+                      f"32M; ignored (the cache size from sysfs is used)", stacklevel=3)
+
+
+_check_cache_bytes()
 _C.set_include_dir(_include_dir())
 _C.set_aot(_aot_path())
 
@@ -136,7 +149,9 @@ def _with_ones(sig, x):
     return sig + (tuple(d for d, n in enumerate(x.shape) if n == 1),)
 
 
-_SCALAR_OPERAND = "scalar (0-D) operands are not supported; use a 1-element tensor"
+_SCALAR_OPERAND = ("scalar (0-D) operands are not supported by kernels: give the scalar an "
+                   "index of its own, s(k) with a tensor of shape (1,), or scale the "
+                   "result (scorch.einsum takes 0-D operands)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,7 +283,7 @@ def _bad_operand(operands):
             raise TypeError(f"operand {i} must be a torch.Tensor or SparseTensor, not "
                             f"{type(x).__name__}")
         if not isinstance(x, SparseTensor) and x.layout is not torch.strided:
-            raise TypeError(f"operand {i} is a torch {x.layout} tensor; convert it with "
+            raise TypeError(f"operand {i} is a {x.layout} tensor; convert it with "
                             "scorch.to_sparse first")
 
 
@@ -736,6 +751,8 @@ class Kernel:
                                self.schedule)
 
     def explain(self, *operands) -> str:
+        """The kernel's text for these operands (checked as a call checks them)."""
+        self(*(x.detach() if isinstance(x, torch.Tensor) else x for x in operands))
         return _explain(_LANG_INDEX, self.notation, operands, self.out_format, self.schedule)
 
     def __repr__(self):
@@ -783,10 +800,15 @@ _TORCH_EXPR = {
 def explain(fn, *operands, out_format=None, schedule=None) -> str:
     """What scorch compiles for ``fn(*operands)``: the expression, operand and output
     formats, the loop order, the schedule and the generated C.  ``fn`` is an einsum string
-    or one of torch.mm / torch.mv / torch.bmm / torch.matmul."""
+    or one of torch.mm / torch.mv / torch.bmm / torch.matmul (of two matrices, a matrix and
+    a vector, or two 3-D batches).  The operands are checked as the call checks them (sizes that
+    disagree raise its error)."""
     if isinstance(fn, str):   # (the equation einsum compiles: '...' spelled, diagonals taken)
         from ._torch_ops import as_compiled
 
+        with torch.no_grad():   # (the call's own checks: a kernel cached for other sizes
+            from ._torch_ops import einsum   # would not make them)
+            einsum(fn, *operands, out_format=out_format, schedule=schedule)
         expr, operands = as_compiled(fn, operands)
     else:
         name = getattr(fn, "__name__", "")
@@ -794,9 +816,13 @@ def explain(fn, *operands, out_format=None, schedule=None) -> str:
             name = {(2, 2): "mm", (2, 1): "mv", (3, 3): "bmm"}.get(
                 (operands[0].dim(), operands[1].dim()), name)
         if name not in _TORCH_EXPR:
-            raise NotImplementedError(f"scorch.explain does not know {fn!r}; pass an einsum "
-                                      "string")
+            raise NotImplementedError(
+                f"scorch.explain does not know {fn!r} of these operands (it knows torch.mm, "
+                f"torch.mv, torch.bmm, and torch.matmul of two matrices, a matrix and a "
+                f"vector, or two 3-D batches); pass an einsum string")
         expr = _TORCH_EXPR[name]
+        with torch.no_grad():
+            fn(*operands)
     return _explain(_LANG_EINSUM, expr, operands, out_format, schedule)
 
 
@@ -809,7 +835,7 @@ def _explain(lang, expr, operands, out_format, schedule) -> str:
     on the operand.)"""
     asked = _compile(lang, expr, operands, out_format, schedule, False)[0]
     ran = _compile(lang, expr, operands, out_format, schedule)[0]
-    text = _C.kernel_info(ran[0])[5]
+    text = _with_counts(_C.kernel_info(ran[0])[5], operands)
     if ran is asked:
         return text
     given = _operand_lines(_C.kernel_info(asked[0])[5])
@@ -827,6 +853,19 @@ def _explain(lang, expr, operands, out_format, schedule) -> str:
                 continue
         lines.append(line)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def _with_counts(text: str, operands) -> str:
+    """A kernel's text with its operand lines' entry counts those of ``operands``: the
+    text is kept per kernel, which serves operands of other sizes too."""
+    lines, t = text.split("\n"), 0
+    for k, line in enumerate(lines):
+        if line.startswith("operand ") and t < len(operands):
+            x = operands[t]
+            n = x.nnz if isinstance(x, SparseTensor) else x.numel()
+            lines[k] = re.sub(r"nnz \d+", f"nnz {n}", line)
+            t += 1
+    return "\n".join(lines)
 
 
 def _format_text(operand_line: str) -> str:

@@ -69,7 +69,7 @@ def enabled():
 
 
 def _refuse(op, x, why):
-    raise NotImplementedError(f"scorch (enabled): aten::{op} on a torch {x.layout} tensor: "
+    raise NotImplementedError(f"scorch (enabled): aten::{op} on a {x.layout} tensor: "
                               f"{why}; call scorch.disable() to use torch's kernel")
 
 

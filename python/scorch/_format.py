@@ -27,13 +27,14 @@ class Format:
     __slots__ = ("kinds", "unique", "order", "_tuple", "_info")
 
     def __init__(self, levels: str, order=None, ndim=None):
-        if levels in _TWO_D:
-            ndim = 2
-        elif levels in _ANY_D:
+        if levels in _ANY_D:
             if ndim is None:
                 raise ValueError(f"format {levels!r} needs ndim= (it exists for any order)")
         else:
-            ndim = _count_levels(levels)
+            n = 2 if levels in _TWO_D else _count_levels(levels)
+            if ndim is not None and ndim != n:
+                raise ValueError(f"format {levels!r} has {n} levels, not ndim={ndim}")
+            ndim = n
         kinds, unique, l2d = _C.parse_format(levels, ndim)
         if order is not None:
             try:   # (ints only: int() took 1.5 as 1, and the string "10" as (1, 0))

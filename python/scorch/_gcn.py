@@ -139,11 +139,13 @@ def train_side_by_side(backends=("scorch", "torch"), epochs=200, seed=0):
 def main(argv=None):
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m scorch",
-                                 description="GCN on Cora: scorch vs torch.sparse")
-    ap.add_argument("--epochs", type=int, default=200)
+    from .__main__ import positive
+
+    ap = argparse.ArgumentParser(description="GCN on Cora: scorch vs torch.sparse (as "
+                                             "python -m scorch)")
+    ap.add_argument("--epochs", type=positive, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=positive, default=None,
                     help="torch.set_num_threads (scorch's kernels use the same count)")
     args = ap.parse_args(argv)
     if args.threads:

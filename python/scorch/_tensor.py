@@ -336,7 +336,11 @@ class SparseTensor(torch.Tensor):
     @outside_graph
     def to_dense(self, dtype=None, *, masked_grad=None) -> torch.Tensor:
         """A dense torch.Tensor with the same values (duplicates summed); differentiable
-        w.r.t. the values."""
+        w.r.t. the values (the gradient is masked to the stored entries, as torch's
+        ``masked_grad=True``: a SparseTensor holds no other)."""
+        if masked_grad is False:
+            raise NotImplementedError("to_dense(masked_grad=False): a SparseTensor's "
+                                      "gradient lives on its stored entries only")
         if self._values.requires_grad and torch.is_grad_enabled():
             out = _ops().to_dense(self)
             return out if dtype is None else out.to(dtype)

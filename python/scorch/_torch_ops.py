@@ -754,7 +754,7 @@ def _add(name, a, b, sign=1):
         return a + sign * b
     for x in (a, b):
         if not _is_sparse(x) and x.layout is not torch.strided:
-            refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
+            refuse(name, a, b, why=f"a {x.layout} operand; convert it with "
                                    "scorch.to_sparse")
     dtype = torch.promote_types(a.dtype, b.dtype)
     if dtype not in VALUE_DTYPES:
@@ -992,7 +992,7 @@ def _mul(a, b, name="torch.mul"):
         return _kept_sparse(einsum(f"{ix},{ix}->{ix}", a, b), a)
     s, d = (a, b) if _is_sparse(a) else (b, a)
     if d.layout is not torch.strided:
-        refuse(name, a, b, why=f"a torch {d.layout} operand; convert it with "
+        refuse(name, a, b, why=f"a {d.layout} operand; convert it with "
                                "scorch.to_sparse")
     la, dd, ld = _dense_for(s, d, name)
     if not ld:   # (one element: in d's dtype too, as a tensor of dims promotes)
@@ -1131,7 +1131,7 @@ def _product(name, exprs, a, b):
     if a.layout is not torch.strided or b.layout is not torch.strided:
         for x in (a, b):                      # (a SparseTensor's own layout is strided)
             if not _is_sparse(x) and x.layout is not torch.strided:
-                refuse(name, a, b, why=f"a torch {x.layout} operand; convert it with "
+                refuse(name, a, b, why=f"a {x.layout} operand; convert it with "
                                        "scorch.to_sparse")
     _multiplies(name, a, b, exprs)
     if _batch_of_one(expr, a, b):   # (einsum drops a sparse operand's batch dimension of 1)
@@ -2283,6 +2283,13 @@ def _replaced(a):
 # (torch.Tensor.to_dense(A) reached aten's, which returned A itself: nothing densified).
 for _name in ("values", "indices", "to_dense"):
     _register(getattr(torch.Tensor, _name))(getattr(SparseTensor, _name))
+
+
+@_register(torch.Tensor.is_shared)
+def _is_shared(a):
+    """Whether the index and value arrays are all in shared memory (the wrapper has no
+    storage of its own)."""
+    return all(x.is_shared() for x in a._pos + a._crd + [a._values] if x is not None)
 
 
 @_register(torch.Tensor.share_memory_)
