@@ -729,6 +729,40 @@ def test_einsum_names_a_torch_sparse_operand():
                 call("ij,jk->ik", A, T)
 
 
+def test_torch_keyword_names_reach_the_handlers():
+    """torch passes a caller's keywords as written; scorch's handlers name parameters their
+    own way, so torch's names are translated (F.linear(input=...) raised a TypeError)."""
+    x = make_dense((3, 2), torch.float32, seed_of("kw"), "random")
+    A = scorch.to_sparse(x, "csr")
+    X = dn((4, 2), torch.float32, 1)
+    calls = [
+        (lambda a: F.linear(input=X, weight=a), False),
+        (lambda a: F.linear(input=a, weight=X), False),
+        (lambda a: F.gelu(input=a), True),
+        (lambda a: torch.relu(input=a), True),
+        (lambda a: torch.softmax(input=a, dim=1), None),
+        (lambda a: torch.mm(input=a, mat2=X.T), False),
+        (lambda a: a.mm(mat2=X.T), False),
+        (lambda a: torch.mv(input=a, vec=X[0]), False),
+        (lambda a: torch.add(input=a, other=a, alpha=2), True),
+        (lambda a: torch.sum(input=a, dim=1), False),
+        (lambda a: a.transpose(dim0=0, dim1=1), True),
+        (lambda a: torch.dropout(a, 0.0, train=True), True),
+        (lambda a: F.normalize(a, p="fro", dim=1), True),
+    ]
+    for call, sparse in calls:
+        got = call(A)
+        if sparse is None:   # (softmax over stored entries: torch.sparse's meaning)
+            want = torch.sparse.softmax(x.to_sparse(), 1).to_dense()
+        else:
+            want = call(x)
+        assert isinstance(got, scorch.SparseTensor) == (sparse is not False)
+        torch.testing.assert_close(got.to_dense() if isinstance(got, scorch.SparseTensor)
+                                   else got, want)
+    with pytest.raises(NotImplementedError, match="zero-preserving"):
+        torch.sigmoid(input=A)
+
+
 def _linear_matches_dense(y, xd, wd, bd, g):
     """y, F.linear over scorch operands, against F.linear over the dense leaves xd, wd, bd:
     the values, then one backward of the same random gradient through both; returns the

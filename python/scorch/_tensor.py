@@ -201,7 +201,11 @@ class SparseTensor(torch.Tensor):
             return outside(_torch_function)(func, types, args, kwargs)  # ops runs outside)
         with _NO_SUBCLASS_TF():
             # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
-            return fn(*args, **kwargs) if kwargs else fn(*args)
+            if kwargs:
+                if fn is not func:
+                    kwargs = _handler_names(func, fn, kwargs)
+                return fn(*args, **kwargs)
+            return fn(*args)
 
     def __matmul__(self, other):
         """``A @ X`` straight to the router, skipping torch's dispatch into
@@ -489,6 +493,43 @@ _MATMUL, _RMATMUL = torch.Tensor.__matmul__, torch.Tensor.__rmatmul__
 _PLAIN = (torch.Tensor, SparseTensor)
 _tf_enabled = torch._C._is_torch_function_enabled
 _tf_mode = torch._C._is_torch_function_mode_enabled
+
+
+def _handler_names(func, fn, kwargs):
+    """kwargs of a call of torch's ``func`` under the names its handler ``fn`` gives the
+    same parameters: torch passes a caller's keywords as written (``input=``, ``mat2=``,
+    ``train=``), where handlers name the parameters their own way (``a``, ``b``)."""
+    names = _RENAMED.get(func)
+    if names is None:
+        names = _RENAMED[func] = _renaming(func, fn)
+    return {names.get(k, k): v for k, v in kwargs.items()} if names else kwargs
+
+
+_RENAMED: dict = {}   # torch function -> {torch's parameter name: the handler's}
+
+
+def _renaming(func, fn) -> dict:
+    """torch's parameter names of ``func`` (from torch's own table of its signatures) that
+    the handler ``fn`` takes at the same position under another name."""
+    import inspect
+
+    ours = torch.overrides.get_testing_overrides().get(func)
+    if ours is None:
+        return {}
+    try:
+        theirs = list(inspect.signature(ours).parameters.values())
+        mine = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    taken = {p.name for p in mine}
+    names = {}
+    for t, m in zip(theirs, mine):
+        if t.kind not in positional or m.kind not in positional:
+            break
+        if t.name != m.name and t.name not in taken:
+            names[t.name] = m.name
+    return names
 
 
 def _torch_function(func, types, args, kwargs):

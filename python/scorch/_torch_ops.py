@@ -1565,6 +1565,8 @@ def _normalize(a, p=2.0, dim=1, eps=1e-12, out=None):
     refuse_out("F.normalize", out, a)
     if not _is_sparse(a):
         refuse("F.normalize", a, why="the input must be the SparseTensor")
+    if p == "fro":   # (torch's normalize takes it: the 2-norm of each slice)
+        p = 2.0
     return _div_handler(a, _vector_norm("F.normalize", a, p, dim, True, None).clamp_min(eps))
 
 
