@@ -129,3 +129,41 @@ def test_scalar_operands_of_add_and_mul():
         A.float() + s
     with pytest.raises(NotImplementedError, match="nonzero scalar"):
         A + 1
+
+
+def test_elementwise_corners_follow_torch():
+    """0.0 - A on integers negates after promotion; a Python bool adds as 0 or 1 and
+    subtracts not at all; a bool alpha, shapes that do not broadcast: torch's errors;
+    out= on value maps refused; an all-dense format kept by A + B."""
+    x = torch.tensor([[0, 3], [200, 0]], dtype=torch.uint8)
+    A = scorch.to_sparse(x, "csr")
+    for got, want in ((0.0 - A, 0.0 - x), (torch.rsub(A, 0.0), torch.rsub(x, 0.0)),
+                      (torch.tensor(0.) - A, torch.tensor(0.) - x)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.to_dense(), want)
+    y = torch.tensor([[1., 0], [0, -2]])
+    B = scorch.to_sparse(y, "csr")
+    torch.testing.assert_close((B + False).to_dense(), y + False)
+    with pytest.raises(NotImplementedError, match="nonzero scalar"):
+        B + True
+    for call in (lambda: B - True, lambda: torch.ones(2, 2, dtype=torch.bool) - B,
+                 lambda: torch.add(B, B, alpha=True), lambda: B * torch.ones(5),
+                 lambda: B + scorch.to_sparse(torch.ones(2, 3), "csr"),
+                 lambda: B / torch.ones(3, 2)):
+        with pytest.raises(RuntimeError):
+            call()
+    D = torch.zeros(2, 2)
+    for call in (lambda: torch.neg(B, out=D), lambda: torch.abs(B, out=D),
+                 lambda: torch.pow(B, 2, out=D)):
+        with pytest.raises(NotImplementedError, match="out="):
+            call()
+    assert torch.equal(D, torch.zeros(2, 2))
+    Ad = scorch.to_sparse(y, "dense")
+    for r in (Ad + B, Ad - Ad, torch.add(Ad, B, alpha=2)):
+        assert isinstance(r, scorch.SparseTensor) and r.format.name == "dense"
+    torch.testing.assert_close((Ad - B).to_dense(), torch.zeros(2, 2))
+    torch.testing.assert_close(B.subtract(B).to_dense(), y - y)
+    torch.testing.assert_close(B.multiply(2).to_dense(), y * 2)
+    torch.testing.assert_close(B.divide(2).to_dense(), y / 2)
+    with pytest.raises(NotImplementedError, match="elementwise maximum"):
+        torch.max(B, B)

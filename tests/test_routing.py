@@ -350,13 +350,13 @@ def refusal(fmt):
     (lambda A: A ** -1, "torch.pow"),
     (lambda A: A ** 0, "torch.pow"),
     (lambda A: A / torch.arange(6.0), "the divisor has zeros"),
-    (lambda A: A / torch.ones(4), "torch.div"),
+    (lambda A: A / torch.ones(2, 5, 6), "torch.div"),
     (lambda A: 1 / A, "torch.div"),
     (lambda A: A / 0, "torch.div"),
     (lambda A: torch.div(A, 2, rounding_mode="floor"), "torch.div"),
     (lambda A: A + torch.ones(6), "torch.add"),
     (lambda A: A * torch.ones(3, 5, 6), "torch.mul"),
-    (lambda A: A * torch.ones(4), "torch.mul"),
+    (lambda A: A[:1] * torch.ones(5, 6), "torch.mul"),
     (lambda A: torch.relu_(A), "relu_"),
     (lambda A: F.relu(A, inplace=True), "F.relu"),
     (lambda A: A @ torch.ones(2, 2, 6, 3), "torch.matmul"),
@@ -495,10 +495,14 @@ def test_storage_level_exports_are_refused():
 
 
 def test_refusal_names_both_formats():
-    A = scorch.to_sparse(make_dense((4, 4), torch.float32, 1), "csr")
-    B = scorch.to_sparse(make_dense((4, 5), torch.float32, 2), "coo")
+    A = scorch.to_sparse(make_dense((4, 5), torch.float32, 1), "csr")
+    B = scorch.to_sparse(make_dense((1, 5), torch.float32, 2), "coo")
     with pytest.raises(NotImplementedError, match=refusal("coo, csr")):
-        A + B
+        A + B                                     # (a broadcast sparse addition)
+    with pytest.raises(RuntimeError, match="do not broadcast"):   # torch's error type
+        A + scorch.to_sparse(make_dense((4, 4), torch.float32, 2), "coo")
+    with pytest.raises(RuntimeError, match="do not broadcast"):
+        A * torch.ones(4)
 
 
 def test_errors_from_the_compiler_and_torch_checks():

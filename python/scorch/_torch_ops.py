@@ -736,18 +736,28 @@ def _compile_index(text, *ops):
 def _add(name, a, b, sign=1):
     """a + sign * b where a or b is sparse."""
     _no_complex(name, a, b)
+    if sign < 0 and any(isinstance(x, bool) or isinstance(x, torch.Tensor) and
+                        x.dtype == torch.bool for x in (a, b)):
+        raise RuntimeError(f"{name}: subtraction, the `-` operator, with a bool tensor is "
+                           "not supported (as torch's); use `~` or logical_not()")
+    if isinstance(a, bool) or isinstance(b, bool):   # (a Python bool adds as 0 or 1)
+        a, b = (int(x) if isinstance(x, bool) else x for x in (a, b))
     if _is_scalar(a) or _is_scalar(b):
         sc, other = (b, a) if _is_scalar(b) else (a, b)
         if _is_sparse(other) and isinstance(sc, torch.Tensor) and sc.requires_grad:
             refuse(name, a, b, why="a scalar that requires grad (its gradient would sum "
                                    "over every element, stored or not)")
-        if _is_sparse(other) and float(sc) == 0:   # (values promoted as torch's: int + 0.0)
-            fn = (lambda v: v + sign * sc) if other is a else (lambda v: sc + sign * v)
+        if _is_sparse(other) and float(sc) == 0:   # (values promoted as torch's: int + 0.0,
+            if other is a:                         # before any negation: 0.0 - uint8 200
+                fn = (lambda v: v + sc) if sign > 0 else (lambda v: v - sc)   # is -200)
+            else:
+                fn = (lambda v: sc + v) if sign > 0 else (lambda v: sc - v)
             return _map_values(other, fn, linear=True)
         refuse(name, a, b, why="adding a nonzero scalar is not zero-preserving")
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
     if a.shape != b.shape:
+        _broadcastable(name, a, b)
         refuse(name, a, b, why=f"shapes {tuple(a.shape)} and {tuple(b.shape)} differ "
                                 "(broadcasting is not supported for sparse addition)")
     if not _is_sparse(a) and not _is_sparse(b):
@@ -765,12 +775,15 @@ def _add(name, a, b, sign=1):
     va = a._values if pa is not None else a
     vb = b._values if pb is not None else b
     if not (torch.is_grad_enabled() and (va.requires_grad or vb.requires_grad)):
-        return _add_kernel(a, b, sign)
-    box = []
-    res = _AddFn.apply((pa, pb, box), sign, va, vb)
-    if box:
-        return box[0]._rewrap(res, requires_grad=res.requires_grad)
-    return res
+        res = _add_kernel(a, b, sign)
+    else:
+        box = []
+        res = _AddFn.apply((pa, pb, box), sign, va, vb)
+        if box:
+            return box[0]._rewrap(res, requires_grad=res.requires_grad)
+    # (two sparse operands: a's format, which the compiler gives as a plain tensor where
+    # it is all dense)
+    return _kept_sparse(res, a) if pa is not None and pb is not None else res
 
 
 # ---- value maps -------------------------------------------------------------------------
@@ -800,7 +813,8 @@ _UNARY = {
 
 
 def _unary_handler(fn):
-    def handler(a, *args, **kwargs):
+    def handler(a, *args, out=None, **kwargs):
+        refuse_out(f"torch.{fn.__name__}", out, a)
         return _map_values(a, lambda v: fn(v, *args, **kwargs))
     return handler
 
@@ -877,7 +891,8 @@ for _fname in ("sigmoid", "softplus", "logsigmoid"):
 
 
 @_register(torch.pow, torch.Tensor.pow, torch.Tensor.__pow__)
-def _pow(a, p):
+def _pow(a, p, *, out=None):
+    refuse_out("torch.pow", out, a)
     if not _is_sparse(a):
         refuse("torch.pow", a, p, why="a scalar base with a sparse exponent is not "
                                       "zero-preserving")
@@ -895,7 +910,8 @@ def _add_handler(a, b, *, alpha=1, out=None):
     return _add_scaled("torch.add", a, b, 1, alpha)
 
 
-@_register(torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__)
+@_register(torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.subtract,
+           torch.Tensor.__sub__)
 def _sub_handler(a, b, *, alpha=1, out=None):
     refuse_out("torch.sub", out, a, b)
     return _add_scaled("torch.sub", a, b, -1, alpha)
@@ -910,6 +926,8 @@ def _add_scaled(name, a, b, sign, alpha):
     """``a + sign * alpha * b`` as torch computes it: alpha scales b in the promoted dtype
     (an int8 b times 3 does not wrap where the sum is float32), a float alpha is refused
     for integer operands, and a float16 / bfloat16 result is rounded once."""
+    if isinstance(alpha, bool):
+        raise RuntimeError(f"{name}: Boolean alpha only supported for Boolean results")
     if alpha == 1:
         return _add(name, a, b, sign)
     dt = torch.result_type(a, b)
@@ -959,12 +977,21 @@ def _dense_for(a: SparseTensor, d: torch.Tensor, name):
             ld += la[off + k]
             keep.append(k)
         elif d.shape[k] != 1:
-            stretch = a.shape[off + k] == 1
-            refuse(name, a, d, why=f"shapes {tuple(a.shape)} and {tuple(d.shape)} " + (
-                "would stretch the sparse operand's dimension of 1" if stretch else
-                "do not broadcast"))
+            _broadcastable(name, a, d)
+            refuse(name, a, d, why=f"shapes {tuple(a.shape)} and {tuple(d.shape)} would "
+                                   "stretch the sparse operand's dimension of 1")
     dd = d.reshape([d.shape[k] for k in keep])
     return la, dd, ld
+
+
+def _broadcastable(name, a, b):
+    """torch's RuntimeError where a's and b's shapes do not broadcast at all (before any
+    refusal of a broadcast scorch does not compute)."""
+    try:
+        torch.broadcast_shapes(tuple(a.shape), tuple(b.shape))
+    except RuntimeError:
+        raise RuntimeError(f"{name}: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
+                           "broadcast") from None
 
 
 def _no_complex(name, a, b):
@@ -987,6 +1014,7 @@ def _mul(a, b, name="torch.mul"):
         return NotImplemented
     if _is_sparse(a) and _is_sparse(b):
         if a.shape != b.shape:
+            _broadcastable(name, a, b)
             refuse(name, a, b, why=f"shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
         ix = "ijklmnpq"[:a.dim()]
         return _kept_sparse(einsum(f"{ix},{ix}->{ix}", a, b), a)
@@ -1021,15 +1049,15 @@ def _kept_sparse(r, a: SparseTensor):
     return to_sparse(r, a.format, a.index_dtype)
 
 
-@_register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__,
-           torch.Tensor.__rmul__)
+@_register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.multiply,
+           torch.Tensor.__mul__, torch.Tensor.__rmul__)
 def _mul_handler(a, b, *, out=None):
     refuse_out("torch.mul", out, a, b)
     return _mul(a, b)
 
 
 @_register(torch.div, torch.divide, torch.true_divide, torch.Tensor.div,
-           torch.Tensor.__truediv__, torch.Tensor.true_divide)
+           torch.Tensor.divide, torch.Tensor.__truediv__, torch.Tensor.true_divide)
 def _div_handler(a, b, *, rounding_mode=None, out=None):
     _no_complex("torch.div", a, b)
     if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
@@ -1459,6 +1487,9 @@ def _amin(a, dim=(), keepdim=False, *, out=None):
 
 def _max_min(name, largest):
     def handler(a, *args, **kwargs):
+        if args and isinstance(args[0], torch.Tensor) or "other" in kwargs:
+            refuse(f"torch.{name}(A, B)", a, *args, why=f"the elementwise {name}imum of "
+                   f"two tensors is not built (torch.a{name}(A, dim) reduces one)")
         if args or kwargs:
             refuse(f"torch.{name} with arguments", a, *args,
                    why=f"the reduction over a dimension returns indices too; use "
