@@ -603,6 +603,14 @@ def test_a_torch_compiled_function_inside_runs_as_written():
         torch.testing.assert_close(got[0], want[0])
         torch.testing.assert_close(got[1].to_dense(), want[1].to_dense())
         torch.testing.assert_close(got[2], want[2].detach())
+    # one compiled function given a deferred product, then a plain tensor: both right
+    # (Dynamo had cached a frame traced with the product that lost the "+ 1")
+    k = torch.compile(lambda x: x * 2 + 1, backend="eager")
+    on_product, on_plain = scorch.compile(lambda Q: k(Q @ Q.T)), scorch.compile(k)
+    for _ in range(2):
+        torch.testing.assert_close(on_product(Q), (Q @ Q.T) * 2 + 1)
+        torch.testing.assert_close(on_plain(Q), Q * 2 + 1)
+        torch.testing.assert_close(k(Q), Q * 2 + 1)
 
 
 def test_running_statistics_written_inside_are_seen():
@@ -651,6 +659,11 @@ def test_what_is_returned_is_computed_in_any_container():
         scores: torch.Tensor
         n: int = 1
 
+    @dataclasses.dataclass
+    class State:
+        y: torch.Tensor
+        cache: dict = dataclasses.field(init=False)   # (not set: left alone)
+
     class Pair(tuple):
         pass
 
@@ -664,6 +677,8 @@ def test_what_is_returned_is_computed_in_any_container():
     assert type(mx).__name__ == "max" and type(mx.values) is torch.Tensor
     for t in (out.scores, ns.s, pair[0]):
         torch.testing.assert_close(t, p)
+    st = scorch.compile(lambda Q, K: State(Q @ K.T))(Q, K)
+    assert type(st.y) is torch.Tensor and not hasattr(st, "cache")
     torch.testing.assert_close(mx.values, p.max(1).values)
 
 

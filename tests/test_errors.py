@@ -568,6 +568,13 @@ def test_explain_describes_and_checks_these_operands():
         scorch.explain("ij,j->i", B, torch.ones(7))
     k = scorch.kernel("y(i) = A(i,j) * x(j)", A="csr")
     assert "nnz 30" in k.explain(B, torch.ones(6)).splitlines()[1]
+    x = make_dense((60, 50), torch.float32, seed_of("explain-csc"), density=0.1)
+    scorch.explain(torch.mm, scorch.to_sparse(x, "csc"), torch.ones(50, 8))
+    C = scorch.to_sparse(x[:6, :5], "csc")
+    lines = scorch.explain(torch.mm, C, torch.ones(5, 8)).splitlines()
+    assert f"nnz {C.nnz}" in lines[1] and "transposed before running" in lines[2]
+    assert lines[3].startswith("operand B") and "nnz 40" in lines[3]
+    assert not lines[4].startswith("  ")           # (B read as given: no moved line)
     with pytest.raises(ValueError, match="size mismatch"):
         k.explain(B, torch.ones(7))
 

@@ -389,3 +389,30 @@ def test_other_value_dtypes_are_refused_by_name():
         A.to(torch.bool)
     with pytest.raises(TypeError, match="scipy values, got uint16"):
         scorch.to_sparse(sp.eye(2, dtype=np.uint16, format="csr"), "csr")
+
+
+def test_einsum_squeezes_an_index_of_one_as_torch():
+    """Several operands: torch.einsum squeezes an index of extent 1 (and a 0-D operand has
+    none) instead of summing it, so the integer dtype stays."""
+    a = torch.full((3, 4), 3, dtype=torch.int32)
+    A = scorch.to_sparse(a, "csr")
+    for expr, other in (("ij,jk->ij", torch.ones(4, 1, dtype=torch.int32)),
+                        ("ij,k->ij", torch.ones(1, dtype=torch.int32)),
+                        ("ij,->ij", torch.tensor(2, dtype=torch.int32)),
+                        ("ij,jk->ij", torch.ones(4, 2, dtype=torch.int32)),
+                        ("ij,k->ij", torch.ones(0, dtype=torch.int32))):
+        got, want = scorch.einsum(expr, A, other), torch.einsum(expr, a, other)
+        same(got.to_dense() if isinstance(got, scorch.SparseTensor) else got, want)
+
+
+def test_add_products_truncate_only_integer_results():
+    x = torch.tensor([[1, 0, 2], [0, 3, 0]])
+    A, Af = scorch.to_sparse(x, "csr"), scorch.to_sparse(x.float(), "csr")
+    X = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    torch.testing.assert_close(torch.addmm(torch.ones(2, 2), A, X, alpha=0.5),
+                               torch.ones(2, 2) + 0.5 * (x @ X).float())
+    torch.testing.assert_close(torch.addmm(torch.ones(2, 2, dtype=torch.int64), Af,
+                                           X.float(), beta=0.5),
+                               0.5 + (x @ X).float())
+    same(torch.addmm(torch.ones(2, 2, dtype=torch.int64), A, X, alpha=0.5),
+         torch.addmm(torch.ones(2, 2, dtype=torch.int64), x, X, alpha=0.5))

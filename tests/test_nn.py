@@ -137,3 +137,15 @@ def test_built_on_the_cpu_only():
 def test_from_dense_needs_a_linear():
     with pytest.raises(TypeError, match="nn.Linear"):
         SparseLinear.from_dense(nn.Conv1d(2, 2, 1))
+
+
+def test_weight_copy_writes_the_values_or_refuses_another_pattern():
+    a = SparseLinear(6, 4, density=0.5, generator=gen(1))
+    b = SparseLinear(6, 4, density=0.5, generator=gen(2))
+    W = a.weight.detach().to_dense()
+    with torch.no_grad():
+        a.weight.copy_(scorch.to_sparse(2 * W, "csr"))          # same pattern: in place
+    torch.testing.assert_close(a.weight.detach().to_dense(), 2 * W)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="row_ptr / col_idx"):
+        a.weight.copy_(b.weight.detach())
+    torch.testing.assert_close(a.weight.detach().to_dense(), 2 * W)

@@ -753,6 +753,8 @@ def test_torch_keyword_names_reach_the_handlers():
         (lambda a: a.transpose(dim0=0, dim1=1), True),
         (lambda a: torch.dropout(a, 0.0, train=True), True),
         (lambda a: F.normalize(a, p="fro", dim=1), True),
+        (lambda a: torch.sum(a, axis=0), False),
+        (lambda a: a.sum(axis=1, keepdims=True), False),
     ]
     for call, sparse in calls:
         got = call(A)

@@ -838,7 +838,7 @@ def _explain(lang, expr, operands, out_format, schedule) -> str:
     text = _with_counts(_C.kernel_info(ran[0])[5], operands)
     if ran is asked:
         return text
-    given = _operand_lines(_C.kernel_info(asked[0])[5])
+    given = _operand_lines(_with_counts(_C.kernel_info(asked[0])[5], operands))
     lines, t = [], -1
     for line in text.splitlines():
         if line.startswith("operand ") and t + 1 < len(given):

@@ -172,8 +172,8 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1):
     global calls
     calls += 1
     p = _einsum_run("ij,jk->ik", (_to_scorch(mat1, "addmm"), _to_scorch(mat2, "addmm")))
-    if not p.dtype.is_floating_point:   # (torch's sparse kernels cast the scalars to the
-        alpha, beta = int(alpha), int(beta)   # integer type: 0.5 is 0)
+    if not torch.promote_types(p.dtype, inp.dtype).is_floating_point:   # (torch's sparse
+        alpha, beta = int(alpha), int(beta)   # kernels cast them to an integer type: 0.5 is 0)
     if not isinstance(p, SparseTensor):
         if inp.layout is not torch.strided and beta != 0:
             _refuse("addmm", inp, "a sparse input added to a dense product")

@@ -18,11 +18,13 @@ as for any other scorch op.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
 import inspect
 import numbers
+import sys
 import types
 import weakref
 
@@ -30,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ._tensor import SparseTensor, _compiling, outside_graph
+from ._tensor import SparseTensor, outside_graph
 
 _MAX_TERMS = 12   # a product with more operands is computed, not extended (the compiler
                   # takes 16; each factor multiplied in adds one)
@@ -173,10 +175,11 @@ def _mapped(x, fn):
         return y
     if isinstance(x, types.SimpleNamespace) or (dataclasses.is_dataclass(x) and
                                                 not isinstance(x, type)):
-        names = (f.name for f in dataclasses.fields(x)) if dataclasses.is_dataclass(x) \
+        names = [f.name for f in dataclasses.fields(x)] if dataclasses.is_dataclass(x) \
             else list(vars(x))
-        ys = {n: _mapped(getattr(x, n), fn) for n in names}
-        if all(ys[n] is getattr(x, n) for n in ys):
+        had = {n: getattr(x, n) for n in names if hasattr(x, n)}   # (a field not set yet)
+        ys = {n: _mapped(v, fn) for n, v in had.items()}
+        if all(ys[n] is had[n] for n in ys):
             return x
         y = copy.copy(x)
         for n, v in ys.items():
@@ -522,8 +525,6 @@ class _Deferring(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _compiling():   # (a torch.compile'd function called inside: Dynamo traces
-            return func(*args, **kwargs)   # its torch calls, and would cache this frame)
         rule = _RULES.get(func)
         if rule is not None:
             # (a product computed already is its value: an in-place op may have changed it)
@@ -554,6 +555,17 @@ class _Deferring(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _eager_inside():
+    """A context in which a torch.compile'd function called inside ``fn`` runs eagerly:
+    Dynamo would trace it with this mode on the stack and deferred products among its
+    arguments, and cache frames that then compute another function (its ``+ 1`` lost).
+    Where torch._dynamo is not loaded no function can have been compiled: nothing to do
+    (and no 0.8 s import)."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
+
+
 def compile(fn=None):
     """``fn`` with its dense products deferred until their use is known (see the module's
     text): a product that a sparse tensor samples (``mask * (Q @ K.T)``) runs as one fused
@@ -564,7 +576,7 @@ def compile(fn=None):
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with _Deferring():
+        with _eager_inside(), _Deferring():
             out = fn(*args, **kwargs)
         return _computed(out)
 

@@ -103,8 +103,7 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 # SDDMM call after a 64 MB sweep).  A finder on sys.meta_path that finds nothing sees
 # torch._dynamo's import go by and arms the real check (_arm_compile_checks).
 _compiling = bool
-_CHECKED = ("scorch._tensor", "scorch._torch_ops", "scorch._compiler",   # (their _compiling)
-            "scorch._fuse")
+_CHECKED = ("scorch._tensor", "scorch._torch_ops", "scorch._compiler")   # (their _compiling)
 
 
 def _arm_compile_checks():
@@ -523,7 +522,9 @@ def _renaming(func, fn) -> dict:
         return {}
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     taken = {p.name for p in mine}
-    names = {}
+    # (torch's NumPy spellings, where the handler has torch's own names: sum(axis=0))
+    names = {a: b for a, b in (("axis", "dim"), ("keepdims", "keepdim"))
+             if b in taken and a not in taken}
     for t, m in zip(theirs, mine):
         if t.kind not in positional or m.kind not in positional:
             break

@@ -630,9 +630,11 @@ def _widened_for_sum(expr, ops):
     another operand nor the output has: torch.einsum sums such an index first, through
     torch.sum, which gives int64, and so the result is int64 ("ij->i", "ij,jk->ij",
     "ij,jk->"; "ij->ji", "ij,jk->ik" sum none alone and keep the dtype; where torch then
-    raises, mixing int64 with int8 in a product, scorch gives the int64 result).  A float
-    operand makes the result float as it is.  Repeated coordinates are summed in the
-    tensor's own dtype first (_summed_as)."""
+    raises, mixing int64 with int8 in a product, scorch gives the int64 result).  With
+    several operands an index of extent 1 is squeezed, not summed, and so is a 0-D
+    operand's (the rewriting of "ij,->ij" gives it one).  A float operand makes the
+    result float as it is.  Repeated coordinates are summed in the tensor's own dtype
+    first (_summed_as)."""
     for x in ops:
         if (x._values.dtype if type(x) is SparseTensor else
                 getattr(x, "dtype", None)) in _SUMS_IN_INT64:
@@ -642,9 +644,16 @@ def _widened_for_sum(expr, ops):
     if not all(isinstance(x, torch.Tensor) and not x.dtype.is_floating_point for x in ops):
         return ops
     ins, out, _ = _parse(expr)
-    if len(ins) != len(ops) or not any(
-            c not in out and not any(c in t for j, t in enumerate(ins) if j != k)
-            for k, s in enumerate(ins) for c in s):
+    if len(ins) != len(ops):
+        return ops
+
+    def summed_alone(k, c):   # (several operands: torch.einsum squeezes an index of 1)
+        size = (ops[k]._shape if type(ops[k]) is SparseTensor else ops[k].shape)[
+            ins[k].index(c)]
+        return c not in out and (len(ops) == 1 or size != 1 and not any(
+            c in t for j, t in enumerate(ins) if j != k))
+
+    if not any(summed_alone(k, c) for k, s in enumerate(ins) for c in s):
         return ops
     return tuple(_summed_as(x, torch.int64) if isinstance(x, SparseTensor) else
                  x.to(torch.int64) for x in ops)
@@ -1175,9 +1184,11 @@ _tensor._SPARSE_DENSE_MATMUL = functools.partial(sparse_dense_product, _MATMUL)
 
 
 @_register(torch.mm, torch.Tensor.mm)
-def _mm(a, b, *args, out=None):
+def _mm(a, b, *args, out=None, out_dtype=None):
     if out is not None or args:
         refuse("torch.mm", a, b, why="out= is not supported")
+    if out_dtype is not None:
+        refuse("torch.mm(out_dtype=)", a, b, why="the product's dtype follows its operands")
     return _product("torch.mm", _MM, a, b)
 
 
@@ -1232,8 +1243,10 @@ def _mv(a, x, *, out=None):
 
 
 @_register(torch.bmm, torch.Tensor.bmm)
-def _bmm(a, b, *, out=None):
+def _bmm(a, b, *, out=None, out_dtype=None):
     refuse_out("torch.bmm", out, a, b)
+    if out_dtype is not None:
+        refuse("torch.bmm(out_dtype=)", a, b, why="the product's dtype follows its operands")
     return _product("torch.bmm", _BMM, a, b)
 
 
@@ -1246,7 +1259,7 @@ def _added(name, inp, p, beta, alpha):
                                      zip(shape[::-1], want[::-1])):
         raise RuntimeError(f"{name}: the input's shape {shape} does not broadcast to the "
                            f"product's shape {want}")
-    if not (p.dtype.is_floating_point and inp.dtype.is_floating_point):
+    if not torch.promote_types(p.dtype, inp.dtype).is_floating_point:
         alpha, beta = int(alpha), int(beta)   # (torch's integer add-products truncate them)
     if alpha != 1:
         p = _mul(p, alpha)
@@ -2296,6 +2309,11 @@ def _copy_(dst, src, non_blocking=False):
         with torch.no_grad():
             dst._values.copy_(src._values)
         return dst
+    owner = getattr(dst, "_pattern_owner", None)
+    if owner is not None:
+        raise RuntimeError(f"copy_ into {owner} of another pattern: the layer keeps its "
+                           "pattern in its row_ptr / col_idx buffers (load_state_dict, or "
+                           "copy_ into them, changes it)")
     vals = src._values.detach().to(dst.dtype, copy=True)
     vals.requires_grad_(dst._values.requires_grad)
     dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals   # (values last)

@@ -100,9 +100,11 @@ class SparseLinear(nn.Module):
                             values=self.values.detach())
             self._checked = (self.row_ptr, self.col_idx, versions)
         it = self.col_idx.dtype
-        return SparseTensor((self.out_features, self.in_features), _CSR, [None, self.row_ptr],
-                            [None, self.col_idx], self.values,
-                            requires_grad=self.values.requires_grad, index_dtype=it)
+        w = SparseTensor((self.out_features, self.in_features), _CSR, [None, self.row_ptr],
+                         [None, self.col_idx], self.values,
+                         requires_grad=self.values.requires_grad, index_dtype=it)
+        w._pattern_owner = "SparseLinear.weight"   # (copy_ of another pattern is refused:
+        return w                                   # the layer's buffers hold its pattern)
 
     @property
     def density(self) -> float:
