@@ -144,20 +144,31 @@ def test_one_position_keeps_only_its_entries(fmt):
     (torch.tensor([5]), IndexError, "out of range for dimension 0 of size 4"),
     (torch.tensor([-5]), IndexError, "out of range"),
     (torch.tensor([[0]]), NotImplementedError, "multi-dimensional index tensors"),
-    (torch.tensor([0.5]), IndexError, "1-D integer tensor"),
+    (torch.tensor([0.5]), IndexError, "must be long, int, byte or bool tensors"),
+    (torch.tensor(1.), IndexError, "must be long, int, byte or bool tensors"),
+    (1.5, IndexError, "only integers, slices"),
+    ({}, IndexError, "only integers, slices"),
+    ("a", TypeError, "str"),
     (torch.tensor([True, False]), IndexError, "boolean mask along dim 0 needs 4"),
     (4, IndexError, "index 4 is out of bounds for dimension 0 with size 4"),
     ((0, -5), IndexError, "index -5 is out of bounds for dimension 1"),
     ((Ellipsis, 0, Ellipsis), IndexError, "a single ellipsis"),
     ((None, 0, 0, 0), IndexError, "too many indices"),
-    ((True, False), NotImplementedError, "several bools"),
+    ((False, [0, 2]), IndexError, "shape mismatch"),
+    (([0, 1], slice(None), [1, 2]), IndexError, "too many indices"),
+    ((torch.tensor([[0]]), slice(None)), NotImplementedError,
+     r"A\[\(tensor\(\[\[0\]\]\), slice.*multi-dimensional index tensors"),
+    ((torch.tensor([[5]]), slice(None)), IndexError, "index 5 is out of bounds"),
     ((None,) * 7, NotImplementedError, "at most 8 dimensions"),
     ((torch.tensor([0]), torch.tensor([1]), slice(None)), IndexError, "too many indices"),
     ((torch.tensor([0]), torch.tensor([4])), IndexError,
      "index 4 is out of bounds for dimension 1 with size 4"),
-    ((torch.tensor([0]), torch.tensor([0.5])), IndexError, "dimension 1 must be an int64"),
-    ((torch.tensor([True, False, True, True]), torch.tensor([1])), IndexError,
+    ((torch.tensor([0]), torch.tensor([0.5])), IndexError, "must be long, int, byte or bool"),
+    ((torch.tensor([0], dtype=torch.int8), torch.tensor([1])), IndexError,
      "dimension 0 must be an int64 or int32 tensor"),
+    ((torch.tensor([True, False, True, True]), torch.tensor([1, 2])), IndexError,
+     r"shape mismatch: .* shapes \[3\], \[2\]"),
+    ((torch.tensor([True, False]), torch.tensor([1])), IndexError, "mask along dim 0 needs 4"),
     ((slice(None), slice(None), slice(None)), IndexError, "too many indices"),
     (slice(None, None, -1), ValueError, "step"),
 ])
@@ -233,12 +244,62 @@ def test_none_and_ellipsis_as_torch(fmt):
                 (None, Ellipsis, None), (0, None), (None, 1), (Ellipsis, 1), (1, Ellipsis),
                 (None, torch.tensor([1, 0]), None, 2), (Ellipsis, torch.tensor([2, 2])),
                 (slice(None), None, slice(1, 3)), (0, 1, None), (None, 3, 4), True, False,
-                (0, True, 1), (..., False), (slice(None), False, 2)):
+                (0, True, 1), (..., False), (slice(None), False, 2), (True, True),
+                (True, False), (False, ..., True, None)):
         got, ref = A[key], x[key]
         if isinstance(got, scorch.SparseTensor):
             got = got.to_dense()
         assert got.shape == ref.shape and torch.equal(got, ref), key
 
+
+
+def _as_dense(r):
+    return r.to_dense() if isinstance(r, scorch.SparseTensor) else r
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr", "dense"])
+def test_advanced_indices_broadcast_and_place_as_torch(fmt):
+    """Index tensors, lists, masks and bools are torch's advanced indices: they broadcast
+    together (a bool is one position or none), and their dimensions stand where the first
+    of them does when adjacent, in front when a slice, None or a dimension of the ...
+    separates them (an integer does not)."""
+    x = make_dense((3, 4), torch.float32, seed_of("advanced", fmt), "random")
+    A = scorch.to_sparse(x, fmt)
+    r2, c = torch.tensor([[0, 2], [1, 2]]), torch.tensor([1, 3])
+    m = torch.tensor([True, False, True])
+    keys = [(r2, None, c), ([0, 1], [1, 2], None), ([0, 2], [1, 2], ..., None),
+            (None, [0, 2], [1, 2]), ([0, 2], ..., [1, 2]), (r2, c), (r2[:, :1], c),
+            (True, [0, 2]), ([0, 2], True), (True, [0, 2], [1, 3]), (False, [0]),
+            (False, [0], [1]), (True, True), (True, False), (slice(None), True, [1, 3]),
+            (slice(None), [1, 3], True), (slice(None), [1, 3], None, True),
+            ([2, 0], slice(1, 3), True), (True, slice(None), [1, 3]),
+            (m, torch.tensor([1, 2])), (m, [3]), (m, True, [1, 1]), (x > 0,), (x > 0, None),
+            (None, x > 0), (torch.tensor(True), [0, 2]), (torch.tensor(1, dtype=torch.uint8),),
+            (torch.tensor(1), [1, 3]), ((0, 2), [1, 1])]
+    for key in keys:
+        ref, got = x[key], _as_dense(A[key])
+        assert got.shape == ref.shape and got.dtype == ref.dtype, key
+        assert torch.equal(got, ref), key
+
+    y = make_dense((3, 4, 5), torch.float64, seed_of("advanced-3d", fmt), "random")
+    B = scorch.to_sparse(y, {"csr": "csf", "csc": "cdc", "dcsr": "dcc"}.get(fmt, fmt))
+    i, j = torch.tensor([0, 2, 1]), torch.tensor([3, 0, 0])
+    for key in [(i, 1, j), (i, j, 4), (1, i, j), (i, None, j, 2), (0, ..., i, j), (i, ..., 2, j),
+                (0, slice(None), [1, 3]), (slice(None), [1, 3], 0), (0, True, [1, 3]),
+                (True, 2, slice(None), [1, 3]), (slice(None), None, [2, 0]),
+                (slice(1, 3), [2, 0], None, slice(None)), ([2, 0], 1)]:
+        ref, got = y[key], _as_dense(B[key])
+        assert got.shape == ref.shape and torch.equal(got, ref), key
+    with pytest.raises(NotImplementedError, match="several index tensors beside slices"):
+        B[i, :, j]
+
+    if fmt != "dense":   # (the gradient of the values: the picked positions' weights)
+        C = scorch.to_sparse(x, fmt).requires_grad_()
+        w = torch.arange(1.0, 5.0).reshape(2, 2, 1)
+        (C[r2, None, c] * w).sum().backward()
+        xg = x.clone().requires_grad_()
+        (xg[r2, None, c] * w).sum().backward()
+        assert torch.equal(C.grad.to_dense(), xg.grad * (x != 0))
 
 # ---- torch.cat: joining along a dimension --------------------------------------------------
 

@@ -2049,16 +2049,39 @@ def _select(a, dim, index):
     return select(a, dim, int(index))
 
 
-def _integer(k):
-    """k as a Python int where it is an integer index (an int or a 0-D integer tensor)."""
+_INDEX_KINDS = ("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+                "Variables are valid indices")
+
+
+def _index_key(k):
+    """One key of ``A[...]`` as torch reads it: ("int", i) for an int or a 0-D integer
+    tensor; ("bool", b) for a bool or a 0-D bool / uint8 tensor (an advanced index of one
+    position or none on a new dimension of size 1); ("adv", tensor) for an integer tensor
+    or a list; ("mask", bool tensor) for a bool / uint8 one (its nonzero positions over as
+    many dimensions as it has); ("slice", s), ("new", None), ("...", None).  Anything else
+    raises what torch raises."""
+    if k is None:
+        return "new", None
+    if k is Ellipsis:
+        return "...", None
     if isinstance(k, bool):
-        return None
-    if isinstance(k, int):
-        return k
-    if isinstance(k, torch.Tensor) and k.dim() == 0 and not k.is_floating_point() and \
-            k.dtype != torch.bool:
-        return int(k)
-    return None
+        return "bool", k
+    if isinstance(k, slice):
+        return "slice", k
+    if isinstance(k, numbers.Integral):
+        return "int", int(k)
+    if isinstance(k, (list, tuple)):
+        k = _index_tensor(list(k))
+    elif not isinstance(k, torch.Tensor):
+        if isinstance(k, str):       # (torch reads a str as a sequence: no tensor of it)
+            raise TypeError(f"indexing: a str ({k!r}) is not an index")
+        raise IndexError(f"{_INDEX_KINDS} (got {type(k).__name__})")
+    if k.dtype in (torch.bool, torch.uint8):
+        return ("bool", bool(k)) if k.dim() == 0 else ("mask", k.bool())
+    if k.is_floating_point() or k.is_complex():
+        raise IndexError(f"tensors used as indices must be long, int, byte or bool tensors "
+                         f"(got {k.dtype})")
+    return ("int", int(k)) if k.dim() == 0 else ("adv", k)
 
 
 def _pointwise(a: SparseTensor, keys) -> torch.Tensor:
@@ -2114,71 +2137,119 @@ def _as_torch_key(k):
 
 @_register(torch.Tensor.__getitem__)
 def _getitem(a, key):
-    """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j]: one index tensor (or list),
-    slices and integers, one dimension each (an integer drops its dimension); ``...``
-    stands for the dimensions not indexed and ``None`` adds one of size 1 (unsqueeze, a
-    view; ``True`` does the same and ``False`` adds one of size 0, as torch reads a bool);
-    A[r, c] with every dimension indexed by integer tensors (or ints) pairs them up
-    (``_pointwise``: a dense result); several index tensors beside slices are refused."""
-    keys = tuple(_as_torch_key(k) for k in (key if isinstance(key, tuple) else (key,)))
-
-    def added(k):   # (a key that adds a dimension rather than indexing one)
-        return k is None or isinstance(k, bool)
-
-    if sum(isinstance(k, bool) for k in keys) > 1:
-        refuse(f"A[{key!r}]", a, why="several bools in one index combine into one dimension "
-                                     "(as advanced indices do); use one bool or None")
-    if any(k is Ellipsis for k in keys):
-        if sum(k is Ellipsis for k in keys) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        used = sum(not added(k) and k is not Ellipsis for k in keys)
-        at = next(i for i, k in enumerate(keys) if k is Ellipsis)
-        keys = (keys[:at] + (slice(None),) * max(a.dim() - used, 0) + keys[at + 1:])
-    if any(added(k) for k in keys):
-        new, od = [], 0        # (the output dimensions they take, in order)
-        for k in keys:
-            if added(k):
-                new.append((od, k is False))
-            if added(k) or _integer(k) is None:
-                od += 1
-        out = _getitem(a, tuple(k for k in keys if not added(k)))
-        for d, empty in new:
-            if not _is_sparse(out):
-                out = out.unsqueeze(d)[(slice(None),) * d + (slice(0, 0 if empty else 1),)]
-                continue
-            out = _unsqueeze(out, d)
-            if empty:
-                out = index_select(out, d, torch.zeros(0, dtype=torch.int64), "indexing")
-        return out
-    if len(keys) > a.dim():
-        raise IndexError(f"too many indices for a {a.dim()}-D tensor: {len(keys)}")
-    tensors = [k for k in keys if isinstance(k, (torch.Tensor, list)) and _integer(k) is None]
-    if len(tensors) > 1:
-        if len(keys) == a.dim() and all(_integer(k) is not None or k is not None and
-                                        not isinstance(k, slice) for k in keys):
-            return _pointwise(a, keys)
-        refuse("indexing with several index tensors and slices", a, why="index every "
-               "dimension with integer tensors (their positions pair up pointwise), or "
-               "one dimension at a time")
-    out, ints = a, []
-    for d, k in enumerate(keys):
-        if _integer(k) is not None:
-            ints.append((d, _integer(k)))     # (dropped last, from the highest dim down)
-        elif isinstance(k, slice):
-            if k == slice(None):
-                continue
-            start, stop, step = k.indices(a.shape[d])
-            if step <= 0:
-                raise ValueError("step must be greater than zero")
-            out = index_select(out, d, torch.arange(start, max(start, stop), step),
-                               "indexing")
-        elif isinstance(k, list) or isinstance(k, torch.Tensor) and k.dim() == 1:
-            out = index_select(out, d, k, "indexing")
-        else:
-            refuse(f"A[{key!r}]", a, why="multi-dimensional index tensors are not built; "
-                   "index with integers, slices, None, ... or one 1-D index tensor")
+    """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j], A[r, c], as torch's indexing:
+    an integer drops its dimension (select), a slice or one 1-D index tensor (or list, or
+    mask) selects along one (index_select: a SparseTensor of a's format), ``...`` stands for
+    the dimensions not indexed, ``None`` adds one of size 1 (unsqueeze, a view).  The
+    advanced indices (index tensors, lists, masks, and bools, which torch reads as an index
+    of one position or none on a new dimension of size 1) broadcast together; their result
+    dimensions stand where the first of them stands when nothing (a slice, ``None``, a
+    dimension of the ``...``) separates them, else in front, as torch places them.  Index
+    tensors on every dimension that is not an integer's pair up (``_pointwise``: a dense
+    result); several index tensors, or a multi-dimensional one, beside slices are
+    refused."""
+    keys = key if isinstance(key, tuple) else (key,)
+    kinds = [_index_key(_as_torch_key(k)) for k in keys]
+    n = a.dim()
+    used = sum(k == "mask" and v.dim() or k in ("int", "slice", "adv") for k, v in kinds)
+    ellipses = sum(k == "..." for k, _ in kinds)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > n:
+        raise IndexError(f"too many indices for a {n}-D tensor: {used}")
+    # The output's dimensions in order (plan): "new" (None), "adv" (an advanced index's
+    # place), or the dimension of a that a slice or the ... keeps; then a's dimensions left.
+    plan, adv, ints, slices, d = [], [], [], [], 0
+    for k, v in kinds:
+        if k == "new":
+            plan.append("new")
+        elif k == "...":
+            plan.extend(range(d, d + n - used))
+            d += n - used
+        elif k == "int":
+            ints.append((d, v))     # (dropped last, from the highest dim down)
+            d += 1
+        elif k == "slice":
+            plan.append(d)
+            if v != slice(None):
+                slices.append((d, v))
+            d += 1
+        elif k == "bool":
+            plan.append("adv")
+            adv.append((None, torch.zeros(int(v), dtype=torch.int64)))
+        elif k == "adv":
+            plan.append("adv")
+            adv.append((d, v))
+            d += 1
+        else:                       # (a mask: its nonzero positions, one index a dim)
+            m = v.dim()
+            if tuple(v.shape) != tuple(a.shape[d:d + m]):
+                raise IndexError(f"indexing: a boolean mask along dim {d} needs "
+                                 f"{a.shape[d]} entries, got shape {tuple(v.shape)}" if m == 1
+                                 else f"indexing: a boolean mask over dims {d}..{d + m - 1} "
+                                 f"needs shape {tuple(a.shape[d:d + m])}, got "
+                                 f"{tuple(v.shape)}")
+            plan.extend(["adv"] * m)
+            adv.extend((d + j, c) for j, c in enumerate(v.nonzero().unbind(1)))
+            d += m
+    plan.extend(range(d, n))
+    shape = ()
+    if adv:
+        try:
+            shape = torch.broadcast_shapes(*(t.shape for _, t in adv))
+        except RuntimeError:
+            raise IndexError("shape mismatch: indexing tensors could not be broadcast "
+                             "together with shapes " + ", ".join(
+                                 str(list(t.shape)) for _, t in adv)) from None
+        at = [p for p, e in enumerate(plan) if e == "adv"]
+        first = at[0] if at[-1] - at[0] + 1 == len(at) else 0
+        plan = [e for e in plan[:first] if e != "adv"] + ["adv"] + \
+            [e for e in plan[first:] if e != "adv"]
+    real = [(d, t) for d, t in adv if d is not None]
+    if len(real) > 1 or real and real[0][1].dim() != 1:
+        sliced = any(isinstance(e, int) for e in plan)
+        for d, t in (real if sliced else []) + [(d, torch.tensor(i)) for d, i in ints]:
+            lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, -1)   # (torch's
+            if lo < -a.shape[d] or hi >= a.shape[d]:                          # errors)
+                raise IndexError(f"index {lo if lo < -a.shape[d] else hi} is out of bounds "
+                                 f"for dimension {d} with size {a.shape[d]}")
+        if sliced:
+            refuse(f"A[{key!r}]", a, why="multi-dimensional index tensors are not built "
+                   "beside slices" if len(real) == 1 else "several index tensors beside "
+                   "slices are not built; index every dimension with integer tensors "
+                   "(their positions pair up pointwise), or one dimension at a time")
+        paired = dict(ints)
+        paired.update((d, t.expand(shape)) for d, t in real)
+        out = _pointwise(a, [paired[d] for d in range(n)])
+        return out.reshape([1 if e == "new" else s for e in plan
+                            for s in (shape if e == "adv" else (1,))])
+    out = a
+    if real:                        # (one 1-D index: the selection along its dimension)
+        d, t = real[0]
+        out = index_select(out, d, t if t.shape == shape else t.expand(shape), "indexing")
+    for d, s in slices:
+        start, stop, step = s.indices(a.shape[d])
+        if step <= 0:
+            raise ValueError("step must be greater than zero")
+        out = index_select(out, d, torch.arange(start, max(start, stop), step), "indexing")
     for d, i in reversed(ints):
         out = select(out, d, i)
+    if real:                        # (the indices' dimension where torch places it)
+        kept = [e for e in plan if isinstance(e, int) or e == "adv"]
+        at, want = sum(isinstance(e, int) and e < real[0][0] for e in kept), kept.index("adv")
+        if at != want:
+            perm = [q for q in range(len(kept)) if q != at]
+            perm.insert(want, at)
+            out = _permuted(out, perm)
+    for p, e in enumerate(plan):    # (the dimensions added: None's, bools' if alone)
+        if e == "new" or e == "adv" and not real:
+            empty = e == "adv" and shape[0] == 0
+            if not _is_sparse(out):
+                out = out.unsqueeze(p)[(slice(None),) * p + (slice(0, 0 if empty else 1),)]
+                continue
+            out = _unsqueeze(out, p)
+            if empty:
+                out = index_select(out, p, torch.zeros(0, dtype=torch.int64), "indexing")
     return out
 
 
