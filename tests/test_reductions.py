@@ -239,8 +239,35 @@ def test_diagonal_sums_duplicates_and_has_gradients():
     assert torch.equal(d, torch.tensor([3.0, 3.0]))
     (d * torch.tensor([10.0, 100.0])).sum().backward()
     assert torch.equal(D.values().grad, torch.tensor([10.0, 10.0, 100.0]))
-    with pytest.raises(NotImplementedError, match="torch.diagonal"):
+    with pytest.raises(NotImplementedError, match="torch.diag"):
         torch.diag(scorch.to_sparse(torch.ones(3), "coo"))
+
+
+def test_diagonal_dims_as_torch():
+    """Dimensions by keyword and counted from the end; out-of-range and identical ones
+    raise torch's IndexError and RuntimeError."""
+    x = torch.tensor([[0., 1, 0, 2], [5, 0, 0, 0], [3, 0, 7, 4]])
+    A = scorch.to_sparse(x, "csr")
+    for kw in [dict(offset=1, dim1=1, dim2=0), dict(dim1=-1, dim2=-2), dict(offset=-1)]:
+        assert torch.equal(A.diagonal(**kw), x.diagonal(**kw)), kw
+        assert torch.equal(torch.diagonal(A, **kw), torch.diagonal(x, **kw)), kw
+    assert torch.equal(A.diag(diagonal=1), x.diag(diagonal=1))
+    for args, err, match in [((0, 2, 3), IndexError, "dim 2 is out of range"),
+                             ((0, 0, -3), IndexError, "dim -3 is out of range"),
+                             ((0, 0, 0), RuntimeError, "cannot be identical 0, 0"),
+                             ((0, -2, 0), RuntimeError, "cannot be identical -2, 0")]:
+        with pytest.raises(err):
+            x.diagonal(*args)
+        with pytest.raises(err, match=match):
+            A.diagonal(*args)
+    with pytest.raises(IndexError):   # (a vector has no dim 1)
+        scorch.to_sparse(torch.ones(3), "coo").diagonal()
+    with pytest.raises(RuntimeError, match="Supports 1D or 2D"):
+        torch.diag(scorch.to_sparse(torch.ones(2, 2, 2), "csf"))
+    with pytest.raises(NotImplementedError, match="torch.diagonal"):
+        scorch.to_sparse(torch.ones(2, 2, 2), "csf").diagonal()
+    with pytest.raises(NotImplementedError, match=r"torch.diag\(out=\)"):
+        torch.diag(A, out=torch.empty(3))
 
 
 def test_norms_over_a_dimension_keep_nan_and_half_range():

@@ -1980,22 +1980,34 @@ def _stack(tensors, dim=0, *, out=None):
     return _cat([_unsqueeze(t, dim) for t in tensors], dim, out=out)
 
 
-@_register(torch.diagonal, torch.Tensor.diagonal, torch.diag, torch.Tensor.diag)
-def _diagonal(a, offset=0, dim1=0, dim2=1, *, diagonal=None, out=None):
-    """The entries (i, i + offset) of a matrix, as a dense vector (duplicates summed),
-    differentiable w.r.t. the values; torch.diag of a matrix is the same."""
-    if diagonal is not None:        # (torch.diag names the offset "diagonal")
-        offset = diagonal
-    refuse_out("torch.diagonal", out, a)
-    if a.dim() != 2 or sorted((dim1 % 2, dim2 % 2)) != [0, 1]:
-        refuse("torch.diagonal", a, why="the diagonal of a matrix's two dimensions is built "
-                                        "(torch.diag of a vector would build a matrix)")
-    rows, cols = dim_coords(a) if dim1 % 2 == 0 else dim_coords(a)[::-1]
-    m, n = (a.shape[0], a.shape[1]) if dim1 % 2 == 0 else (a.shape[1], a.shape[0])
+@_register(torch.diagonal, torch.Tensor.diagonal)
+def _diagonal(a, offset=0, dim1=0, dim2=1):
+    """The entries (i, i + offset) of a matrix (of its dims dim1, dim2), as a dense vector
+    (duplicates summed), differentiable w.r.t. the values."""
+    d1, d2 = _dim_index("torch.diagonal", dim1, a.dim()), _dim_index("torch.diagonal", dim2,
+                                                                      a.dim())
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    if a.dim() != 2:
+        refuse("torch.diagonal", a, why="the diagonal of a matrix is built")
+    rows, cols = dim_coords(a) if d1 == 0 else dim_coords(a)[::-1]
+    m, n = (a.shape[0], a.shape[1]) if d1 == 0 else (a.shape[1], a.shape[0])
     length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
     on = cols - rows == offset
     at = rows[on] if offset >= 0 else cols[on]
     return _index_sum(length, at, a._values[on])
+
+
+@_register(torch.diag, torch.Tensor.diag)
+def _diag(a, diagonal=0, *, out=None):
+    """torch.diag of a matrix: its diagonal, as _diagonal's."""
+    refuse_out("torch.diag", out, a)
+    if a.dim() > 2:
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {a.dim()}D")
+    if a.dim() != 2:
+        refuse("torch.diag", a, why="the diagonal of a matrix is built (torch.diag of a "
+                                    "vector would build a matrix)")
+    return _diagonal(a, diagonal)
 
 
 @_register(torch.trace, torch.Tensor.trace)
