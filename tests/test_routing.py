@@ -292,6 +292,48 @@ def test_permute_3d():
     close(A.transpose(0, 2), a.transpose(0, 2))
 
 
+def test_structure_ops_take_torchs_keywords():
+    """The keyword names and aliases torch accepts: axis for cat / concat / concatenate /
+    stack, dim0 / dim1 and axis0 / axis1, dims for permute; an out= tensor refused."""
+    A, a = sp((3, 4), "csr", torch.float64, seed_of("keywords"), "random")
+    idx = torch.tensor([2, 0])
+    cases = [
+        (lambda t: torch.cat([t, t], axis=1), True),
+        (lambda t: torch.concat([t, t], axis=0), True),
+        (lambda t: torch.concatenate([t, t], axis=-1), True),
+        (lambda t: torch.stack([t, t], axis=1), True),
+        (lambda t: torch.stack([t, t], dim=2), True),
+        (lambda t: t.transpose(dim0=0, dim1=1), True),
+        (lambda t: torch.transpose(t, dim0=1, dim1=0), True),
+        (lambda t: torch.swapaxes(t, axis0=0, axis1=1), True),
+        (lambda t: t.swapaxes(axis0=-1, axis1=0), True),
+        (lambda t: torch.swapdims(t, dim0=0, dim1=1), True),
+        (lambda t: t.swapdims(dim0=0, dim1=-1), True),
+        (lambda t: t.permute(dims=(1, 0)), True),
+        (lambda t: torch.permute(t, dims=[1, 0]), True),
+        (lambda t: t.permute([1, 0]), True),
+        (lambda t: torch.index_select(t, dim=1, index=idx), True),
+        (lambda t: t.narrow(dim=1, start=1, length=2), True),
+        (lambda t: t.select(dim=1, index=2), True),
+        (lambda t: t.unsqueeze(dim=1), True),
+        (lambda t: t.unsqueeze(0).squeeze(dim=0), True),
+        (lambda t: t.sum(dim=1, keepdim=True), False),
+        (lambda t: t.amax(dim=0, keepdim=True), False),
+        (lambda t: t.diagonal(offset=1, dim1=1, dim2=0), False),
+    ]
+    for f, sparse in cases:
+        close(f(A), f(a), sparse=sparse)
+    with pytest.raises(NotImplementedError, match=r"torch.index_select\(out=\)"):
+        torch.index_select(A, 0, idx, out=torch.empty(0))
+    with pytest.raises(NotImplementedError, match=r"torch.stack\(out=\)"):
+        torch.stack([A, A], axis=1, out=torch.empty(0))
+    for bad in [(0, 0), (0,), (0, 1, 1)]:          # (torch's RuntimeError)
+        with pytest.raises(RuntimeError):
+            a.permute(bad)
+        with pytest.raises(RuntimeError, match="is not a permutation"):
+            A.permute(bad)
+
+
 @pytest.mark.parametrize("fmt", FMTS)
 def test_dtype_detach_clone_grad_flags(fmt):
     A, a = sp((5, 6), fmt, torch.float32, seed_of("to", fmt))

@@ -1692,7 +1692,7 @@ def _permuted(a: SparseTensor, perm):
     n = a.dim()
     perm = [_dim_index("permute", p, n) for p in perm]
     if sorted(perm) != list(range(n)):
-        raise ValueError(f"permute: {tuple(perm)} is not a permutation of {n} dimensions")
+        raise RuntimeError(f"permute: {tuple(perm)} is not a permutation of {n} dimensions")
     inv = [0] * n
     for new, old in enumerate(perm):
         inv[old] = new
@@ -1703,7 +1703,8 @@ def _permuted(a: SparseTensor, perm):
 
 
 @_register(torch.permute, torch.Tensor.permute)
-def _permute(a, *dims):
+def _permute(a, *args, dims=None):
+    dims = args if dims is None else (dims,)    # (A.permute(1, 0), permute(dims=(1, 0)))
     if len(dims) == 1 and isinstance(dims[0], (list, tuple, torch.Size)):
         dims = tuple(dims[0])
     return _permuted(a, dims)
@@ -1711,9 +1712,10 @@ def _permute(a, *dims):
 
 @_register(torch.transpose, torch.Tensor.transpose, torch.swapaxes, torch.Tensor.swapaxes,
            torch.swapdims, torch.Tensor.swapdims)
-def _transpose(a, d0, d1):
-    n = a.dim()
-    d0, d1 = _dim_index("transpose", d0, n), _dim_index("transpose", d1, n)
+def _transpose(a, dim0=None, dim1=None, *, axis0=None, axis1=None):
+    n = a.dim()     # (swapaxes names the dims axis0, axis1)
+    d0 = _dim_index("transpose", dim0 if axis0 is None else axis0, n)
+    d1 = _dim_index("transpose", dim1 if axis1 is None else axis1, n)
     perm = list(range(n))
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return _permuted(a, perm)
@@ -1859,7 +1861,8 @@ def _select_segments(a: SparseTensor, index, shape) -> SparseTensor:
 
 
 @_register(torch.index_select, torch.Tensor.index_select)
-def _index_select(a, dim, index):
+def _index_select(a, dim, index, *, out=None):
+    refuse_out("torch.index_select", out, a, index)
     if not _is_sparse(a):
         refuse("torch.index_select", a, index, why="the input must be the SparseTensor")
     return index_select(a, dim, index)
@@ -1876,10 +1879,11 @@ def _narrow(a, dim, start, length):
 
 
 @_register(torch.cat, torch.concat, torch.concatenate)
-def _cat(tensors, dim=0, *, out=None):
-    """Sparse tensors joined along dim (PyG's block batching joins adjacencies so): the
-    entries of each, offset along dim, in the first one's format; differentiable w.r.t.
-    every values tensor."""
+def _cat(tensors, dim=0, *, axis=None, out=None):
+    """Sparse tensors joined along dim (or axis, its alias) (PyG's block batching joins
+    adjacencies so): the entries of each, offset along dim, in the first one's format;
+    differentiable w.r.t. every values tensor."""
+    dim = dim if axis is None else axis
     tensors = list(tensors)
     name = "torch.cat"
     refuse_out(name, out, *tensors)
@@ -1968,8 +1972,10 @@ def _squeeze(a, dim=None):
 
 
 @_register(torch.stack)
-def _stack(tensors, dim=0, *, out=None):
+def _stack(tensors, dim=0, *, axis=None, out=None):
+    dim = dim if axis is None else axis
     tensors = list(tensors)
+    refuse_out("torch.stack", out, *tensors)
     if not tensors or not all(_is_sparse(t) for t in tensors):
         refuse("torch.stack", *tensors, why="every tensor must be a SparseTensor (convert the "
                                             "dense ones with scorch.to_sparse)")
@@ -1977,7 +1983,7 @@ def _stack(tensors, dim=0, *, out=None):
     if any(t.shape != tensors[0].shape for t in tensors):
         raise RuntimeError("torch.stack expects each tensor to be equal size, got "
                            + ", ".join(str(tuple(t.shape)) for t in tensors))
-    return _cat([_unsqueeze(t, dim) for t in tensors], dim, out=out)
+    return _cat([_unsqueeze(t, dim) for t in tensors], dim)
 
 
 @_register(torch.diagonal, torch.Tensor.diagonal)
