@@ -301,6 +301,54 @@ def test_advanced_indices_broadcast_and_place_as_torch(fmt):
         (xg[r2, None, c] * w).sum().backward()
         assert torch.equal(C.grad.to_dense(), xg.grad * (x != 0))
 
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_ranges_of_rows_as_torch(fmt, index_dtype):
+    """A[a:b], narrow and A[i] along csr's rows (csc's columns) copy one contiguous range
+    of entries: against dense, empty and end ranges included, the index width kept, the
+    result's arrays its own (a write to it leaves A alone), the gradient flowing."""
+    x = make_dense((7, 5), torch.float64, seed_of("ranges", fmt), "empty_rows")
+    A = scorch.to_sparse(x, fmt, index_dtype=index_dtype).requires_grad_()
+    t = (lambda k: k) if fmt in ("csr", "coo", "dcsr") else (lambda k: (slice(None), k))
+    keys = [slice(2, 5), slice(0, 7), slice(3, 3), slice(7, None), slice(-2, None),
+            slice(1, 6, 2), 4, -1]
+    for key in keys:
+        ref, got = x[t(key)], A[t(key)]
+        assert torch.equal(got.to_dense(), ref), key
+        assert got.index_dtype == index_dtype, key
+    dim = 0 if fmt != "csc" else 1
+    assert torch.equal(A.narrow(dim, 1, 4).to_dense(), x.narrow(dim, 1, 4))
+    S = A[t(slice(1, 4))]
+    assert all(u.data_ptr() != v.data_ptr() for u, v in zip(S._crd + S._pos, A._crd + A._pos)
+               if u is not None and v is not None and u.numel() and v.numel())
+    with torch.no_grad():
+        S.detach().copy_(S.detach() * 0)
+    assert torch.equal(A.detach().to_dense(), x)
+    (A[t(slice(2, 6))].to_dense() * 3).sum().backward()
+    want = torch.zeros_like(x)
+    want[t(slice(2, 6))] = 3
+    assert torch.equal(A.grad.to_dense(), want * (x != 0))
+
+
+def test_repeated_is_repeat_interleave():
+    """scorch's repeat (no parallel region) against torch.repeat_interleave: dtypes kept,
+    an int count, empty inputs, a tensor that records autograd."""
+    from scorch._torch_ops import repeated
+
+    for dt in (torch.int32, torch.int64, torch.float32):
+        v = torch.arange(6).to(dt)
+        for counts in (torch.tensor([0, 2, 1, 0, 3, 1]), torch.tensor([0, 2, 1, 0, 3, 1],
+                                                                        dtype=torch.int32), 3, 0):
+            got, ref = repeated(v, counts), torch.repeat_interleave(v, counts)
+            assert got.dtype == ref.dtype and torch.equal(got, ref), (dt, counts)
+        e = repeated(v[:0], torch.zeros(0, dtype=torch.int64))
+        assert e.dtype == dt and e.shape == (0,)
+    w = torch.arange(3.0, requires_grad=True)
+    r = repeated(w, torch.tensor([2, 0, 1]))
+    r.sum().backward()
+    assert torch.equal(w.grad, torch.tensor([2.0, 0.0, 1.0]))
+
 # ---- torch.cat: joining along a dimension --------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS_2D)

@@ -118,8 +118,10 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
             raise NotImplementedError("hybrid CSR/CSC tensors are not supported")
         _check_compressed(layout, compressed, x.shape[0 if layout is torch.sparse_csr else 1],
                           plain.numel(), x.values().shape[0])
-        outer = torch.repeat_interleave(
-            torch.arange(compressed.numel() - 1, dtype=torch.int64), compressed.diff())
+        from ._torch_ops import repeated   # (torch's opens a parallel region per call)
+
+        outer = repeated(torch.arange(compressed.numel() - 1, dtype=torch.int64),
+                         compressed.diff())
         coords = (torch.stack([outer, plain.to(torch.int64)]) if layout is torch.sparse_csr
                   else torch.stack([plain.to(torch.int64), outer]))
         return _from_coords(x.shape, coords, x.values(), format, index_dtype,
@@ -134,7 +136,9 @@ def _from_torch_sparse(x: torch.Tensor, format, index_dtype) -> SparseTensor:
         bh, bw = blocks.shape[1], blocks.shape[2]
         _check_compressed(layout, ptr, x.shape[0] // max(bh, 1) if bsr else
                           x.shape[1] // max(bw, 1), idx.numel(), blocks.shape[0])
-        outer = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+        from ._torch_ops import repeated
+
+        outer = repeated(torch.arange(ptr.numel() - 1), ptr.diff())
         brow, col = (outer, idx) if bsr else (idx.to(torch.int64), outer)
         ii = torch.arange(bh).view(1, bh, 1)
         jj = torch.arange(bw).view(1, 1, bw)

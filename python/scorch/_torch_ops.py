@@ -20,6 +20,7 @@ import math
 import numbers
 import warnings
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -99,6 +100,18 @@ def _pattern(a: SparseTensor) -> SparseTensor:
 
 # ---- coordinates of stored entries ------------------------------------------------------
 
+def repeated(values: torch.Tensor, counts) -> torch.Tensor:
+    """torch.repeat_interleave(values, counts) (counts an int or a 1-D tensor), the same
+    dtype, without its OpenMP parallel region: torch's opens one on every call at grain
+    size 1 (even for 8 counts), which costs milliseconds where the cores are contended;
+    NumPy's serial repeat is as fast at 10^6 entries.  (A tensor that records autograd
+    goes through torch's.)"""
+    if values.requires_grad or values.device.type != "cpu":
+        return torch.repeat_interleave(values, counts)
+    return torch.from_numpy(np.repeat(values.numpy(), counts.numpy() if
+                                      isinstance(counts, torch.Tensor) else counts))
+
+
 def level_coords(a: SparseTensor):
     """Per level, the int64 coordinate of every stored entry (storage order)."""
     fmt, shape = a._format, a.shape
@@ -106,12 +119,12 @@ def level_coords(a: SparseTensor):
     for k, kind in enumerate(fmt.kinds):
         size = shape[fmt.order[k]]
         if kind == 0:                               # dense
-            cols = [c.repeat_interleave(size) for c in cols]
+            cols = [repeated(c, size) for c in cols]
             cols.append(torch.arange(size, dtype=torch.int64).repeat(count))
             count *= size
         elif kind == 1:                             # compressed
             pos = a._pos[k].to(torch.int64)
-            cols = [c.repeat_interleave(pos[1:] - pos[:-1]) for c in cols]
+            cols = [repeated(c, pos[1:] - pos[:-1]) for c in cols]
             lo, hi = int(pos[0]), int(pos[-1])
             cols.append(a._crd[k][lo:hi].to(torch.int64))
             count = hi - lo
@@ -1771,32 +1784,38 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     (a middle level), and any dimension far longer than the entries, goes through the
     coordinates of the stored entries and one conversion (O(nnz log nnz)).  (A product
     along an outer compressed level would search that level for every selected
-    position.)"""
+    position.)  A ``range`` (a slice's or narrow's positions: in range, ascending) goes
+    unchecked, and one of step 1 along csr's rows is one contiguous copy."""
     dim = _dim_index(name, dim, a.dim())
-    index = _index_tensor(index)
-    if index.dtype == torch.uint8 and name == "indexing":
-        index = index.bool()     # (torch's indexing reads a uint8 index as a mask)
-    if index.dtype == torch.bool and name != "index_select":   # (index_select takes none)
-        if index.shape != (a.shape[dim],):
-            raise IndexError(f"{name}: a boolean mask along dim {dim} needs {a.shape[dim]} "
-                             f"entries, got shape {tuple(index.shape)}")
-        index = index.nonzero().reshape(-1)
-    ints = (torch.int32, torch.int64) + ((torch.int16, torch.int8)
-                                         if name != "index_select" else ())
-    if index.dim() > 1 or index.dtype not in ints:
-        raise IndexError(f"{name}: the index must be a 1-D integer tensor, got "
-                         f"{index.dtype} of shape {tuple(index.shape)}")
-    size = a.shape[dim]
-    index = index.reshape(-1).to(torch.int64)
-    low = 0 if name == "index_select" else -size
-    if index.numel() and (int(index.min()) < low or int(index.max()) >= size):
-        raise IndexError(f"{name}: index out of range for dimension {dim} of size {size}")
-    index = torch.where(index < 0, index + size, index)
+    size, span = a.shape[dim], None
+    if isinstance(index, range):
+        span = (index.start, index.stop) if index.step == 1 else None
+        index = torch.arange(index.start, index.stop, index.step)
+    else:
+        index = _index_tensor(index)
+        if index.dtype == torch.uint8 and name == "indexing":
+            index = index.bool()     # (torch's indexing reads a uint8 index as a mask)
+        if index.dtype == torch.bool and name != "index_select":   # (index_select: none)
+            if index.shape != (size,):
+                raise IndexError(f"{name}: a boolean mask along dim {dim} needs {size} "
+                                 f"entries, got shape {tuple(index.shape)}")
+            index = index.nonzero().reshape(-1)
+        ints = (torch.int32, torch.int64) + ((torch.int16, torch.int8)
+                                             if name != "index_select" else ())
+        if index.dim() > 1 or index.dtype not in ints:
+            raise IndexError(f"{name}: the index must be a 1-D integer tensor, got "
+                             f"{index.dtype} of shape {tuple(index.shape)}")
+        index = index.reshape(-1).to(torch.int64)
+        low = 0 if name == "index_select" else -size
+        if index.numel() and (int(index.min()) < low or int(index.max()) >= size):
+            raise IndexError(f"{name}: index out of range for dimension {dim} of size "
+                             f"{size}")
+        index = torch.where(index < 0, index + size, index)
     shape = list(a.shape)
     shape[dim] = index.numel()
     fmt = a._format
     if fmt.kinds == (0, 1) and fmt.order[0] == dim:
-        return _select_segments(a, index, shape)
+        return _select_segments(a, index, shape, span)
     # A dimension far longer than the entries (a hypersparse dcsr's or coo's) goes through
     # the coordinates: the selection matrix and the csr detour take O(size) memory.
     hypersparse = size > 2 * (a.nnz + index.numel()) + 1024
@@ -1804,15 +1823,15 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
         return _select_by_product(a, dim, index)
     if a.dim() == 2 and not hypersparse:   # (outer compressed level: through csr / csc)
         outer = a.to_format(_CSR_LIKE[fmt.order], drop_zeros=False)
-        return _select_segments(outer, index, shape).to_format(fmt, drop_zeros=False)
+        return _select_segments(outer, index, shape, span).to_format(fmt, drop_zeros=False)
     coords = dim_coords(a)
     order = torch.argsort(index, stable=True)
     sidx = index[order]
     # each stored entry goes out once per place its coordinate has in index
     lo = torch.searchsorted(sidx, coords[dim])
     cnt = torch.searchsorted(sidx, coords[dim], right=True) - lo
-    ent = torch.repeat_interleave(torch.arange(a.nnz), cnt)
-    first = torch.repeat_interleave(torch.cumsum(cnt, 0) - cnt, cnt)
+    ent = repeated(torch.arange(a.nnz), cnt)
+    first = repeated(torch.cumsum(cnt, 0) - cnt, cnt)
     cols = [c[ent] for c in coords]
     cols[dim] = order[lo[ent] + torch.arange(ent.numel()) - first]
     return _entries_of(a, shape, torch.stack(cols), a._values[ent], a._format)
@@ -1843,10 +1862,19 @@ def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
     return r if r._format == a._format else r.to_format(a._format)
 
 
-def _select_segments(a: SparseTensor, index, shape) -> SparseTensor:
+def _select_segments(a: SparseTensor, index, shape, span=None) -> SparseTensor:
     """index_select along the dense first level of a dense-compressed tensor (csr's rows,
     csc's columns): each selected position's segment of the compressed level, copied in
-    O(entries selected) without a sort."""
+    O(entries selected) without a sort; the positions start .. stop - 1 (span) as one
+    range of entries."""
+    if span is not None:
+        pos = a._pos[1][span[0]:span[1] + 1].to(torch.int64)
+        lo, hi = int(pos[0]), int(pos[-1])
+        it = a.index_dtype if hi - lo <= _tensor._I32_MAX else torch.int64
+        vals = a._values[lo:hi].clone()      # (copies, as every selection's)
+        return SparseTensor(shape, a._format, [None, (pos - lo).to(it)],
+                            [None, a._crd[1][lo:hi].to(it, copy=True)], vals,
+                            requires_grad=vals.requires_grad, index_dtype=it)
     pos, crd = a._pos[1].to(torch.int64), a._crd[1]
     starts = pos[index]
     cnt = pos[index + 1] - starts
@@ -1854,7 +1882,7 @@ def _select_segments(a: SparseTensor, index, shape) -> SparseTensor:
     torch.cumsum(cnt, 0, out=new_pos[1:])
     total = int(new_pos[-1])
     it = a.index_dtype if total <= _tensor._I32_MAX else torch.int64
-    ent = torch.repeat_interleave(starts - new_pos[:-1], cnt) + torch.arange(total)
+    ent = repeated(starts - new_pos[:-1], cnt) + torch.arange(total)
     vals = a._values[ent]
     return SparseTensor(shape, a._format, [None, new_pos.to(it)], [None, crd[ent].to(it)],
                         vals, requires_grad=vals.requires_grad, index_dtype=it)
@@ -1875,7 +1903,7 @@ def _narrow(a, dim, start, length):
     if not (0 <= start and 0 <= length and start + length <= size):
         raise IndexError(f"narrow: start {start} and length {length} exceed dimension "
                          f"{dim} of size {size}")
-    return index_select(a, dim, torch.arange(start, start + length), "narrow")
+    return index_select(a, dim, range(start, start + length), "narrow")
 
 
 @_register(torch.cat, torch.concat, torch.concatenate)
@@ -1926,7 +1954,7 @@ def select(a: SparseTensor, dim: int, i: int):
     i %= size
     fmt = a._format
     if fmt.kinds == (0, 1) and fmt.order[0] == dim:     # a csr row, a csc column
-        r = _select_segments(a, torch.tensor([i]), [1, 1])
+        r = _select_segments(a, None, [1, 1], (i, i + 1))
         # (the level keeps its uniqueness: a nonunique one may repeat a coordinate)
         return SparseTensor((a.shape[1 - dim],), _format_from_tuple((1,), fmt.unique[1:], (0,)),
                             [r._pos[1]], [r._crd[1]],
@@ -2249,7 +2277,7 @@ def _getitem(a, key):
         start, stop, step = s.indices(a.shape[d])
         if step <= 0:
             raise ValueError("step must be greater than zero")
-        out = index_select(out, d, torch.arange(start, max(start, stop), step), "indexing")
+        out = index_select(out, d, range(start, max(start, stop), step), "indexing")
     for d, i in reversed(ints):
         out = select(out, d, i)
     if real:                        # (the indices' dimension where torch places it)
