@@ -123,3 +123,25 @@ def test_matmul_broadcasts_a_batch_of_one_either_side():
     torch.testing.assert_close(torch.matmul(a3, B1), a3 @ B1.to_dense())
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         torch.bmm(A1, b3)
+
+
+def test_matmul_aliases_batches_and_torch_sparse_keywords():
+    """torch.linalg.matmul is torch.matmul; unequal batches (neither 1) are torch's
+    RuntimeError; torch.sparse's functions take their keyword names."""
+    A3 = scorch.to_sparse(torch.eye(3).repeat(3, 1, 1), "csf")
+    X = torch.rand(3, 3, 2)
+    torch.testing.assert_close(torch.linalg.matmul(A3, X), torch.matmul(A3, X))
+    A = scorch.to_sparse(torch.eye(3), "csr")
+    torch.testing.assert_close(torch.linalg.matmul(A, X[0]), X[0])
+    for call in (lambda: torch.matmul(A3, torch.ones(2, 3, 2)),
+                 lambda: A3 @ torch.ones(2, 3, 2), lambda: torch.ones(2, 3, 3) @ A3):
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            call()
+    S = scorch.to_sparse(torch.tensor([[1., 0, 2], [0, 3, 0]]), "csr")
+    M1, M2, D = torch.rand(2, 4), torch.rand(4, 3), torch.rand(3, 2)
+    torch.testing.assert_close(
+        torch.sparse.sampled_addmm(input=S, mat1=M1, mat2=M2).to_dense(),
+        torch.sparse.sampled_addmm(S, M1, M2).to_dense())
+    torch.testing.assert_close(torch.sparse.mm(sparse=S, dense=D), torch.sparse.mm(S, D))
+    torch.testing.assert_close(torch.sparse.addmm(input=torch.ones(2, 2), mat1=S, mat2=D),
+                               1 + S.to_dense() @ D)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import re
 import sys
 import warnings
 
@@ -512,15 +513,16 @@ def _renaming(func, fn) -> dict:
     the handler ``fn`` takes at the same position under another name."""
     import inspect
 
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     ours = torch.overrides.get_testing_overrides().get(func)
-    if ours is None:
-        return {}
     try:
-        theirs = list(inspect.signature(ours).parameters.values())
         mine = list(inspect.signature(fn).parameters.values())
+        if ours is not None:
+            theirs = list(inspect.signature(ours).parameters.values())
+        else:   # (torch.sparse's builtins: the signature their documentation opens with)
+            theirs = [inspect.Parameter(n, positional[1]) for n in _documented(func)]
     except (TypeError, ValueError):
         return {}
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     taken = {p.name for p in mine}
     # (torch's NumPy spellings, where the handler has torch's own names: sum(axis=0))
     names = {a: b for a, b in (("axis", "dim"), ("keepdims", "keepdim"))
@@ -530,6 +532,25 @@ def _renaming(func, fn) -> dict:
             break
         if t.name != m.name and t.name not in taken:
             names[t.name] = m.name
+    return names
+
+
+def _documented(func) -> list:
+    """The positional parameter names a torch builtin's documentation gives it
+    ("sparse.sampled_addmm(input, mat1, mat2, *, beta=1., ...) -> Tensor"), or []."""
+    if func is torch.sparse.mm:   # (texts that name them otherwise than the call takes)
+        return ["sparse", "dense"]
+    if func is torch.sparse.addmm:
+        return ["input", "mat1", "mat2"]
+    m = re.search(r"^\s*[\w.]+\(([^)]*)\)\s*->", func.__doc__ or "", re.M)
+    if m is None:
+        return []
+    names = []
+    for part in m.group(1).split(","):
+        part = part.strip().split("=")[0].strip()
+        if part == "*" or not part.isidentifier():
+            break
+        names.append(part)
     return names
 
 

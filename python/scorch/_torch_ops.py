@@ -1136,8 +1136,11 @@ def _multiplies(name, a, b, exprs):
     sa, sb = tuple(a.shape), tuple(b.shape)
     if not sa or not sb:
         return
+    batches = sa[:-2], sb[:-2]   # (matmul broadcasts batches of 1, bmm none)
     if sa[-1] != (sb[0] if len(sb) == 1 else sb[-2]) or (
-            exprs is _BMM and sa[0] != sb[0]):
+            exprs is _BMM and sa[0] != sb[0]) or (
+            len(sa) > 2 and len(sb) > 2 and any(x != y and 1 not in (x, y) for x, y in
+                                                zip(batches[0][::-1], batches[1][::-1]))):
         name = name or {id(_MM): "torch.mm", id(_MV): "torch.mv",
                         id(_BMM): "torch.bmm"}.get(id(exprs), "torch.matmul")
         raise RuntimeError(f"{name}: shapes {sa} and {sb} cannot be multiplied")
@@ -1238,7 +1241,7 @@ def _sparse_mm(a, b, reduce="sum"):
                               include_self=False)
 
 
-@_register(torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+@_register(torch.matmul, torch.linalg.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
 def _matmul(a, b, *, out=None):
     refuse_out("torch.matmul", out, a, b)
     return _product("torch.matmul", _MATMUL, a, b)
