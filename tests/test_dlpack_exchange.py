@@ -136,17 +136,22 @@ def test_freed_result_goes_back_to_the_allocator(route, where):
     x = _sample(211, 97, torch.float32)
     A = scorch.to_sparse(x, "csr")
     X = _sample(97, 89, torch.float32, 1)          # 211 x 89 x 4 bytes = 75 KB
-    r = A @ X
-    ptr = r.data_ptr()
-    if where == "here":
-        del r
-    else:
-        box = [r]
-        del r
-        t = threading.Thread(target=box.clear)
-        t.start()
-        t.join()
-    again = A @ X
+    gc.collect()   # (and no collection in between: a cycle of an earlier test's freed
+    gc.disable()   # there would hand its block of this size back last, and it be reused)
+    try:
+        r = A @ X
+        ptr = r.data_ptr()
+        if where == "here":
+            del r
+        else:
+            box = [r]
+            del r
+            t = threading.Thread(target=box.clear)
+            t.start()
+            t.join()
+        again = A @ X
+    finally:
+        gc.enable()
     assert again.data_ptr() == ptr
     torch.testing.assert_close(again, x @ X)
 
