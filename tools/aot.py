@@ -3,12 +3,15 @@
     python tools/aot.py record      # with torch and scorch installed: rewrites
                                     # tools/aot_signatures.json
 
-``record`` runs the products users run most (SpMV, SpMM, SDDMM, SpGEMM, add, mul, sums,
-the transposed and autograd forms, the GCN demo's training steps) over csr, csc and coo
-operands, float32/float64/int32/int64 values, int32/int64 indices and three sizes, and
-writes down every kernel the compiler was asked for: the expression, each operand's
-format, sizes, dtype and index width (the scheduler picks a kernel's loop order from
-them), the output format and schedule.
+``record`` runs the products users run most (SpMV, SpMM also through a transpose and as
+F.linear with the sparse operand either side, SDDMM, SpGEMM, add, mul, sums; with float
+values, each one's gradients too; the GCN demo's training steps) over csr, csc and coo
+operands, float32/float64/int32/int64 values, int32/int64 indices and four sizes (2x3, a
+matrix of a few entries as in examples; 40x30; 2708^2; 30000^2), and writes down every
+kernel the compiler was asked for: the expression, each operand's format, sizes, dtype
+and index width (the scheduler picks a kernel's loop order from them, so a product at
+sizes far from these may be given a kernel the table lacks), the output format and
+schedule.
 
 ``generate`` (called by setup.py once scorch._C is built; it needs NumPy only) asks the
 compiler for each recorded kernel's C source, generic in every size, for both settings of
@@ -53,12 +56,11 @@ def _jsonable(x):
 def _workloads():
     """Run the representative products (yields nothing; the compile hook records)."""
     import torch
-    import torch.nn.functional as F
 
     import scorch
 
     g = torch.Generator().manual_seed(0)
-    sizes = [(40, 30, 0.1), (2708, 2708, 0.0015), (30000, 30000, 0.0003)]
+    sizes = [(2, 3, 0.5), (40, 30, 0.1), (2708, 2708, 0.0015), (30000, 30000, 0.0003)]
     for rows, cols, density in sizes:
         for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
             for index in (torch.int32, torch.int64):
@@ -73,30 +75,59 @@ def _workloads():
                 for fmt in ("csr", "csc", "coo"):
                     A = scorch.to_sparse(coo, fmt, index_dtype=index)
                     S = scorch.to_sparse(sq, fmt, index_dtype=index)
-                    x = torch.rand(cols, generator=g, dtype=torch.float64).to(dtype)
-                    for K in (16, 64):
-                        X = torch.rand(cols, K, generator=g, dtype=torch.float64).to(dtype)
-                        Y = torch.rand(rows, K, generator=g, dtype=torch.float64).to(dtype)
-                        A @ X
-                        A.t() @ Y
-                        Y.t() @ A
-                        scorch.einsum("ij,ik,jk->ij", A, Y, X)
-                    A @ x
-                    S @ S
-                    A + A
-                    A * A
-                    A * 2
-                    A.sum(0)
-                    A.sum(1)
-                    if dtype.is_floating_point:
-                        F.linear(torch.rand(8, cols, dtype=dtype), A)
-                        W = A.detach().requires_grad_()
-                        X = torch.rand(cols, 16, dtype=dtype, requires_grad=True)
-                        (W @ X).sum().backward()
-                        (torch.relu(W @ X) * 2).sum().backward()
+                    _products(A, S, g)
     from scorch import _gcn
 
     _gcn.main(["--epochs", "3"])
+
+
+def _products(A, S, g):
+    """Every product README.md lists as built in, over A (rows x cols) and S (cols x cols):
+    forward, and for float values the backward through the sparse operand and the dense
+    ones, from a loss that sums the result and, for a dense result, one that weights it
+    (a gradient that is not a broadcast one)."""
+    import torch
+    import torch.nn.functional as F
+
+    import scorch
+
+    rows, cols = A.shape
+    dtype = A.dtype
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=g, dtype=torch.float64).mul(4).to(dtype)
+
+    def run(fn, sparse, *dense):
+        out = fn(sparse, *dense)
+        if not dtype.is_floating_point:   # (integers have no gradients)
+            return
+        dense_out = not isinstance(out, scorch.SparseTensor)
+        for w in [None] + ([rand(*out.shape)] if dense_out else []):
+            ops = [sparse.detach().requires_grad_()] + [d.detach().requires_grad_()
+                                                          for d in dense]
+            out = fn(*ops)
+            (out.sum() if w is None else (out * w).sum()).backward()
+
+    run(lambda a, x: a @ x, A, rand(cols))
+    for K in (16, 64):
+        run(lambda a, x: a @ x, A, rand(cols, K))
+        run(lambda a, y: a.t() @ y, A, rand(rows, K))
+        run(lambda a, y: y.t() @ a, A, rand(rows, K))
+        run(lambda a, y, x: scorch.einsum("ij,ik,jk->ij", a, y, x), A, rand(rows, K),
+            rand(cols, K))
+    for batch in (2, 8, 64):   # (from 16 rows and enough work, F.linear runs as an SpMM)
+        run(lambda a, x: F.linear(x, a), A, rand(batch, cols))
+    run(lambda a, w: F.linear(a, w), A, rand(16, cols))
+    run(lambda s: s @ s, S)
+    run(lambda a: a @ a.t(), A)
+    run(lambda a: a + a, A)
+    run(lambda a: a * a, A)
+    if rows * cols <= 1 << 24:   # (a dense operand of A's shape: not of 30000 x 30000)
+        run(lambda a, d: a + d, A, rand(rows, cols))
+        run(lambda a, d: a * d, A, rand(rows, cols))
+    run(lambda a: a * 2, A)
+    run(lambda a: a.sum(0), A)
+    run(lambda a: a.sum(1), A)
 
 
 def record(path=SIGNATURES):
@@ -106,8 +137,8 @@ def record(path=SIGNATURES):
     prepared = {}
     real_prepare, real_compile = _C.prepare, _C.compile
 
-    def prepare(desc):
-        cap = real_prepare(desc)
+    def prepare(desc, *args):
+        cap = real_prepare(desc, *args)
         prepared[id(cap)] = (cap, _summary(desc))
         return cap
 
