@@ -972,11 +972,16 @@ def _rounded_once(fn, *tensors, dt=None):
     half-type kernels compute in float32: a product rounded to half and then added to
     (addmm, F.linear's bias, alpha scaling) would be rounded twice."""
     if dt is None:
-        dt = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+        dt = _promoted(*tensors)
     if dt not in _HALF:
         return fn(*tensors)
     return _as_dtype(fn(*(_as_dtype(t, torch.float32) if isinstance(t, torch.Tensor) else t
                           for t in tensors)), dt)
+
+
+def _promoted(*tensors):
+    """The dtype torch promotes these tensors' dtypes to."""
+    return functools.reduce(torch.promote_types, [t.dtype for t in tensors])
 
 
 def _as_dtype(t, dt):
@@ -1336,10 +1341,10 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
         raise RuntimeError(f"{name}: expected input (m, n), mat1 (m, k) and mat2 (k, n), "
                            f"got {tuple(inp.shape)}, {tuple(mat1.shape)} and "
                            f"{tuple(mat2.shape)}")
-    if (alpha != 1 or beta != 0) and functools.reduce(
-            torch.promote_types, (inp.dtype, mat1.dtype, mat2.dtype)) in _HALF:
+    dt = _promoted(inp, mat1, mat2)
+    if (alpha != 1 or beta != 0) and dt in _HALF:
         return _rounded_once(lambda i, a, b: _sampled_addmm(i, a, b, beta=beta, alpha=alpha),
-                             inp, mat1, mat2)
+                             inp, mat1, mat2, dt=dt)
     inp = _coalesced(inp)     # (spy has one 1 per coordinate)
     vals = sampled_at(inp, inp.dtype, lambda spy: einsum("ij,ik,kj->ij", spy, mat1, mat2))
     if alpha != 1:
@@ -1356,9 +1361,10 @@ def _linear(inp, weight, bias=None):
     if inp.shape[-1] != weight.shape[1]:
         raise RuntimeError(f"F.linear: the input's last dimension ({inp.shape[-1]}) is not "
                            f"the weight's in_features ({weight.shape[1]})")
-    if isinstance(bias, torch.Tensor) and not _is_sparse(bias) and functools.reduce(
-            torch.promote_types, (inp.dtype, weight.dtype, bias.dtype)) in _HALF:
-        return _rounded_once(_linear, inp, weight, bias)   # (the bias added before rounding)
+    if isinstance(bias, torch.Tensor) and not _is_sparse(bias):
+        dt = _promoted(inp, weight, bias)
+        if dt in _HALF:   # (the bias added before rounding)
+            return _rounded_once(_linear, inp, weight, bias, dt=dt)
     if _is_sparse(weight) and not _is_sparse(inp) and inp.dim() >= 2 and \
             inp.numel() >= _LINEAR_SPMM_MIN_BATCH * inp.shape[-1] and \
             weight.nnz * (inp.numel() // max(inp.shape[-1], 1)) >= _LINEAR_SPMM_MIN_WORK:
@@ -1937,7 +1943,7 @@ def _cat(tensors, dim=0, *, axis=None, out=None):
     shape = list(first.shape)
     shape[dim] = offset
     wide = any(t.index_dtype == torch.int64 for t in tensors)
-    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    dtype = _promoted(*tensors)
     from ._convert import _from_coords
 
     return _from_coords(shape, torch.cat(cols, 1), torch.cat([t._values.to(dtype)
