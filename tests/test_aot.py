@@ -111,6 +111,53 @@ def test_common_products_need_no_compiler(tmp_path):
     run_code(_COMMON + "print('ok')", tmp_path, SCORCH_CC="/nonexistent/cc")
 
 
+def test_other_shapes_find_a_built_in_kernel_without_a_compiler(tmp_path):
+    """Where the scheduler would pick a loop order, or a relayout of a dense operand, that
+    the table lacks (seen at a few rows or columns: F.linear's gradients on an 8 x 1 or
+    1 x 3 weight, sparse * dense's on a 5 x 2 csc, A @ A.t() of a 1 x 1, a sparse
+    F.linear input of 2 rows, Y.t() @ A with Y of one row), a call without a compiler runs a built-in kernel of the
+    same product in another order; the results and gradients equal the dense ones and
+    explain says what stood in."""
+    run_code(r"""
+import torch, scorch
+import torch.nn.functional as F
+from scorch import _C
+g = torch.Generator().manual_seed(0)
+
+def check(fn, d, fmt, *dense):
+    A = scorch.to_sparse(d, fmt).requires_grad_()
+    D = d.clone().requires_grad_()
+    xs = [x.clone().requires_grad_() for x in dense]
+    xd = [x.clone().requires_grad_() for x in dense]
+    out, want = fn(A, *xs), fn(D, *xd)
+    got = out.to_dense() if isinstance(out, scorch.SparseTensor) else out
+    assert torch.allclose(got, want, atol=1e-6), (fn, d.shape, fmt)
+    out.sum().backward()
+    want.sum().backward()
+    assert torch.allclose(A.grad.to_dense(), D.grad * (d != 0), atol=1e-6), (d.shape, fmt)
+    for x, y in zip(xs, xd):
+        assert torch.allclose(x.grad, y.grad, atol=1e-6), (d.shape, fmt)
+
+def pattern(rows, cols, density):
+    return (torch.rand(rows, cols, generator=g) < density) * torch.rand(rows, cols, generator=g)
+
+for fmt in ("csr", "csc", "coo"):
+    check(lambda a, x: F.linear(x, a), torch.rand(8, 1, generator=g), fmt, torch.rand(4, 1))
+    check(lambda a, x: F.linear(x, a), torch.rand(1, 3, generator=g), fmt, torch.rand(3, 3))
+    check(lambda a, x: F.linear(x, a), pattern(8, 3, 0.2), fmt, torch.rand(4, 3))
+    check(lambda a, x: a * x, pattern(5, 2, 0.6), fmt, torch.rand(5, 2))
+    check(lambda a: a @ a.t(), torch.rand(1, 1, generator=g), fmt)
+    check(lambda a, w: F.linear(a, w), pattern(2, 20, 0.6), fmt, torch.rand(5, 20))
+    # (Y.t() of one row is contiguous as torch has it, and still a transposed view)
+    check(lambda a, y: y.t() @ a, pattern(1, 7, 0.6), fmt, torch.rand(1, 16))
+assert _C.jit_stats()["compiles"] == 0
+text = scorch.explain("kj,ak,aj->kj", scorch.to_sparse(torch.rand(8, 1), "csr"),
+                      torch.rand(4, 8), torch.rand(4, 1))
+assert "is not built in and no C compiler runs here" in text, text
+print("ok")
+""", tmp_path, SCORCH_CC="/nonexistent/cc")
+
+
 def test_product_outside_the_table_says_the_compiler_is_missing(tmp_path):
     """A product no table holds still needs the compiler, and says so."""
     run_code(r"""

@@ -17,7 +17,9 @@
 #include "../lower/sc_lower.h"
 #include "../schedule/sc_sched.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -189,6 +191,9 @@ typedef struct request {
     int gathers;        /* -1: the compiler's */
     sc_later **later;   /* WANT_KERNEL: where a background compile may be started */
     sc_source *source;  /* WANT_SOURCE: the result */
+    const char *instead; /* WANT_AOT_ONLY for another loop order (builtin_in_other_order):
+                            the scheduler's schedule, for the explain text */
+    sc_sched_relayout_rule relayout; /* the dense operands the schedule relays out */
 } request;
 
 static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *expr,
@@ -207,7 +212,7 @@ sc_status sc_compile_sized(sc_compiler *c, sc_expr_lang lang, const char *expr, 
                            const sc_tensor *ops, const sc_format *out_fmt, const char *schedule,
                            bool sizes, const sc_kernel **out, sc_error *err)
 {
-    request rq = {sizes, WANT_KERNEL, -1, NULL, NULL};
+    request rq = {.sizes = sizes, .want = WANT_KERNEL, .gathers = -1};
     return compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &rq, out, err);
 }
 
@@ -216,7 +221,7 @@ sc_status sc_compile_later(sc_compiler *c, sc_expr_lang lang, const char *expr, 
                            bool sizes, const sc_kernel **out, sc_later **later, sc_error *err)
 {
     *later = NULL;
-    request rq = {sizes, WANT_KERNEL, -1, later, NULL};
+    request rq = {.sizes = sizes, .want = WANT_KERNEL, .gathers = -1, .later = later};
     return compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &rq, out, err);
 }
 
@@ -225,7 +230,7 @@ sc_status sc_compile_source(sc_compiler *c, sc_expr_lang lang, const char *expr,
                             bool sizes, int gathers, sc_source *source, sc_error *err)
 {
     memset(source, 0, sizeof *source);
-    request rq = {sizes, WANT_SOURCE, gathers, NULL, source};
+    request rq = {.sizes = sizes, .want = WANT_SOURCE, .gathers = gathers, .source = source};
     const sc_kernel *unused;
     return compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &rq, &unused, err);
 }
@@ -234,6 +239,96 @@ void sc_source_release(sc_compiler *c, sc_source *source)
 {
     sc_free(&c->ctx, source->text);
     memset(source, 0, sizeof *source);
+}
+
+/* A loop order and its estimated cost (builtin_in_other_order). */
+typedef struct ranked {
+    double cost;
+    sc_expr_var order[SC_LOWER_MAX_VARS];
+} ranked;
+
+static int by_cost(const void *a, const void *b)
+{
+    double x = ((const ranked *)a)->cost, y = ((const ranked *)b)->cost;
+    return (x > y) - (x < y);
+}
+
+/* Without a C compiler: a built-in kernel of p's problem, or *out NULL.  The loop orders
+ * go cheapest first, as sc_sched_auto weighs them (up to its 7 indices); each with the
+ * dense operands relaid out as the sizes say, not at all, or all of them; written for
+ * the sizes where the request's was, then generic.  Every one of them computes the
+ * problem. */
+static sc_status builtin_in_other_order(sc_compiler *c, sc_expr_lang lang, const char *expr,
+                                        int32_t nops, const sc_tensor *ops,
+                                        const sc_format *out_fmt, const sc_expr *e,
+                                        const sc_lower_problem *p, const char *chosen,
+                                        const request *rq, const sc_kernel **out, sc_error *err)
+{
+    *out = NULL;
+    int32_t n = p->nvars;
+    if (n > 7)
+        return SC_OK;
+    size_t total = 1;
+    for (int32_t k = 2; k <= n; k++)
+        total *= (size_t)k;
+    ranked *r = sc_calloc(&c->ctx, total, sizeof *r, err);
+    if (!r)
+        return SC_NOMEM;
+    /* every permutation, in lexicographic order (Narayana's next permutation) */
+    sc_expr_var cur[SC_LOWER_MAX_VARS];
+    for (int32_t k = 0; k < n; k++)
+        cur[k] = k;
+    size_t m = 0;
+    for (;;) {
+        double cost = sc_sched_cost(p, cur);
+        if (cost < INFINITY) {
+            r[m].cost = cost;
+            memcpy(r[m].order, cur, sizeof cur);
+            m++;
+        }
+        int32_t i = n - 2;
+        while (i >= 0 && cur[i] >= cur[i + 1])
+            i--;
+        if (i < 0)
+            break;
+        int32_t j = n - 1;
+        while (cur[j] <= cur[i])
+            j--;
+        sc_expr_var t = cur[i];
+        cur[i] = cur[j];
+        cur[j] = t;
+        for (int32_t a = i + 1, b = n - 1; a < b; a++, b--) {
+            t = cur[a];
+            cur[a] = cur[b];
+            cur[b] = t;
+        }
+    }
+    qsort(r, m, sizeof *r, by_cost);
+    sc_status st = SC_OK;
+    for (size_t q = 0; q < m && !*out && st == SC_OK; q++) {
+        char text[512];
+        int len = snprintf(text, sizeof text, "order(");
+        for (int32_t k = 0; k < n && len > 0 && (size_t)len < sizeof text; k++)
+            len += snprintf(text + len, sizeof text - (size_t)len, "%s%s", k ? "," : "",
+                            e->vars[r[q].order[k]].name);
+        if (len <= 0 || (size_t)len + 2 > sizeof text)
+            continue;
+        snprintf(text + len, sizeof text - (size_t)len, ")");
+        for (int k = 0; k < 6 && !*out && st == SC_OK; k++) {
+            request grq = {.sizes = rq->sizes && k < 3, .want = WANT_AOT_ONLY,
+                           .gathers = rq->gathers, .instead = chosen,
+                           .relayout = (sc_sched_relayout_rule)(k % 3)};
+            if (!rq->sizes && k >= 3)
+                break;
+            st = compile_core(c, lang, expr, nops, ops, out_fmt, text, &grq, out, err);
+            if (st != SC_OK && st != SC_NOMEM) {   /* (an order the checks refuse) */
+                sc_error_clear(err);
+                st = SC_OK;
+            }
+        }
+    }
+    sc_free(&c->ctx, r);
+    return st;
 }
 
 static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *expr,
@@ -287,6 +382,7 @@ static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *exp
     sc_sched s;
     if ((st = sc_sched_parse(&e, schedule, &s, err)) != SC_OK)
         goto done;
+    s.relayout = rq->relayout;
     if (s.norder == 0) {
         sc_sched a;
         if ((st = sc_sched_auto(&p, &a, err)) != SC_OK)
@@ -310,6 +406,10 @@ static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *exp
     if (hit) {
         *out = hit;
         st = SC_OK;
+        goto done;
+    }
+    if (rq->want == WANT_AOT_ONLY && !sc_drv_aot_has(c, key)) {
+        st = SC_OK;   /* (*out NULL: nothing to build) */
         goto done;
     }
 
@@ -425,6 +525,9 @@ static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *exp
         sc_cg_printf(&dump, "[debug] codegen %.1f us\n", t4 - t3);
     if (ahead)
         sc_cg_printf(&dump, "ahead of time: built with scorch (no C compiler runs)\n");
+    if (ahead && rq->instead)
+        sc_cg_printf(&dump, "the scheduler's choice, %s, is not built in and no C compiler "
+                            "runs here: this built-in kernel serves instead\n", rq->instead);
     sc_cg_printf(&dump, "generated C (%s):\n", sym);
     sc_cg_append(&dump, src, srclen);
     k->explain = sc_cg_buf_take(&dump, NULL, err);
@@ -443,7 +546,7 @@ static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *exp
             if ((st = sc_jit_cached(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
                 goto done;
             const sc_kernel *g = NULL;
-            request grq = {false, WANT_AOT_ONLY, rq->gathers, NULL, NULL};
+            request grq = {.want = WANT_AOT_ONLY, .gathers = rq->gathers};
             if (!jf && (st = compile_core(c, lang, expr, nops, ops, out_fmt, schedule, &grq,
                                           &g, err)) != SC_OK)
                 goto done;
@@ -454,6 +557,21 @@ static sc_status compile_core(sc_compiler *c, sc_expr_lang lang, const char *exp
                 *out = st == SC_OK ? g : NULL;
                 goto done;
             }
+        }
+        if (!jf && c->naot && !schedule && rq->want == WANT_KERNEL &&
+            (st = sc_jit_ready(c->jit, err)) != SC_OK) {
+            /* no C compiler here: a built-in kernel of another loop order serves, else
+             * the compiler's error stands */
+            const sc_kernel *g = NULL;
+            sc_error gerr;
+            sc_error_clear(&gerr);
+            if (builtin_in_other_order(c, lang, expr, nops, ops, out_fmt, &e, &p, stext, rq, &g,
+                                       &gerr) == SC_OK && g) {
+                sc_error_clear(err);
+                *out = g;
+                st = SC_OK;
+            }
+            goto done;
         }
         if (!jf && (st = sc_jit_get(c->jit, src, srclen, sym, &jf, err)) != SC_OK)
             goto done;

@@ -304,22 +304,35 @@ sc_jit_key sc_source_hash(const char *text, size_t len)
     return sc_jit_hash_final(&h);
 }
 
-sc_rt_kernel sc_drv_aot_find(const sc_compiler *c, sc_jit_key key, const char *src, size_t len)
+/* The table's entry for key, or NULL. */
+static const sc_aot_kernel *aot_entry(const sc_compiler *c, sc_jit_key key)
 {
     size_t lo = 0, hi = c->naot;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int d = key_cmp(c->aot[mid].key, key.w);
-        if (d == 0) {
-            sc_jit_key h = sc_source_hash(src, len);
-            return key_cmp(c->aot[mid].text, h.w) == 0 ? c->aot[mid].fn : NULL;
-        }
+        if (d == 0)
+            return &c->aot[mid];
         if (d < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
     return NULL;
+}
+
+bool sc_drv_aot_has(const sc_compiler *c, sc_jit_key key)
+{
+    return aot_entry(c, key) != NULL;
+}
+
+sc_rt_kernel sc_drv_aot_find(const sc_compiler *c, sc_jit_key key, const char *src, size_t len)
+{
+    const sc_aot_kernel *a = aot_entry(c, key);
+    if (!a)
+        return NULL;
+    sc_jit_key h = sc_source_hash(src, len);
+    return key_cmp(a->text, h.w) == 0 ? a->fn : NULL;
 }
 
 /* ---- background compiles ---- */

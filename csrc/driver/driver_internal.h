@@ -103,6 +103,8 @@ const sc_kernel *sc_drv_insert(sc_compiler *c, sc_kernel *k, sc_error *err);
 /* The ahead-of-time kernel for key built from the C text src[0..len), or NULL (no lock:
  * the table is fixed once loaded). */
 sc_rt_kernel sc_drv_aot_find(const sc_compiler *c, sc_jit_key key, const char *src, size_t len);
+/* Whether the ahead-of-time table has a kernel under key (whatever its C text). */
+bool sc_drv_aot_has(const sc_compiler *c, sc_jit_key key);
 /* Start compiling k (not in the map) from src on a thread; takes k and src (freed on
  * failure too).  *later: the new sc_later, or the one already compiling k's key. */
 sc_status sc_drv_later_start(sc_compiler *c, sc_kernel *k, char *src, size_t len,

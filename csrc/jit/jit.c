@@ -189,6 +189,14 @@ sc_status sc_jit_cached(sc_jit *jit, const char *source, size_t len, const char 
     return get(jit, source, len, symbol, false, fn, err);
 }
 
+sc_status sc_jit_ready(sc_jit *jit, sc_error *err)
+{
+    if (jit->cache_err)
+        return sc_fail(err, SC_USER, SC_JIT_STAGE, "%s", jit->cache_err);
+    sc_jit_key ident;
+    return identity(jit, &ident, err);
+}
+
 void sc_jit_stats(sc_jit *jit, sc_jit_counts *out)
 {
     pthread_mutex_lock(&jit->lock);

@@ -97,6 +97,11 @@ sc_status sc_jit_get(sc_jit *jit, const char *source, size_t len, const char *sy
 sc_status sc_jit_cached(sc_jit *jit, const char *source, size_t len, const char *symbol,
                         sc_jit_fn *fn, sc_error *err);
 
+/* SC_OK where sc_jit_get could compile a kernel now: the cache directory is usable and
+ * the compiler runs (identified once, like sc_jit_get does); else the error sc_jit_get
+ * would give for a kernel it has to compile.  Thread-safe. */
+sc_status sc_jit_ready(sc_jit *jit, sc_error *err);
+
 /* Copy the counters into *out.  Thread-safe. */
 void sc_jit_stats(sc_jit *jit, sc_jit_counts *out);
 

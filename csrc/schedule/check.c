@@ -111,7 +111,9 @@ void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
     if (p->nvars == 0)
         return;
     sc_expr_var in = s->order[p->nvars - 1];
-    if (p->extent[in] <= 1 || !sc_sched_inner_dense(p, s))
+    const bool sized = s->relayout == SC_SCHED_RELAYOUT_SIZED;
+    if (s->relayout == SC_SCHED_RELAYOUT_NONE || (sized && p->extent[in] <= 1) ||
+        !sc_sched_inner_dense(p, s))
         return;
     int32_t depth[SC_LOWER_MAX_VARS];
     for (int32_t d = 0; d < p->nvars; d++)
@@ -135,7 +137,7 @@ void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
         double size = 1;
         for (int32_t d = 0; d < ac->order; d++) {
             reads_in |= ac->var[d] == in;
-            flat |= op->dims[d] <= 1 || ((seen >> ac->var[d]) & 1); /* (or a diagonal) */
+            flat |= (sized && op->dims[d] <= 1) || ((seen >> ac->var[d]) & 1); /* (or a diagonal) */
             seen |= 1u << ac->var[d];
             size *= (double)op->dims[d];
         }
@@ -143,7 +145,7 @@ void sc_sched_relayout(const sc_lower_problem *p, sc_sched *s)
             continue;
         if (inner < 0)
             inner = sc_sched_inner_count(p, s->order);
-        if (SC_SCHED_DENSE_COPY * size >= inner)
+        if (sized && SC_SCHED_DENSE_COPY * size >= inner)
             continue;
         concordant(&op->fmt, ac, depth, &s->tfmt[t]);
         s->transpose |= 1u << t;

@@ -19,6 +19,14 @@
 
 #define SC_SCHED_MAX_WS 8
 
+/* Which dense operands sc_sched_relayout transposes to the loop order (each gives a
+ * correct kernel; the driver asks for the others only to find a built-in kernel). */
+typedef enum sc_sched_relayout_rule {
+    SC_SCHED_RELAYOUT_SIZED, /* where the copy pays for itself at the problem's sizes */
+    SC_SCHED_RELAYOUT_NONE,  /* none */
+    SC_SCHED_RELAYOUT_ALL,   /* every one the innermost loop reads across, at any size */
+} sc_sched_relayout_rule;
+
 typedef struct sc_sched {
     int32_t norder; /* 0: no order directive */
     sc_expr_var order[SC_LOWER_MAX_VARS];
@@ -38,6 +46,8 @@ typedef struct sc_sched {
     /* set by the caller: the target's gathers are fast, so SpMV's rows read x through
      * 8-lane gathers (lower/build.c gathered_row) */
     bool gathers;
+    /* set by the caller: which dense operands sc_sched_check relays out */
+    sc_sched_relayout_rule relayout;
 } sc_sched;
 
 /* Parse text (NULL or "" gives an empty schedule) with variable names from e.  USER error

@@ -301,6 +301,35 @@ static void sched_parse_ok(prob *P, const char *text, const char *want)
     CHECK(strcmp(a, b) == 0);
 }
 
+/* The dense operands a schedule relays out under each rule: at the problem's sizes (an
+ * SDDMM gradient of an 8 x 1 weight: neither copy pays for itself, and C's column of 1 is
+ * read the same either way), none, or every one the innermost loop reads across. */
+static void test_relayout_rules(void)
+{
+    prob P;
+    const char *fmts[3] = {"csr", "dense", "dense"};
+    const int64_t dims[3][4] = {{8, 1}, {4, 8}, {4, 1}};
+    mk(&P, "kj,ak,aj->kj", 0, 3, fmts, dims, NULL, NULL);
+    CHECK(P.st == SC_OK);
+    const sc_sched_relayout_rule rules[3] = {SC_SCHED_RELAYOUT_SIZED, SC_SCHED_RELAYOUT_NONE,
+                                             SC_SCHED_RELAYOUT_ALL};
+    const uint32_t want[3] = {0, 0, 0x6};
+    for (int r = 0; r < 3 && P.st == SC_OK; r++) {
+        sc_sched s;
+        sc_error err;
+        CHECK(sc_sched_parse(&P.e, "order(k,j,a)", &s, &err) == SC_OK);
+        s.relayout = rules[r];
+        sc_status st = sc_sched_check(&P.p, &s, &err);
+        if (st != SC_OK || s.transpose != want[r])
+            fprintf(stderr, "relayout rule %d: status %d transpose %x, want %x\n", r, (int)st,
+                    s.transpose, want[r]);
+        CHECK(st == SC_OK && s.transpose == want[r]);
+        if (r == 2)   /* (B and C to the loop order: a innermost) */
+            CHECK(s.tfmt[1].lvl2dim[0] == 1 && s.tfmt[2].lvl2dim[0] == 1);
+    }
+    sc_arena_release(&P.arena);
+}
+
 static void sched_parse_bad(prob *P, const char *text, int64_t pos, const char *needle)
 {
     sc_sched s;
@@ -989,6 +1018,7 @@ int main(void)
     test_inference();
     test_loop_orders();
     test_schedule_text();
+    test_relayout_rules();
     test_build_and_verify();
     test_fold_ir();
     test_prefetch_ir();

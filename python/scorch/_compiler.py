@@ -117,7 +117,7 @@ def _dense_operand(x: torch.Tensor, dtype):
         x = x.to(dtype)
     if x.is_neg():   # (a negated view: its memory holds the values before negation)
         x = x.resolve_neg()
-    if x.is_contiguous():
+    if x.is_contiguous() and (1 not in x.shape or x.stride() == _row_major(x.shape)):
         n = x.dim()
         if not n:
             raise ValueError(_SCALAR_OPERAND)
@@ -140,6 +140,18 @@ def _dense_operand(x: torch.Tensor, dtype):
     if 1 in x.shape:
         sig = _with_ones(sig, x)
     return (tuple(x.shape), fmt, levels, levels, data.numpy(), "int32"), sig
+
+
+def _row_major(shape):
+    """The strides of a row-major tensor of this shape.  torch calls a tensor contiguous
+    whatever the strides of its dimensions of size 1: a transposed view of one row or
+    column (`Y.t()` of a 1 x n Y) keeps the level order of its view, so that it runs the
+    kernel of every other transposed view (without a C compiler, a built-in one)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def _with_ones(sig, x):
