@@ -423,6 +423,24 @@ def test_refusals(fmt, op, what):
     assert torch.equal(A.to_dense(), x)
 
 
+@pytest.mark.parametrize("op, what", [
+    (lambda A: torch.movedim(A, 0, 1), "torch.movedim (through aten.permute"),
+    (lambda A: torch.fliplr(A), "torch.fliplr (through aten.flip"),
+    (lambda A: A.topk(1), "torch.Tensor.topk (through aten.topk"),
+    (lambda A: torch.roll(A, 1), "torch.roll (through aten.roll"),
+    (lambda A: A.add_(1), "torch.Tensor.add_ (through aten.add_"),
+])
+def test_refusal_names_the_function_called(op, what):
+    """A function scorch does not handle decomposes to aten ops, which refuse: the error
+    names the function the user called, then the op it reached."""
+    x = make_dense((5, 6), torch.float32, seed_of("refuse-name"))
+    A = scorch.to_sparse(x, "csr")
+    with pytest.raises(NotImplementedError, match=refusal("csr")) as info:
+        op(A)
+    assert what in str(info.value), info.value
+    assert torch.equal(A.to_dense(), x)
+
+
 def test_batched_product_refuses_out():
     """torch.bmm(out=) over a sparse batch is refused like mm's, and out is left alone
     (it used to be ignored: the result came back and out kept its old values)."""

@@ -199,13 +199,16 @@ class SparseTensor(torch.Tensor):
         fn = _HANDLERS.get(func, func)
         if fn is not func and _compiling():   # (torch.compile tracing: one of scorch's
             return outside(_torch_function)(func, types, args, kwargs)  # ops runs outside)
-        with _NO_SUBCLASS_TF():
-            # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
-            if kwargs:
-                if fn is not func:
-                    kwargs = _handler_names(func, fn, kwargs)
-                return fn(*args, **kwargs)
-            return fn(*args)
+        try:
+            with _NO_SUBCLASS_TF():
+                # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
+                if kwargs:
+                    if fn is not func:
+                        kwargs = _handler_names(func, fn, kwargs)
+                    return fn(*args, **kwargs)
+                return fn(*args)
+        except _ops().AtenRefusal as e:   # (named for the function the user called)
+            raise e.renamed(func) from None
 
     def __matmul__(self, other):
         """``A @ X`` straight to the router, skipping torch's dispatch into
@@ -239,12 +242,12 @@ class SparseTensor(torch.Tensor):
         if func is torch.ops.aten.clone.default:
             return args[0].clone()
         if func._schema.is_mutable:   # (an optimizer's step on a SparseTensor leaf, ...)
-            _ops().refuse(str(func), *args, why="it writes in place, and scorch never writes "
+            _ops().refuse_aten(func, *args, why="it writes in place, and scorch never writes "
                           "a SparseTensor's arrays", hint="use the op out of place (x = "
                           "x.relu()) or .to_dense(); to train a SparseTensor's values, make "
                           "them the parameter: A.with_values(p) with p an nn.Parameter, or "
                           "scorch.nn.SparseLinear")
-        _ops().refuse(str(func), *args)   # (formats named inside lists of operands too)
+        _ops().refuse_aten(func, *args)   # (formats named inside lists of operands too)
 
     # ---- properties --------------------------------------------------------------------
     @property

@@ -54,12 +54,36 @@ def _formats(*objs):
     return sorted(out)
 
 
-def refuse(name, *objs, why="", hint="use .to_dense() to compute it densely"):
-    """The NotImplementedError every refusal raises (one line, op and formats named)."""
+_TO_DENSE = "use .to_dense() to compute it densely"
+
+
+def _refusal(name, formats, why, hint):
     why = f": {why}" if why else ""
-    raise NotImplementedError(
-        f"scorch: {name} is not supported on SparseTensor (formats: "
-        f"{', '.join(_formats(*objs))}){why}; {hint}")
+    return f"scorch: {name} is not supported on SparseTensor (formats: {formats}){why}; {hint}"
+
+
+def refuse(name, *objs, why="", hint=_TO_DENSE):
+    """The NotImplementedError every refusal raises (one line, op and formats named)."""
+    raise NotImplementedError(_refusal(name, ", ".join(_formats(*objs)), why, hint))
+
+
+class AtenRefusal(NotImplementedError):
+    """An aten op refused (SparseTensor.__torch_dispatch__): the torch function the user
+    called, which decomposed to it, renames it on the way out (``renamed``)."""
+
+    def __init__(self, op, objs, why, hint):
+        self.op, self.formats = op, ", ".join(_formats(*objs))
+        self.why, self.hint = why, hint
+        super().__init__(_refusal(op, self.formats, why, hint))
+
+    def renamed(self, func):
+        name = torch.overrides.resolve_name(func) or getattr(func, "__name__", str(func))
+        return NotImplementedError(_refusal(f"{name} (through {self.op})", self.formats,
+                                            self.why, self.hint))
+
+
+def refuse_aten(op, *objs, why="", hint=_TO_DENSE):
+    raise AtenRefusal(str(op), objs, why, hint)
 
 
 def refuse_out(name, out, *objs):
