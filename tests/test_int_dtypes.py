@@ -48,6 +48,14 @@ def test_einsum_summing_an_index_of_one_operand_gives_int64(dtype):
     assert scorch.einsum("ij,jk->", X, y.float()).dtype == torch.float32
 
 
+def test_explain_shows_the_widened_kernel():
+    """explain describes the kernel the call runs: an int32 "ij->i" sums in int64, as
+    torch.einsum does; "ij->ji" sums nothing and stays int32."""
+    A = scorch.to_sparse(torch.tensor([[1, 0, 2], [0, 3, 0]], dtype=torch.int32), "csr")
+    assert "operand A: csr = dc (0,1), int64," in scorch.explain("ij->i", A)
+    assert "operand A: csr = dc (0,1), int32," in scorch.explain("ij->ji", A)
+
+
 def test_add_with_alpha_scales_in_the_promoted_dtype():
     a = torch.tensor([[1., 0.], [0., 2.]])
     b = torch.tensor([[100, 0], [0, -100]], dtype=torch.int8)

@@ -470,9 +470,11 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
 def as_compiled(expr: str, ops):
     """(equation, operands) that einsum compiles for ``expr`` over ``ops``: its '...'
     spelled out, diagonals taken, broadcast dimensions of sparse operands dropped
-    (scorch.explain shows that kernel)."""
+    (scorch.explain shows that kernel), integer operands widened where einsum widens
+    them."""
     if "." in expr:
         expr = _ellipsis_spelled(expr, ops)
+    ops = _widened_for_sum(expr, ops)
     taken = _rewritten(expr, ops)
     return taken if taken is not None else (expr, tuple(ops))
 
