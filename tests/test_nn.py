@@ -137,6 +137,9 @@ def test_built_on_the_cpu_only():
 def test_from_dense_needs_a_linear():
     with pytest.raises(TypeError, match="nn.Linear"):
         SparseLinear.from_dense(nn.Conv1d(2, 2, 1))
+    for shape in ((0, 3), (3, 0)):   # (topk's error before: "selected index k out of range")
+        with pytest.raises(ValueError, match="must be positive"):
+            SparseLinear.from_dense(nn.Linear(*shape))
 
 
 def test_weight_copy_writes_the_values_or_refuses_another_pattern():

@@ -1023,6 +1023,27 @@ def test_sampled_addmm_coalesces_duplicates_and_checks_shapes():
         torch.sparse.sampled_addmm(D, A, V.t())
 
 
+@pytest.mark.parametrize("fmt", ["csf", "coo", "ddc"])
+def test_batched_sampled_addmm(fmt):
+    """A batch (b, m, n) with batches of mat1 and mat2, as torch's batched CSR takes
+    (multi-head attention scores); gradients into both and into the values."""
+    D = make_dense((3, 6, 5), torch.float64, seed_of("batched-sampled", fmt))
+    Q, K = dn((3, 6, 4), torch.float64, 1), dn((3, 4, 5), torch.float64, 2)
+    B = scorch.to_sparse(D, fmt).requires_grad_()
+    Qs, Ks = Q.clone().requires_grad_(), K.clone().requires_grad_()
+    S = torch.sparse.sampled_addmm(B, Qs, Ks, beta=0.5, alpha=2.0)
+    assert S.format == B.format
+    torch.testing.assert_close(S.to_dense(), (2.0 * (Q @ K) + 0.5 * D) * (D != 0))
+    Dd, Qd, Kd = (t.clone().requires_grad_() for t in (D, Q, K))
+    ((2.0 * (Qd @ Kd) + 0.5 * Dd) * (D != 0)).sum().backward()
+    S.sum().backward()
+    torch.testing.assert_close(Qs.grad, Qd.grad)
+    torch.testing.assert_close(Ks.grad, Kd.grad)
+    torch.testing.assert_close(B.grad.to_dense(), Dd.grad * (D != 0))
+    with pytest.raises(RuntimeError, match="a batch of each"):
+        torch.sparse.sampled_addmm(B, Q[:2], K[:2])
+
+
 @pytest.mark.parametrize("fmt", ["csr", "coo"])
 def test_torch_sparse_addmm(fmt):
     x = make_dense((6, 5), torch.float64, seed_of("sparse_addmm", fmt))

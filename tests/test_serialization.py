@@ -214,7 +214,7 @@ def test_copies_of_a_tensor_that_requires_grad_are_leaves_that_require_it():
 
 def test_loaded_arrays_are_checked():
     """A file is input like any other: a bad position or coordinate array is an error at
-    load, never a crash at first use."""
+    load (a SparseLinear's too), never a crash at first use."""
     from scorch._tensor import _rebuild
 
     fmt = scorch.Format.parse("csr", 2).as_tuple()
@@ -231,8 +231,9 @@ def test_loaded_arrays_are_checked():
     y = layer(x)
     sd = layer.state_dict()
     sd["col_idx"][3] = 10 ** 8
-    layer.load_state_dict(sd)
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(RuntimeError, match="out of range"):   # (at load: the shape check)
+        layer.load_state_dict(sd)
+    with pytest.raises(IndexError, match="out of range"):      # (torch copied the buffers)
         layer(x)
     fresh = scorch.nn.SparseLinear(64, 8, density=0.5)
     fresh.load_state_dict(scorch.nn.SparseLinear(64, 8, density=0.5).state_dict())
@@ -279,6 +280,92 @@ def test_module_conversions_of_a_sparse_parameter():
     torch.testing.assert_close(A @ X, x.double() @ X)
     m.to(torch.float32)
     assert A.dtype == torch.float32 and torch.equal(A.detach().to_dense(), x)
+
+
+def test_module_conversions_keep_the_grad_and_hooks():
+    """Module._apply sets .data, then the grad's .data: a sparse parameter keeps its grad
+    (converted with it) and its hooks, as a dense one does; a no-op .cpu() after backward
+    used to raise (the grad was dropped) and a hook registered before was lost."""
+    x = make_dense((4, 3), torch.float32, 6)
+    X = torch.rand(3, 2)
+    m = torch.nn.Module()
+    m.A = torch.nn.Parameter(scorch.to_sparse(x, "csr"))
+    m.A.register_hook(lambda g: g * 0)
+    m.cpu()
+    (m.A @ X).sum().backward()
+    assert torch.equal(m.A.grad.to_dense(), torch.zeros(4, 3))
+    m = torch.nn.Module()
+    m.A = torch.nn.Parameter(scorch.to_sparse(x, "csr"))
+    (m.A @ X).sum().backward()
+    want = (torch.ones(4, 2) @ X.t()) * (x != 0)
+    m.to(torch.float64)
+    assert m.A.dtype == torch.float64 and m.A.grad.dtype == torch.float64
+    torch.testing.assert_close(m.A.grad.to_dense(), want.double())
+    m.cpu()
+    torch.testing.assert_close(m.A.grad.to_dense(), want.double())
+    A = m.A
+    A.data = A.detach()
+    assert A.grad is not None
+
+
+def test_data_of_another_pattern_leaves_earlier_views_alone():
+    """A.data = B of another pattern gives A a new values tensor; a view taken before
+    (A.t(), sharing the old one) keeps the old pattern and values, as a dense view keeps
+    the old storage."""
+    x = make_dense((2, 3), torch.float32, 7)
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    T = A.t()
+    A.data = scorch.to_sparse(torch.eye(3), "coo")
+    assert torch.equal(A.detach().to_dense(), torch.eye(3))
+    assert torch.equal(T.detach().to_dense(), x.t())
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+def test_copies_of_a_sparse_parameter_stay_parameters(how):
+    """nn.Parameter(SparseTensor) and the attributes set on it survive deepcopy, pickling
+    and torch.save (of the module), as a tensor subclass's __dict__ does in torch."""
+    m = torch.nn.Module()
+    m.W = torch.nn.Parameter(scorch.to_sparse(torch.eye(3), "csr"))
+    m.W.no_decay = True
+    if how == "deepcopy":
+        c = copy.deepcopy(m)
+    elif how == "pickle":
+        c = pickle.loads(pickle.dumps(m))
+    else:
+        buf = io.BytesIO()
+        torch.save(m, buf)
+        buf.seek(0)
+        c = torch.load(buf, weights_only=False)
+    assert isinstance(c.W, torch.nn.Parameter) and c.W.requires_grad
+    assert c.W.no_decay is True and c.W is not m.W
+    assert "_is_param" not in vars(m.W.detach())
+    c.load_state_dict(m.state_dict(), assign=True)   # (refused a plain SparseTensor)
+    assert torch.equal(c.W.detach().to_dense(), torch.eye(3))
+    buf = io.BytesIO()
+    torch.save(m.W, buf)
+    buf.seek(0)
+    w = torch.load(buf, weights_only=True)
+    assert isinstance(w, torch.nn.Parameter) and w.no_decay is True
+
+
+def test_sparse_linear_checkpoint_of_another_shape_is_refused():
+    """The layer's shape is in its state dict: a 4 x 6 layer's checkpoint does not load
+    into a 4 x 8 layer of as many weights (nn.Linear's size mismatch); a checkpoint saved
+    without it loads, its pattern checked against the layer's shape at load time."""
+    g = lambda s: torch.Generator().manual_seed(s)
+    narrow = scorch.nn.SparseLinear(6, 4, density=0.5, generator=g(1))
+    wide = scorch.nn.SparseLinear(8, 4, density=0.375, generator=g(2))
+    before = wide.col_idx.clone()
+    with pytest.raises(RuntimeError, match="size mismatch for weight"):
+        wide.load_state_dict(narrow.state_dict())
+    assert torch.equal(wide.col_idx, before)
+    old = {k: v for k, v in wide.state_dict().items() if k != "_extra_state"}
+    with pytest.raises(RuntimeError, match="not one of a 4 x 6 weight"):
+        narrow.load_state_dict(old)
+    other = scorch.nn.SparseLinear(8, 4, density=0.375, generator=g(3))
+    other.load_state_dict(old)
+    x = torch.rand(2, 8)
+    torch.testing.assert_close(other(x), wide(x))
 
 
 def test_copy_keeping_the_pattern_writes_through_aliases():

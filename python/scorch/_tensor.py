@@ -443,12 +443,19 @@ class SparseTensor(torch.Tensor):
                                           self.requires_grad),
                            requires_grad=self.requires_grad, index_dtype=self.index_dtype)
         memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self._user_state(), memo))
         return new
+
+    def _user_state(self) -> dict:
+        """The attributes set on this tensor from outside (``nn.Parameter``'s
+        ``_is_param``, a user's ``p.no_decay = True``), which copies and pickles carry as
+        torch's carry a tensor subclass's ``__dict__``."""
+        return {k: v for k, v in vars(self).items() if k not in _OWN_ATTRIBUTES}
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(), self._pos, self._crd,
                            self._values.detach(), self.requires_grad,
-                           _INDEX_NAMES[self.index_dtype]))
+                           _INDEX_NAMES[self.index_dtype], self._user_state()))
 
     def _share_arrays(self):
         """Move the index and value arrays into shared memory in place (as torch's
@@ -477,7 +484,7 @@ class SparseTensor(torch.Tensor):
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(),
                            [shared(p) for p in self._pos], [shared(c) for c in self._crd],
                            shared(self._values.detach()), self.requires_grad,
-                           _INDEX_NAMES[self.index_dtype]))
+                           _INDEX_NAMES[self.index_dtype], self._user_state()))
 
     def __repr__(self, *, tensor_contents=None):
         vals = self._values.detach()
@@ -489,6 +496,11 @@ class SparseTensor(torch.Tensor):
     __str__ = __repr__
 
 
+# scorch's own attributes of a SparseTensor (SparseTensor.__new__'s, and the mark
+# SparseLinear.weight's tensors carry): the rest are its user's.
+_OWN_ATTRIBUTES = frozenset(("_format", "_pos", "_crd", "_values", "_index_dtype", "_shape",
+                             "_desc", "_transposed", "_kernels", "_has_dups",
+                             "_pattern_owner"))
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
 _SPARSE_DENSE_MATMUL = None   # SparseTensor @ plain tensor without autograd: _torch_ops
 _NO_SUBCLASS_TF = torch._C.DisableTorchFunctionSubclass
@@ -582,7 +594,8 @@ def _copied_values(values, requires_grad):
         else values
 
 
-def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int32"):
+def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int32",
+             state=None):
     """Unpickling entry point (registered as a safe global for torch.load).  The arrays
     are checked as from_components checks them: a file is input like any other
     (torch.load(weights_only=True) is torch's mode for untrusted ones)."""
@@ -595,6 +608,8 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
         t._index_dtype = _INDEX_OF_NAME[index_name]   # (dense formats: no arrays to say it)
     if requires_grad:
         torch.Tensor.requires_grad_(t, True)   # (the wrapper's flag; the values' is set)
+    if state:
+        t.__dict__.update({k: v for k, v in state.items() if k not in _OWN_ATTRIBUTES})
     return t
 
 

@@ -1356,23 +1356,27 @@ def _sparse_addmm(mat, mat1, mat2, *, beta=1, alpha=1):
 @_register(torch.sparse.sampled_addmm)
 def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
     """alpha * (mat1 @ mat2) at inp's stored entries + beta * inp: one SDDMM over inp's
-    pattern (its values replaced by ones, as torch's spy(input)), inp's format kept."""
+    pattern (its values replaced by ones, as torch's spy(input)), inp's format kept; of
+    a batch (b, m, n) with batches of mat1 and mat2 too, as torch's."""
     name = "torch.sparse.sampled_addmm"
     refuse_out(name, out, inp, mat1, mat2)
     if not _is_sparse(inp) or _is_sparse(mat1) or _is_sparse(mat2):
         refuse(name, inp, mat1, mat2, why="input must be the SparseTensor, mat1 and mat2 "
                                           "dense")
-    if (inp.dim(), mat1.dim(), mat2.dim()) != (2, 2, 2) or \
-            (mat1.shape[0], mat2.shape[1], mat1.shape[1]) != (*inp.shape, mat2.shape[0]):
-        raise RuntimeError(f"{name}: expected input (m, n), mat1 (m, k) and mat2 (k, n), "
-                           f"got {tuple(inp.shape)}, {tuple(mat1.shape)} and "
-                           f"{tuple(mat2.shape)}")
+    n = inp.dim()
+    if n not in (2, 3) or (mat1.dim(), mat2.dim()) != (n, n) or \
+            (*mat1.shape[:-1], mat2.shape[-1], mat1.shape[-1]) != \
+            (*inp.shape, mat2.shape[-2]) or mat2.shape[:-2] != inp.shape[:-2]:
+        raise RuntimeError(f"{name}: expected input (m, n), mat1 (m, k) and mat2 (k, n), or "
+                           f"a batch of each (b, m, n), (b, m, k) and (b, k, n), got "
+                           f"{tuple(inp.shape)}, {tuple(mat1.shape)} and {tuple(mat2.shape)}")
     dt = _promoted(inp, mat1, mat2)
     if (alpha != 1 or beta != 0) and dt in _HALF:
         return _rounded_once(lambda i, a, b: _sampled_addmm(i, a, b, beta=beta, alpha=alpha),
                              inp, mat1, mat2, dt=dt)
     inp = _coalesced(inp)     # (spy has one 1 per coordinate)
-    vals = sampled_at(inp, inp.dtype, lambda spy: einsum("ij,ik,kj->ij", spy, mat1, mat2))
+    expr = "ij,ik,kj->ij" if n == 2 else "bij,bik,bkj->bij"
+    vals = sampled_at(inp, inp.dtype, lambda spy: einsum(expr, spy, mat1, mat2))
     if alpha != 1:
         vals = vals * alpha
     if beta != 0:
@@ -2653,7 +2657,12 @@ def _set_data(a, value):
     """``A.data = B`` with B a SparseTensor: A becomes B's tensor (shape, dtype, format and
     arrays, shared as torch's set_data shares storage), keeping its identity and
     requires_grad; ``Module._apply`` (``model.double()``, ``.to(...)``, ``.cpu()``) sets
-    each parameter so.  A dense B is refused: the wrapper has no storage to take."""
+    each parameter so, then its gradient (``A.grad.data = ...``, which reaches the
+    values' grad).  Where B has A's pattern, A keeps its values tensor too, with B's data
+    set into it (torch's set_data): its grad and hooks stay, as a dense tensor's do.  Of
+    another pattern, A takes a new values tensor: views made before (``A.t()``, sharing
+    the old one) keep the old pattern and values, and the old grad and hooks, which are
+    the old pattern's, go.  A dense B is refused: the wrapper has no storage to take."""
     if not _is_sparse(value):
         refuse("A.data = ...", a, value, why="a SparseTensor takes only another "
                "SparseTensor's arrays (torch.Tensor.set_data would give it a dense "
@@ -2664,10 +2673,15 @@ def _set_data(a, value):
     if grad and not (vals.is_floating_point() or vals.is_complex()):
         raise RuntimeError(f"A.data = B: A requires grad and B's values are {vals.dtype}; "
                            "only floating point and complex tensors can require grad")
+    same = _same_arrays(value, a)
     torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
     a._format, a._index_dtype, a._shape = value._format, value._index_dtype, value._shape
     a._pos, a._crd = list(value._pos), list(value._crd)
-    a._values = vals.requires_grad_(grad)   # (last: _compiler._transposed reads it first)
+    if same:   # (values last: _compiler._transposed reads them first)
+        a._values.data = vals
+        torch.autograd.graph.increment_version(a._values)   # (copies of the old: stale)
+    else:
+        a._values = vals.requires_grad_(grad)
     _replaced(a)
 
 

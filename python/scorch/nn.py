@@ -73,6 +73,9 @@ class SparseLinear(nn.Module):
             raise ValueError(f"density must be in (0, 1], got {density}")
         w = linear.weight.detach()
         out_f, in_f = w.shape
+        if in_f < 1 or out_f < 1:
+            raise ValueError(f"in_features and out_features must be positive, got {in_f} "
+                             f"and {out_f}")
         total = w.numel()
         k = max(1, min(total, round(density * total)))
         keep = w.abs().reshape(-1).topk(k).indices.sort().values
@@ -105,6 +108,41 @@ class SparseLinear(nn.Module):
                          requires_grad=self.values.requires_grad, index_dtype=it)
         w._pattern_owner = "SparseLinear.weight"   # (copy_ of another pattern is refused:
         return w                                   # the layer's buffers hold its pattern)
+
+    def get_extra_state(self) -> dict:
+        """The layer's shape, saved in its state dict (``_extra_state``): the pattern's
+        arrays alone do not say how many columns it has, and a 4 x 6 layer's checkpoint
+        would load into a 4 x 8 layer of the same number of weights."""
+        return {"in_features": self.in_features, "out_features": self.out_features}
+
+    def set_extra_state(self, state) -> None:   # (checked in _load_from_state_dict)
+        pass
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
+                              missing_keys, unexpected_keys, error_msgs):
+        key = prefix + "_extra_state"
+        state = state_dict.get(key)
+        if state is not None:
+            shape = ((state.get("out_features"), state.get("in_features"))
+                     if isinstance(state, dict) else None)
+            if shape != (self.out_features, self.in_features):
+                error_msgs.append(
+                    f"size mismatch for {prefix}weight: copying a SparseLinear weight of "
+                    f"shape {shape} (out_features, in_features), the layer's is "
+                    f"{(self.out_features, self.in_features)}")
+                return
+        errors = len(error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
+                                      missing_keys, unexpected_keys, error_msgs)
+        if state is None and key in missing_keys:   # (a checkpoint saved before the shape
+            missing_keys.remove(key)                # was: its pattern is checked here)
+        if len(error_msgs) == errors:
+            try:
+                self.weight   # (checks the loaded pattern against the layer's shape)
+            except (ValueError, IndexError) as e:
+                error_msgs.append(f"the pattern loaded into {prefix or 'the layer'} is not "
+                                  f"one of a {self.out_features} x {self.in_features} "
+                                  f"weight: {e}")
 
     @property
     def density(self) -> float:
