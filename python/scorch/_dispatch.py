@@ -19,6 +19,7 @@ import torch
 from ._compiler import _einsum_run
 from ._format import Format
 from ._tensor import VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor
+from ._torch_ops import add_product_scalars
 
 _LOCK = threading.Lock()
 _LIB = None
@@ -172,8 +173,7 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1):
     global calls
     calls += 1
     p = _einsum_run("ij,jk->ik", (_to_scorch(mat1, "addmm"), _to_scorch(mat2, "addmm")))
-    if not torch.promote_types(p.dtype, inp.dtype).is_floating_point:   # (torch's sparse
-        alpha, beta = int(alpha), int(beta)   # kernels cast them to an integer type: 0.5 is 0)
+    alpha, beta = add_product_scalars(p, inp, alpha, beta)
     if not isinstance(p, SparseTensor):
         if inp.layout is not torch.strided and beta != 0:
             _refuse("addmm", inp, "a sparse input added to a dense product")

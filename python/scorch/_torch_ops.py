@@ -1297,6 +1297,14 @@ def _bmm(a, b, *, out=None, out_dtype=None):
     return _product("torch.bmm", _BMM, a, b)
 
 
+def add_product_scalars(p, inp, alpha, beta):
+    """(alpha, beta) as torch's add-products take them: truncated to integers where the
+    result is an integer tensor (its kernels cast them: 0.5 is 0)."""
+    if torch.promote_types(p.dtype, inp.dtype).is_floating_point:
+        return alpha, beta
+    return int(alpha), int(beta)
+
+
 def _added(name, inp, p, beta, alpha):
     """``beta * inp + alpha * p`` as torch's add-products compute it (``inp`` is not read
     where beta is 0, so its nan and inf do not reach the result; its gradient is zero).
@@ -1306,8 +1314,7 @@ def _added(name, inp, p, beta, alpha):
                                      zip(shape[::-1], want[::-1])):
         raise RuntimeError(f"{name}: the input's shape {shape} does not broadcast to the "
                            f"product's shape {want}")
-    if not torch.promote_types(p.dtype, inp.dtype).is_floating_point:
-        alpha, beta = int(alpha), int(beta)   # (torch's integer add-products truncate them)
+    alpha, beta = add_product_scalars(p, inp, alpha, beta)
     if alpha != 1:
         p = _mul(p, alpha)
     if beta == 0:
