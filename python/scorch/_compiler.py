@@ -578,9 +578,9 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     whose ``_transposed`` is False keeps no copy: its values' version does not follow
     every write (the values of a torch CSR/CSC tensor built over a Parameter)."""
     cache = a._transposed
-    if cache is False:   # (a view of a torch CSR/CSC tensor: _dispatch._to_scorch)
-        return _moved(a, fmt)
-    arrays = (a._values, a._pos, a._crd)   # (the copy serves these very arrays only:
+    if cache is False or a._values.is_inference():   # (a view of a torch CSR/CSC tensor:
+        return _moved(a, fmt)   # _dispatch._to_scorch; values made in inference mode,
+    arrays = (a._values, a._pos, a._crd)   # which torch counts no versions of)   # (the copy serves these very arrays only:
     version = arrays[0]._version           # another thread may be replacing them)
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version and all(x is y for x, y in zip(hit[2], arrays)):
@@ -609,6 +609,8 @@ def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
     arrays = [x for x in a._pos + a._crd if x is not None]
     key = next((c for c in reversed(a._crd) if c is not None), None)
     if key is None:
+        return a.to_format(fmt, a.index_dtype, drop_zeros=False)
+    if any(x.is_inference() for x in arrays):   # (no versions to keep a record by)
         return a.to_format(fmt, a.index_dtype, drop_zeros=False)
     slot = _PATTERNS.get(id(key))
     versions = [x._version for x in arrays]

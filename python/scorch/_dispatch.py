@@ -80,8 +80,8 @@ def _to_scorch(x: torch.Tensor, op):
     if x.layout is torch.strided:
         return x
     hit = _VIEWS.get(id(x))
-    if hit is not None and hit[0]() is x and hit[1] == x._version:
-        return hit[2]
+    if hit is not None and hit[0]() is x and hit[1] == x._version:   # (an inference
+        return hit[2]                                   # tensor is never kept: below)
     if x.dtype not in VALUE_DTYPES:
         _refuse(op, x, f"values of {x.dtype} (scorch stores {VALUE_DTYPE_NAMES})")
     if x.dim() != 2 or x.dense_dim() != 0:
@@ -110,7 +110,8 @@ def _to_scorch(x: torch.Tensor, op):
         # x was built over (a Parameter an optimizer steps) but not its version counter,
         # so a kept copy (csc as csr, the transpose backward reads) would go stale.
         view._transposed = False
-        _remember(x, view)
+        if not x.is_inference():   # (torch counts no versions of those)
+            _remember(x, view)
         return view
     from ._convert import to_sparse
 

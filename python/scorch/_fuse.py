@@ -287,9 +287,11 @@ def _settled(p: _Product):
 
 def _deferrable(*ts) -> bool:
     """Whether a product of these operands may wait: plain dense CPU tensors of one
-    floating dtype, in plain modes (_plain_modes)."""
+    floating dtype, in plain modes (_plain_modes), none made in inference mode (torch
+    counts no versions of those: a later write would go unseen)."""
     return all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout is torch.strided
-               and t.device.type == "cpu" and t.dtype == ts[0].dtype for t in ts) and \
+               and t.device.type == "cpu" and t.dtype == ts[0].dtype
+               and not t.is_inference() for t in ts) and \
         ts[0].dtype.is_floating_point and _plain_modes()
 
 
@@ -403,7 +405,8 @@ def _mul(a, b):
         b = _scalar_factor(b, a._dtype)
         if b is None:
             return None
-    if not isinstance(b, torch.Tensor) or len(a._terms) >= _MAX_TERMS:
+    if not isinstance(b, torch.Tensor) or len(a._terms) >= _MAX_TERMS or \
+            _data(b).is_inference():
         return None
     bs = b._shape if isinstance(b, SparseTensor) else tuple(b.shape)
     n = len(a._shape)

@@ -93,7 +93,10 @@ class SparseLinear(nn.Module):
         buffers are checked (O(nnz)) whenever they changed since the last check: loaded
         from a state dict or written in place, they are input like any other."""
         checked = getattr(self, "_checked", None)   # (the tensors checked, and versions)
-        versions = (self.row_ptr._version, self.col_idx._version, self.values.shape)
+        if self.row_ptr.is_inference() or self.col_idx.is_inference():
+            checked = versions = None   # (torch counts no versions of these: every time)
+        else:
+            versions = (self.row_ptr._version, self.col_idx._version, self.values.shape)
         if torch._C._are_functorch_transforms_active():
             refuse_transforms()   # (its values would be functorch's, without storage)
         if checked is None or checked[0] is not self.row_ptr or \
