@@ -217,6 +217,26 @@ def test_softmax_3d_and_dtype():
     close(torch.softmax(B, 1, dtype=torch.float64), dense_softmax(b.double(), 1))
 
 
+def test_softmax_of_a_hypersparse_tensor_is_sized_by_its_entries():
+    """2^40 rows, 3 entries: the maxima and sums are kept per slice holding entries (it
+    allocated one per row: 4 TB), along either dimension and for log_softmax; and a
+    3-D batch's softmax over dim 0 as the dense one."""
+    rows = 2 ** 40
+    A = scorch.from_components(
+        (rows, 4), "dcsr", pos=[torch.tensor([0, 2]), torch.tensor([0, 1, 3])],
+        crd=[torch.tensor([rows - 5, rows - 1]), torch.tensor([0, 2, 3])],
+        values=torch.tensor([1., 2., 3.]))
+    want = torch.tensor([1.0, 2.0, 3.0])
+    torch.testing.assert_close(torch.softmax(A, 1).values(),
+                               torch.cat([want[:1].softmax(0), want[1:].softmax(0)]))
+    torch.testing.assert_close(torch.log_softmax(A, 1).values(),
+                               torch.cat([want[:1].log_softmax(0), want[1:].log_softmax(0)]))
+    torch.testing.assert_close(torch.softmax(A.t(), 0).values(),
+                               torch.cat([want[:1].softmax(0), want[1:].softmax(0)]))
+    C, c = sp((4, 30, 30), "csf", torch.float64, seed_of("softmax-dim0"), "random")
+    close(torch.softmax(C, 0), dense_softmax(c, 0))
+
+
 @pytest.mark.parametrize("dtype", DT)
 @pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("csr", "coo"), ("csc", "csr"),
                                    ("coo", "coo")])
@@ -439,6 +459,17 @@ def test_refusal_names_the_function_called(op, what):
         op(A)
     assert what in str(info.value), info.value
     assert torch.equal(A.to_dense(), x)
+
+
+def test_refusal_names_formats_passed_by_keyword():
+    """An aten op given the SparseTensor by keyword (nn.MultiheadAttention's mask, through
+    scaled_dot_product_attention) names its format too (it said "formats: ")."""
+    mha = torch.nn.MultiheadAttention(4, 1, batch_first=True)
+    x = torch.ones(1, 5, 4)
+    M = scorch.to_sparse(torch.eye(5), "csr")
+    with pytest.raises(NotImplementedError, match="scaled_dot_product_attention") as info:
+        mha(x, x, x, attn_mask=M, need_weights=False)
+    assert "(formats: )" not in str(info.value) and "(formats: d" in str(info.value)
 
 
 def test_batched_product_refuses_out():

@@ -1708,6 +1708,9 @@ def _softmax(name, a, dim, dtype, log):
     if has_duplicates(a):
         refuse(name, a, why="the tensor has duplicate entries; coalesce it with "
                             ".coalesce() first")
+    if m > 2 * a.nnz:   # (hypersparse: the slices that hold entries, not every slice)
+        slices, key = torch.unique(key, return_inverse=True)
+        m = slices.numel()
     vmax = torch.full((m,), -math.inf, dtype=v.dtype).scatter_reduce(
         0, key, v.detach(), "amax", include_self=True)
     shifted = v - vmax[key]
