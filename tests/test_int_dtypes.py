@@ -48,6 +48,22 @@ def test_einsum_summing_an_index_of_one_operand_gives_int64(dtype):
     assert scorch.einsum("ij,jk->", X, y.float()).dtype == torch.float32
 
 
+@pytest.mark.parametrize("fmt", ("csr", "coo"))
+def test_einsum_summing_an_index_the_others_broadcast_gives_int64(fmt):
+    """An index every other operand holds at extent 1 is summed alone too (it kept int8
+    and wrapped: 3 x 100 gave 44); held at full extent by two operands, it is not."""
+    a = torch.full((2, 3), 100, dtype=torch.int8)
+    for expr, other in (("ij,ij->i", torch.ones(2, 1, dtype=torch.int8)),
+                        ("ij,kj->ik", torch.ones(4, 1, dtype=torch.int8)),
+                        ("ij,ij->i", torch.ones(2, 3, dtype=torch.int8))):
+        for _ in range(2):                  # (the second call: the remembered route)
+            same(torch.einsum(expr, scorch.to_sparse(a, fmt), other),
+                 torch.einsum(expr, a, other))
+    b = torch.full((2, 1), 100, dtype=torch.int8)
+    same(torch.einsum("ij,ij->i", scorch.to_sparse(b, fmt), torch.ones(2, 3, dtype=torch.int8)),
+         torch.einsum("ij,ij->i", b, torch.ones(2, 3, dtype=torch.int8)))
+
+
 def test_explain_shows_the_widened_kernel():
     """explain describes the kernel the call runs: an int32 "ij->i" sums in int64, as
     torch.einsum does; "ij->ji" sums nothing and stays int32."""

@@ -665,10 +665,11 @@ _SUMS_IN_INT64 = (torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def _widened_for_sum(expr, ops):
-    """``ops``, their integer values as int64 where an operand has an index that neither
-    another operand nor the output has: torch.einsum sums such an index first, through
-    torch.sum, which gives int64, and so the result is int64 ("ij->i", "ij,jk->ij",
-    "ij,jk->"; "ij->ji", "ij,jk->ik" sum none alone and keep the dtype; where torch then
+    """``ops``, their integer values as int64 where an operand has an index that the
+    output has not and that every other operand has at extent 1 or not at all:
+    torch.einsum sums such an index first, through torch.sum, which gives int64, and so
+    the result is int64 ("ij->i", "ij,jk->ij", "ij,jk->", "ij,ij->i" with the second
+    (m, 1); "ij->ji", "ij,jk->ik" sum none alone and keep the dtype; where torch then
     raises, mixing int64 with int8 in a product, scorch gives the int64 result).  With
     several operands an index of extent 1 is squeezed, not summed, and so is a 0-D
     operand's (the rewriting of "ij,->ij" gives it one).  A float operand makes the
@@ -686,11 +687,13 @@ def _widened_for_sum(expr, ops):
     if len(ins) != len(ops):
         return ops
 
-    def summed_alone(k, c):   # (several operands: torch.einsum squeezes an index of 1)
-        size = (ops[k]._shape if type(ops[k]) is SparseTensor else ops[k].shape)[
+    def size(k, c):
+        return (ops[k]._shape if type(ops[k]) is SparseTensor else ops[k].shape)[
             ins[k].index(c)]
-        return c not in out and (len(ops) == 1 or size != 1 and not any(
-            c in t for j, t in enumerate(ins) if j != k))
+
+    def summed_alone(k, c):   # (several operands: every other one holds it at extent 1)
+        return c not in out and (len(ops) == 1 or size(k, c) != 1 and all(
+            size(j, c) == 1 for j, t in enumerate(ins) if j != k and c in t))
 
     if not any(summed_alone(k, c) for k, s in enumerate(ins) for c in s):
         return ops
