@@ -539,6 +539,17 @@ def test_an_unknown_level_word_is_named():
         Format("densecompressed")
 
 
+@pytest.mark.parametrize("spec", ["compr, dense", "compresse,d", "c,singl(nonunique)",
+                                  "dens,c"])
+def test_a_level_name_is_whole(x, spec):
+    """A level is a letter or its full name: a cut name is refused (it was taken for the
+    level it begins), by to_sparse and by Format alike."""
+    with pytest.raises(ValueError, match="unknown level"):
+        scorch.to_sparse(x, spec)
+    with pytest.raises(ValueError, match="unknown level"):
+        Format(spec)
+
+
 def test_format_levels_and_ndim_must_agree():
     assert Format("dc", ndim=2) == Format("csr", ndim=2)
     for spec in ("dc", "csr"):
@@ -612,3 +623,27 @@ def test_a_malformed_cache_size_is_said():
         r = subprocess.run([sys.executable, "-c", "import scorch"], capture_output=True,
                            text=True, env={**os.environ, "SCORCH_CACHE_BYTES": value})
         assert ("SCORCH_CACHE_BYTES" in r.stderr) == warned, r.stderr
+
+
+def test_output_too_large_to_address_is_refused_before_the_kernel_runs():
+    """A dense output (or a sparse one's leading dense levels) whose element count
+    overflows: a ValueError before the kernel runs (the count wrapped, and the kernel
+    wrote past a small buffer: a segfault, or an abort handing it to torch)."""
+    def vec(n, at):
+        return scorch.to_sparse(torch.sparse_coo_tensor(torch.tensor([at]),
+                                                        torch.tensor([1., 2.]), (n,)), "csf")
+    v = vec(2 ** 32, [0, 2 ** 32 - 1])
+    A = scorch.to_sparse(torch.sparse_coo_tensor(torch.tensor([[0, 65535], [0, 65535]]),
+                                                 torch.tensor([1., 2.]), (65536, 65536)), "csr")
+    B = scorch.to_sparse(torch.sparse_coo_tensor(torch.tensor([[0, 2 ** 32 - 1], [0, 0]]),
+                                                 torch.tensor([1., 2.]), (2 ** 32, 1)), "dcsr")
+    calls = [lambda: torch.einsum("ij,kl,->ijkl", A, A, torch.tensor(2.)),
+             lambda: scorch.einsum("i,j->ij", v, v, out_format="dense"),
+             lambda: torch.einsum("i,j,->ij", v, v, torch.tensor(2.)),
+             lambda: torch.einsum("i,j,j->ij", v, v, torch.ones(1)),
+             lambda: scorch.einsum("i,j,->ij", vec(2 ** 62 + 1, [0, 5]), torch.ones(4),
+                                   torch.tensor(2.)),
+             lambda: scorch.einsum("ij,jk,l->ikl", B, B.t(), torch.ones(1), out_format="ddc")]
+    for call in calls:
+        with pytest.raises(ValueError, match="more elements than memory can address"):
+            call()

@@ -6,6 +6,8 @@
 #include "driver_internal.h"
 #include "../format/sc_format.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 static bool same_fmt(const sc_format *a, const sc_format *b)
@@ -102,6 +104,21 @@ static sc_status check_ops(const sc_kernel *k, const sc_tensor *const *ops, int6
                            "for size %lld", k->varname[v], (long long)ext[v],
                            (long long)k->fixed[v]);
     }
+    /* the output's leading dense levels are allocated whole (a dense output's values, a
+     * ddc output's positions): their element count, in bytes, must be a size */
+    int64_t cells = 1;
+    for (int32_t l = 0; l < k->out_fmt.order && k->out_fmt.kind[l] == SC_LEVEL_DENSE; l++)
+        if (!sc_mul_ok(cells, ext[k->out_var[k->out_fmt.lvl2dim[l]]], &cells) ||
+            cells > INT64_MAX / 16) {
+            char sizes[256];
+            size_t n = 0;
+            sizes[0] = '\0';
+            for (int32_t d = 0; d < k->out_order && n < sizeof sizes; d++)
+                n += (size_t)snprintf(sizes + n, sizeof sizes - n, "%s%lld", d ? " x " : "",
+                                      (long long)ext[k->out_var[d]]);
+            return sc_fail(err, SC_USER, "run", "the output (%s) would hold more elements "
+                           "than memory can address", sizes);
+        }
     return SC_OK;
 }
 

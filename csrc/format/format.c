@@ -114,15 +114,14 @@ sc_status sc_fmt_parse(const char *spec, int32_t order, sc_format *out, sc_error
             return parse_fail(err, col, spec, "unexpected character");
         if (w == 1 || !strncmp(s, "dense", w) || !strncmp(s, "compressed", w) ||
             !strncmp(s, "singleton", w)) {
-            if (w > 1 && w != 5 && w != 9 && w != 10)
-                return parse_fail(err, col, spec, "unknown level name");
             switch (*s) {
             case 'd': kind = SC_LEVEL_DENSE; break;
             case 'c': kind = SC_LEVEL_COMPRESSED; break;
             case 's': kind = SC_LEVEL_SINGLETON; break;
             default: return parse_fail(err, col, spec, "unknown level letter");
             }
-            if (w > 1 && strncmp(s, sc_level_name(kind), w))
+            /* a name is whole ("compr" is none): a letter, or the level's full name */
+            if (w > 1 && w != strlen(sc_level_name(kind)))
                 return parse_fail(err, col, spec, "unknown level name");
         } else if (w > 1) {
             /* A run of letters like "dcc": one level per letter. */

@@ -61,6 +61,11 @@ static void test_parse(void)
     CHECK(sc_fmt_parse("s", 1, &f, &err) == SC_USER);
     CHECK(sc_fmt_parse("c(maybe)", 1, &f, &err) == SC_USER && err.pos == 2);
     CHECK(sc_fmt_parse("d(nonunique)", 1, &f, &err) == SC_USER);
+    /* a level name is whole: a cut one is no level (it was taken for the one it begins) */
+    CHECK(sc_fmt_parse("compr, dense", 2, &f, &err) == SC_USER && strstr(err.msg, "level name"));
+    CHECK(sc_fmt_parse("compresse,d", 2, &f, &err) == SC_USER && err.pos == 0);
+    CHECK(sc_fmt_parse("c,singl", 2, &f, &err) == SC_USER && err.pos == 2);
+    CHECK(sc_fmt_parse("dense,singleton", 2, &f, &err) == SC_USER && strstr(err.msg, "singleton"));
 }
 
 /* A 5x4 matrix with an empty row, an empty column and a duplicate. */

@@ -146,9 +146,11 @@ def _count_levels(levels: str) -> int:
             while j < len(levels) and levels[j].isalpha():
                 j += 1
             word = levels[i:j]
-            if word not in LEVEL_KINDS and len(word) > 8 and set(word) - set("dcs"):
-                raise ValueError(  # (counted letter by letter it gave "order 15"; a short
-                                   # one gets the parser's column of the bad letter)
+            if word not in LEVEL_KINDS and set(word) - set("dcs") and (len(word) > 8 or any(
+                    k.startswith(word[:2]) for k in LEVEL_KINDS)):
+                raise ValueError(  # (counted letter by letter it gave "order 15", and
+                    # "compr, dense" "2 levels, 6 dimensions"; another short word gets
+                    # the parser's column of the bad letter)
                     f"invalid format {levels!r}: unknown level {word!r} at column {i} "
                     f"(expected a name: {', '.join(NAMED)}; or levels "
                     f"{'/'.join(LEVEL_KINDS)} or d/c/s, e.g. \"dc\" or \"dense, compressed\")")
