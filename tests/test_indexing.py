@@ -488,6 +488,36 @@ def test_selection_along_a_hypersparse_dimension_is_o_nnz(fmt):
         [[0., 0], [0, 2], [3, 0]]
 
 
+@pytest.mark.parametrize("fmt", ["csr", "dcsr", "coo", "dcsc", "csc"])
+def test_slices_of_a_wide_dimension_are_o_nnz(fmt):
+    """Slices and narrow along 2^40 columns (or rows of the transpose) keep the entries in
+    range, renumbered, without listing the range (it built a 2^40-entry arange); and on
+    a small wide matrix, as torch slices, gradients included."""
+    N = 2 ** 40
+    C = scorch.from_components((3, N), "coo", pos=[torch.tensor([0, 3]), None],
+                               crd=[torch.tensor([0, 1, 2]), torch.tensor([5, N - 1, 7])],
+                               values=torch.tensor([1., 2., 3.]))
+    if fmt != "csc":   # (csc of 2^40 columns: its positions alone take 8 TB)
+        C = C.to_format(fmt)
+        S = C[:, 5:]
+        assert S.shape == (3, N - 5) and S.to_torch(
+            layout=torch.sparse_coo).coalesce().indices().tolist() == [[0, 1, 2], [0, N - 6, 2]]
+        S = C[:, 1::2]   # (odd columns: 5 and 7 and N - 1)
+        assert S.shape == (3, N // 2) and sorted(S.values().tolist()) == [1., 2., 3.]
+        S = C.narrow(1, 6, N - 7)   # (6 .. N - 2: only column 7)
+        assert S.values().tolist() == [3.] and S.shape == (3, N - 7)
+        T = C.t()[6:]
+        assert T.shape == (N - 6, 3) and sorted(T.values().tolist()) == [2., 3.]
+    x = make_dense((4, 3000), torch.float64, seed_of("wide-slices", fmt), density=0.002)
+    X = scorch.to_sparse(x, fmt).requires_grad_()
+    for key in (slice(1, None), slice(None, None, 7), slice(5, 2900, 3)):
+        torch.testing.assert_close(X[:, key].to_dense(), x[:, key])
+    (X[:, 5:2900:3].to_dense() * torch.arange(965.)).sum().backward()
+    want = torch.zeros(4, 3000, dtype=torch.float64)
+    want[:, 5:2900:3] = torch.arange(965.)
+    torch.testing.assert_close(X.grad.to_dense(), want * (x != 0))
+
+
 def test_numpy_keys_index_as_torch_reads_them():
     import numpy as np
 

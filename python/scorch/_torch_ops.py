@@ -1840,7 +1840,10 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     unchecked, and one of step 1 along csr's rows is one contiguous copy."""
     dim = _dim_index(name, dim, a.dim())
     size, span = a.shape[dim], None
+    fmt = a._format
     if isinstance(index, range):
+        if len(index) > 2 * a.nnz + 1024 and not (fmt.kinds == (0, 1) and fmt.order[0] == dim):
+            return _range_of_entries(a, dim, index)
         span = (index.start, index.stop) if index.step == 1 else None
         index = torch.arange(index.start, index.stop, index.step)
     else:
@@ -1865,7 +1868,6 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
         index = torch.where(index < 0, index + size, index)
     shape = list(a.shape)
     shape[dim] = index.numel()
-    fmt = a._format
     if fmt.kinds == (0, 1) and fmt.order[0] == dim:
         return _select_segments(a, index, shape, span)
     # A dimension far longer than the entries (a hypersparse dcsr's or coo's) goes through
@@ -1890,6 +1892,21 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
 
 
 _CSR_LIKE = {(0, 1): Format.parse("csr", 2), (1, 0): Format.parse("csc", 2)}
+
+
+def _range_of_entries(a: SparseTensor, dim: int, positions: range) -> SparseTensor:
+    """index_select of a range far longer than the entries (a slice of a hypersparse or
+    wide dimension): the entries whose coordinate the range holds, renumbered, found from
+    the coordinates (O(nnz)); the range is never listed."""
+    coords = dim_coords(a)
+    off = coords[dim] - positions.start
+    kept = ((off >= 0) & (off < len(positions) * positions.step) &
+            (off % positions.step == 0)).nonzero().reshape(-1)
+    cols = [c[kept] for c in coords]
+    cols[dim] = off[kept] // positions.step
+    shape = list(a.shape)
+    shape[dim] = len(positions)
+    return _entries_of(a, shape, torch.stack(cols), a._values[kept], a._format)
 
 
 def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
