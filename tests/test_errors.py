@@ -647,3 +647,24 @@ def test_output_too_large_to_address_is_refused_before_the_kernel_runs():
     for call in calls:
         with pytest.raises(ValueError, match="more elements than memory can address"):
             call()
+
+
+def test_from_components_arrays_are_plain_tensors():
+    """A sparse array (torch's or scorch's) is refused by name; a negated view is read as
+    the values it shows (torch's numpy() refused its negative bit)."""
+    pos, crd = torch.tensor([0, 2, 3]), torch.tensor([0, 2, 1])
+    vals = torch.tensor([1., 2., 3.])
+    for bad in (crd.to_sparse(), scorch.to_sparse(crd, "csf")):
+        with pytest.raises(TypeError, match=r"crd\[1\] must be a dense \(strided\) tensor"):
+            scorch.from_components((2, 3), "csr", pos=[None, pos], crd=[None, bad], values=vals)
+    with pytest.raises(TypeError, match="values must be a dense"):
+        scorch.from_components((2, 3), "csr", pos=[None, pos], crd=[None, crd],
+                               values=vals.to_sparse())
+    A = scorch.from_components((2, 3), "csr", pos=[None, pos],
+                               crd=[None, (-crd)._neg_view()], values=(-vals)._neg_view())
+    assert A.to_dense().tolist() == [[1., 0, 2], [0, 3, 0]]
+
+
+def test_index_notation_given_to_einsum_points_to_kernel():
+    with pytest.raises(ValueError, match="index notation goes through scorch.kernel"):
+        scorch.einsum("C(i,j) = A(i,k) * B(k,j)", torch.ones(2, 2), torch.ones(2, 2))

@@ -211,6 +211,7 @@ def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
         values = torch.ones(E, dtype=torch.float32)
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"values must be a torch.Tensor, not {type(values).__name__}")
+    _check_strided(values, "values")
     _check_cpu(values, "values")
     _check_values_dtype(values.dtype)
     if values.shape != (E,):
@@ -220,6 +221,14 @@ def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
 
 
 @outside_graph
+def _check_strided(arr, name):
+    """An array of from_components is a plain dense tensor (a sparse one, torch's or
+    scorch's, has no array to read)."""
+    if type(arr) is SparseTensor or arr.layout is not torch.strided:
+        kind = "a scorch.SparseTensor" if type(arr) is SparseTensor else f"{arr.layout}"
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
+
+
 def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTensor:
     """A SparseTensor from level arrays you already hold, checked in O(nnz).
 
@@ -248,6 +257,7 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
                          f"{len(crd)}")
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"values must be a torch.Tensor, not {type(values).__name__}")
+    _check_strided(values, "values")
     _check_cpu(values, "values")
     _check_values_dtype(values.dtype)
     if values.dim() != 1:
@@ -265,6 +275,7 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
             if not isinstance(arr, torch.Tensor):
                 raise TypeError(f"{name}[{k}] must be a torch.Tensor, not "
                                 f"{type(arr).__name__}")
+            _check_strided(arr, f"{name}[{k}]")
             _check_cpu(arr, f"{name}[{k}]")
             if arr.dtype not in _INDEX_NAMES:
                 raise TypeError(f"{name}[{k}] must be int32 or int64, got {arr.dtype}")
@@ -276,9 +287,9 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
             if arr.dim() != 1:
                 raise ValueError(f"{name}[{k}] must be 1-D, got shape {list(arr.shape)}")
     idx_dtype = idx_dtype or torch.int32
-    pos = [None if p is None else p.detach().contiguous() for p in pos]
-    crd = [None if c is None else c.detach().contiguous() for c in crd]
-    vals = values.contiguous()
+    pos = [None if p is None else p.detach().resolve_neg().contiguous() for p in pos]
+    crd = [None if c is None else c.detach().resolve_neg().contiguous() for c in crd]
+    vals = values.resolve_neg().contiguous()
     _C.validate(shape, fmt.as_tuple(), [None if p is None else p.numpy() for p in pos],
                 [None if c is None else c.numpy() for c in crd], c_values(vals),
                 _INDEX_NAMES[idx_dtype])

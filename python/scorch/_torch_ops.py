@@ -442,6 +442,9 @@ def einsum(expr: str, *ops, out_format=None, schedule=None):
     """
     if _compiling():   # (torch.compile tracing: the call runs outside its graph)
         return outside(einsum)(expr, *ops, out_format=out_format, schedule=schedule)
+    if type(expr) is str and "=" in expr:
+        raise ValueError(f"scorch.einsum takes an einsum equation ('ij,jk->ik'), not "
+                         f"{expr!r}: index notation goes through scorch.kernel(...)")
     if type(expr) is str and "." in expr:
         spelled = _ellipsis_spelled(expr, ops)
         return _as_written(expr, lambda: einsum(spelled, *ops, out_format=out_format,
