@@ -452,6 +452,52 @@ def test_einsum_gradient_edge_forms():
         torch.testing.assert_close(x.grad, xd.grad)
 
 
+def _coo3_with_duplicates():
+    """A 2 x 3 x 2 coo storing (0,1,0) twice."""
+    return scorch.from_components(
+        (2, 3, 2), "coo", pos=[torch.tensor([0, 4]), None, None],
+        crd=[torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 0, 2]), torch.tensor([0, 0, 1, 1])],
+        values=torch.tensor([1., 2., 4., -1.], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("fmt", ["coo", "dc(nonunique)", "cc(nonunique)", "coo3"])
+def test_permuted_output_of_duplicates_gives_dense_operands_their_gradient(fmt):
+    """An output that keeps a pattern with duplicates as a permuted view ("ij,ij->ji")
+    pairs entry by entry with that operand in the dense operands' gradients too (G was
+    passed beside it, and each duplicate met every other: twice the gradient)."""
+    A = _coo3_with_duplicates() if fmt == "coo3" else _with_duplicates(fmt)
+    n = A.dim()
+    t = "ijk"[:n]
+    exprs = [f"{t},{t}->{t[::-1]}", f"{t},{t[::-1]}->{t[::-1]}", f"{t},{t},{t}->{t[::-1]}"]
+    if n == 2:
+        exprs.append("ij,ik,jk->ji")
+    else:
+        exprs.append("ijk,ijk->ikj")
+    coords = tuple(A.indices())
+    for expr in exprs:
+        terms = expr.split("->")[0].split(",")[1:]
+        g = torch.Generator().manual_seed(len(expr))
+        size = dict(zip("ijk", (*A.shape, 2)))
+        ds = [torch.randn([size[c] for c in u], generator=g, dtype=torch.float64)
+              for u in terms]
+        v = A.values().detach().clone().requires_grad_()
+        xs = [d.clone().requires_grad_() for d in ds]
+        out = torch.einsum(expr, A.with_values(v), *xs).to_dense()
+        w = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        (out * w).sum().backward()
+        vd = v.detach().clone().requires_grad_()
+        xd = [d.clone().requires_grad_() for d in ds]
+        dense = torch.zeros(A.shape, dtype=torch.float64).index_put(coords, vd, accumulate=True)
+        ref = torch.einsum(expr, dense, *xd)
+        torch.testing.assert_close(out, ref.detach(), msg=expr)
+        (ref * w).sum().backward()
+        torch.testing.assert_close(v.grad, vd.grad, msg=expr)
+        for a, b in zip(xs, xd):
+            torch.testing.assert_close(a.grad, b.grad, msg=expr)
+        gradcheck(lambda v, *x: torch.einsum(expr, A.with_values(v), *x).to_dense(),
+                  vals(A, 3), *[d.clone().requires_grad_() for d in ds])
+
+
 def test_select_keeps_a_nonunique_level():
     A = scorch.from_components((1, 3), "dc(nonunique)", pos=[None, torch.tensor([0, 3])],
                                crd=[None, torch.tensor([0, 2, 2])],

@@ -377,13 +377,15 @@ def _einsum_grad(spec, i, ops, G, v):
     # An output that kept another sparse operand's pattern, duplicates and all, pairs
     # entry by entry with that operand: G joins its values (G_e * v_e), since as two
     # operands each duplicate of one would meet every duplicate of the other.
-    def kept(o):   # (the output kept o's pattern, duplicates and all)
+    def kept(o, t):   # (the output kept o's pattern, duplicates and all, level by level
+        # under the same indices: "ij,ij->ji" keeps it as a permuted view)
         return spec.out and _is_sparse(G) and _is_sparse(o) and has_duplicates(o) and \
-            _same_arrays(G, o, any_order=True)
+            _same_arrays(G, o, any_order=True) and \
+            [spec.out[d] for d in G._format.order] == [t[d] for d in o._format.order]
 
-    own = kept(ops[i])
+    own = kept(ops[i], mine)
     joined = None if own else next((j for j, (t, o) in enumerate(zip(spec.ins, ops))
-                                    if j != i and t == spec.out and kept(o)), None)
+                                    if j != i and kept(o, t)), None)
     terms, operands = [], []
     if spec.out and joined is None:
         terms.append(spec.out)
