@@ -119,10 +119,47 @@ def test_sparse_column_and_row_broadcast(fmt):
         check(expr, *ops)
 
 
-def test_one_dimensional_sparse_broadcast_is_refused():
-    a = scorch.to_sparse(torch.ones(1), "c")
-    with pytest.raises(NotImplementedError, match="cannot be broadcast"):
-        scorch.einsum("i,i->i", a, torch.ones(3))
+@pytest.mark.parametrize("fmt", ["csr", "dc", "dense", "csc", "coo", "dcsr", "cd", "c",
+                                 "c(nonunique)"])
+def test_one_element_sparse_operand_stretched_along_every_dimension(fmt):
+    """A SparseTensor of one element that other operands stretch along all its
+    dimensions is its value as a 0-D operand, as torch broadcasts it, with gradients as
+    dense autograd's: the kernel had broadcast a dense level itself, and the gradient,
+    sampled at the operand's one entry, missed the sum over the stretch ("ij,ij->" gave
+    A.grad = X[0, 0], not X.sum()); other levels were refused.  Empty (nothing stored)
+    and a coordinate stored twice too."""
+    f64 = torch.float64
+    X = make_dense((3, 4), f64, 13, "full")
+    n = 1 if fmt in ("c", "c(nonunique)", "dense") else 2
+    cases = [("i,i->", [X[:, 0]]), ("i,i->i", [X[0]]), ("i,ji->j", [X]), ("i,j->ij", [X[0]])] \
+        if n == 1 else [("ij,ij->", [X]), ("ij,ij->ji", [X]), ("ij,ij->i", [X]),
+                        ("ij,jk->ik", [X[:1]]), ("ab,ab,ab->b", [X, X.flip(0)])]
+    if fmt == "c(nonunique)":
+        sparse = [scorch.from_components((1,), fmt, pos=[torch.tensor([0, 2])],
+                                         crd=[torch.tensor([0, 0])],
+                                         values=torch.tensor([1.5, -4.0], dtype=f64))]
+    else:
+        sparse = [scorch.to_sparse(torch.full((1,) * n, v, dtype=f64), fmt) for v in (2.5, 0.0)]
+    for S in sparse:
+        coords = tuple(S.indices())
+        for expr, others in cases:
+            v = S.values().detach().clone().requires_grad_()
+            xs = [o.detach().clone().requires_grad_() for o in others]
+            got = torch.einsum(expr, S.with_values(v), *xs)
+            vd = v.detach().clone().requires_grad_()
+            xd = [o.detach().clone().requires_grad_() for o in others]
+            dense = torch.zeros(S.shape, dtype=f64).index_put(coords, vd, accumulate=True)
+            ref = torch.einsum(expr, dense, *xd)
+            torch.testing.assert_close(dense_of(got), ref.detach(), msg=expr)
+            w = torch.linspace(-1, 2, ref.numel(), dtype=f64).reshape(ref.shape)
+            (dense_of(got) * w).sum().backward()
+            (ref * w).sum().backward()
+            torch.testing.assert_close(v.grad, vd.grad, msg=expr)
+            for a, b in zip(xs, xd):
+                torch.testing.assert_close(a.grad, b.grad, msg=expr)
+    S = scorch.to_sparse(torch.full((1,) * n, 3, dtype=torch.int32), fmt)
+    check("i,i->" if n == 1 else "ij,ij->", S, torch.arange(1, 13, dtype=torch.int32)
+          .reshape((12,) if n == 1 else (3, 4)))
 
 
 def test_broadcast_and_full_dense_operands_get_their_own_kernels():

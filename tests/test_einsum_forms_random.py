@@ -85,6 +85,5 @@ def test_random_forms(batch):
     outcomes = [run_case(s) for s in SEEDS[batch::4]]
     ok = outcomes.count("ok")
     refused = [o for o in outcomes if o not in ("ok", "torch refuses")]
-    # what may be refused: a 1-D sparse operand of size 1 stretched (it would be 0-D)
-    assert all("cannot be broadcast" in o for o in refused), refused
+    assert not refused, refused   # (a stretched 1-D sparse operand of size 1 had been)
     assert ok >= len(outcomes) // 2, outcomes

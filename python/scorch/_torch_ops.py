@@ -563,7 +563,10 @@ def _rewritten(expr, ops):
     - a SparseTensor's dimension of size 1 that another operand's size for the index
       stretches (broadcasts): the tensor at position 0 of it (``select``, which keeps
       its other levels), the term losing the index, as a broadcast operand does not
-      depend on it.  (A dense operand is broadcast by the kernel itself.)
+      depend on it; with every dimension stretched, its value as a 0-D operand (below).
+      So no kernel broadcasts a SparseTensor, whose gradient is sampled at its own
+      pattern; a dense operand is broadcast by the kernel itself (its gradient sums
+      over the stretch).
     - a 0-D operand (an empty term, a scalar factor: "ij,->ij"): the same value as a
       1-element tensor under an index of size 1, which the kernel sums (one index for
       all of them: "ij,,->ij" is "ij,z,z->ij").
@@ -599,13 +602,16 @@ def _rewritten(expr, ops):
                 _dense_diagonal(o, t)
             changed = True
     for k, (t, o) in enumerate(zip(terms, taken)):
-        if not _is_sparse(o) or o.dim() < 2 or 1 not in o.shape:
+        if not _is_sparse(o) or 1 not in o.shape:
             continue
         for d in reversed(range(len(t))):
-            if o.shape[d] == 1 and o.dim() > 1 and any(
+            if o.shape[d] == 1 and any(
                     x.shape[u.index(t[d])] != 1 for u, x in zip(terms, taken) if t[d] in u):
                 o, t = select(o, d, 0), t[:d] + t[d + 1:]
                 changed = True
+        if not t:   # (every dimension stretched: its one value, taken as a 0-D operand)
+            one = next(free, "") if one is None else one
+            t, o = one, o.reshape(1)
         terms[k], taken[k] = t, o
     return (",".join(terms) + "->" + out, tuple(taken)) if changed else None
 
