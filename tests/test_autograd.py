@@ -452,6 +452,51 @@ def test_einsum_gradient_edge_forms():
         torch.testing.assert_close(x.grad, xd.grad)
 
 
+def test_dense_operand_whose_index_the_others_hold_at_size_1():
+    """A dense operand's gradient where every other operand holding one of its indices
+    has it at size 1 (torch broadcast them along the operand's extent): the same all
+    along that extent (it was returned at size 1, and autograd refused it, or a reshape
+    failed).  Each case: (equation, operands as (dense tensor, format or None))."""
+    f64 = torch.float64
+    B = torch.tensor([1., 0., 2.], dtype=f64)
+    cases = [
+        ("i,ij,j->j", [(torch.randn(4, dtype=f64), None), (torch.ones(1, 3, dtype=f64), None),
+                       (B, "csf")]),
+        ("i,ij,j->", [(torch.randn(4, dtype=f64), None), (torch.randn(1, 3, dtype=f64), None),
+                      (B, "csf")]),
+        ("ac,d,dc->ac", [(torch.arange(1., 4., dtype=f64).reshape(3, 1), "csr"),
+                         (torch.tensor([1., 2, 3], dtype=f64), None),
+                         (torch.tensor([[4.]], dtype=f64), None)]),
+        ("acb,d,dc->acb", [(torch.arange(1., 10., dtype=f64).reshape(3, 1, 3), "csf"),
+                           (torch.tensor([1., 2, 3], dtype=f64), None),
+                           (torch.tensor([[4.]], dtype=f64), None)]),
+        ("ca,c->", [(torch.arange(1., 7., dtype=f64).reshape(3, 2), None),
+                    (torch.tensor([5.], dtype=f64), "dense")]),
+        ("ijk,jk,k->", [(torch.randn(2, 4, 3, dtype=f64), None),
+                        (torch.randn(1, 3, dtype=f64), None), (B, "csf")]),
+    ]
+    for expr, spec in cases:
+        ops = [scorch.to_sparse(t, f) if f else t.clone() for t, f in spec]
+        for o in ops:
+            o.requires_grad_()
+        dense = [t.clone().requires_grad_() for t, _ in spec]
+        out, ref = torch.einsum(expr, *ops), torch.einsum(expr, *dense)
+        torch.testing.assert_close(dense_of(out), ref, msg=expr)
+        w = torch.linspace(-1, 2, ref.numel(), dtype=f64).reshape(ref.shape)
+        got = torch.autograd.grad((dense_of(out) * w).sum(), ops)
+        want = torch.autograd.grad((ref * w).sum(), dense)
+        for o, a, b in zip(ops, got, want):
+            torch.testing.assert_close(a._values if isinstance(o, scorch.SparseTensor) else a,
+                                       b[tuple(o.indices())] if isinstance(
+                                           o, scorch.SparseTensor) else b, msg=expr)
+        def f(*xs):   # (the sparse operands' values and the dense operands)
+            it = iter(xs)
+            return dense_of(torch.einsum(expr, *[o.with_values(next(it)) if isinstance(
+                o, scorch.SparseTensor) else next(it) for o in ops]))
+        gradcheck(f, *[(o.values() if isinstance(o, scorch.SparseTensor) else o)
+                       .detach().clone().requires_grad_() for o in ops])
+
+
 def _coo3_with_duplicates():
     """A 2 x 3 x 2 coo storing (0,1,0) twice."""
     return scorch.from_components(

@@ -425,9 +425,10 @@ def _einsum_grad(spec, i, ops, G, v):
     stretched = [k for k, c in enumerate(keep) if v.shape[mine.index(c)] == 1 and r.shape[k] != 1]
     if stretched:
         r = r.sum(dim=stretched, keepdim=True)
-    if keep != mine:
-        shape = [v.shape[d] if c in avail else 1 for d, c in enumerate(mine)]
-        r = r.reshape(shape).expand(v.shape)
+    # an index no other term holds, or holds only at size 1 (the others were broadcast
+    # along the operand's extent): the gradient does not depend on it, the same all along
+    if r.shape != v.shape:
+        r = r.reshape([r.shape[keep.index(c)] if c in keep else 1 for c in mine]).expand(v.shape)
     return r.to(v.dtype)
 
 
