@@ -320,6 +320,35 @@ def test_data_of_another_pattern_leaves_earlier_views_alone():
     assert torch.equal(T.detach().to_dense(), x.t())
 
 
+def test_data_of_the_same_pattern_leaves_views_and_graphs_alone():
+    """A.data = B of A's pattern: views taken before (A.t(), with_values' Parameter) keep
+    the old data, a graph built over A still runs backward after a no-op .cpu(), and a
+    tensor made in inference mode takes B outside it (as a dense tensor does)."""
+    d = torch.tensor([[1., 0, 2], [0, 3, 0]])
+    A = scorch.to_sparse(d, "csr")
+    V = A.t()
+    A.data = A.double()
+    assert V.dtype == torch.float32 and V._values.dtype == torch.float32
+    assert torch.equal(V.to_dense(), d.t())
+    V.data = scorch.to_sparse(d.t() * 10, "csc")
+    assert torch.equal(A.to_dense(), d.double())
+    p = torch.nn.Parameter(torch.tensor([1., 2, 3]))
+    W = scorch.to_sparse(d, "csr").with_values(p)
+    W.data = scorch.to_sparse(d * 5, "csr")
+    assert torch.equal(p.detach(), torch.tensor([1., 2, 3]))
+    m = torch.nn.Module()
+    m.P = torch.nn.Parameter(scorch.to_sparse(d, "csr"))
+    x = torch.rand(4, 3, requires_grad=True)
+    y = torch.nn.functional.linear(x, m.P)
+    m.cpu()
+    y.pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * (x.detach() @ d.t()) @ d)
+    with torch.inference_mode():
+        B = scorch.to_sparse(d, "csr")
+    B.data = B.double()
+    assert B.dtype == torch.float64 and torch.equal(B.to_dense(), d.double())
+
+
 @pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
 def test_copies_of_a_sparse_parameter_stay_parameters(how):
     """nn.Parameter(SparseTensor) and the attributes set on it survive deepcopy, pickling

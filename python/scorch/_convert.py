@@ -220,7 +220,6 @@ def from_edge_index(edge_index, num_nodes=None, values=None, format="csr",
     return _from_coords((num_nodes, num_nodes), edge_index, values, format, index_dtype)
 
 
-@outside_graph
 def _check_strided(arr, name):
     """An array of from_components is a plain dense tensor (a sparse one, torch's or
     scorch's, has no array to read)."""
@@ -229,6 +228,7 @@ def _check_strided(arr, name):
         raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
 
 
+@outside_graph
 def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTensor:
     """A SparseTensor from level arrays you already hold, checked in O(nnz).
 

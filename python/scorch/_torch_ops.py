@@ -2699,12 +2699,13 @@ def _set_data(a, value):
     """``A.data = B`` with B a SparseTensor: A becomes B's tensor (shape, dtype, format and
     arrays, shared as torch's set_data shares storage), keeping its identity and
     requires_grad; ``Module._apply`` (``model.double()``, ``.to(...)``, ``.cpu()``) sets
-    each parameter so, then its gradient (``A.grad.data = ...``, which reaches the
-    values' grad).  Where B has A's pattern, A keeps its values tensor too, with B's data
-    set into it (torch's set_data): its grad and hooks stay, as a dense tensor's do.  Of
-    another pattern, A takes a new values tensor: views made before (``A.t()``, sharing
-    the old one) keep the old pattern and values, and the old grad and hooks, which are
-    the old pattern's, go.  A dense B is refused: the wrapper has no storage to take."""
+    each parameter so, then its gradient.  A takes a new values tensor (B's values):
+    views made before (``A.t()``, ``A.with_values(p)``'s p, which share the old one)
+    keep the old data, as a dense view keeps the old storage.  Where B has A's pattern,
+    A's gradient (in B's dtype) and its hooks go over to the new values, as a dense
+    tensor keeps both through set_data (Module._apply converts the grad next, and
+    asserts it is there); of another pattern they are the old pattern's, and go.  A
+    dense B is refused: the wrapper has no storage to take."""
     if not _is_sparse(value):
         refuse("A.data = ...", a, value, why="a SparseTensor takes only another "
                "SparseTensor's arrays (torch.Tensor.set_data would give it a dense "
@@ -2719,11 +2720,13 @@ def _set_data(a, value):
     torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
     a._format, a._index_dtype, a._shape = value._format, value._index_dtype, value._shape
     a._pos, a._crd = list(value._pos), list(value._crd)
-    if same:   # (values last: _compiler._transposed reads them first)
-        a._values.data = vals
-        torch.autograd.graph.increment_version(a._values)   # (copies of the old: stale)
-    else:
-        a._values = vals.requires_grad_(grad)
+    old, new = a._values, vals.requires_grad_(grad)
+    if same and old.grad_fn is None:   # (a leaf's grad and hooks; a non-leaf has none)
+        if old.grad is not None:
+            new.grad = old.grad.detach().to(new.dtype)
+        if old._backward_hooks:
+            new._backward_hooks = old._backward_hooks   # (the same dict: handles remove)
+    a._values = new   # (last: _compiler._transposed reads them first)
     _replaced(a)
 
 
