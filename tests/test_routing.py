@@ -1054,6 +1054,32 @@ def test_sampled_addmm_coalesces_duplicates_and_checks_shapes():
         torch.sparse.sampled_addmm(D, A, V.t())
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+def test_multi_head_scores_on_one_mask_stay_sparse(fmt):
+    """torch.einsum("ij,hik,hjk->hij", M, Q, K): each head's scores on the mask's pattern
+    come back sparse (dense levels over the heads, then the mask's), not as H dense
+    n x n matrices; softmax and the product with V follow, gradients as dense autograd's."""
+    H, n, d = 3, 7, 4
+    m = make_dense((n, n), torch.float64, seed_of("heads", fmt))
+    Q, K, V = (dn((H, n, d), torch.float64, s) for s in (1, 2, 3))
+    M = scorch.to_sparse(m, fmt).requires_grad_()
+    Qs, Ks = Q.clone().requires_grad_(), K.clone().requires_grad_()
+    S = torch.einsum("ij,hik,hjk->hij", M, Qs, Ks)
+    assert isinstance(S, scorch.SparseTensor) and S.format.levels[0] == "dense"
+    assert S.nnz == H * M.nnz
+    out = torch.einsum("hij,hjd->hid", torch.softmax(S, -1), V)
+    Md, Qd, Kd = (t.clone().requires_grad_() for t in (m, Q, K))
+    scores = Md * torch.einsum("hik,hjk->hij", Qd, Kd)
+    want = torch.where(m != 0, scores, float("-inf")).softmax(-1).nan_to_num(0.0) @ V
+    torch.testing.assert_close(out, want)
+    w = torch.arange(float(d), dtype=torch.float64)
+    (out * w).sum().backward()
+    (want * w).sum().backward()
+    torch.testing.assert_close(Qs.grad, Qd.grad)
+    torch.testing.assert_close(Ks.grad, Kd.grad)
+    torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
+
+
 @pytest.mark.parametrize("fmt", ["csf", "coo", "ddc"])
 def test_batched_sampled_addmm(fmt):
     """A batch (b, m, n) with batches of mat1 and mat2, as torch's batched CSR takes

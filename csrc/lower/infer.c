@@ -5,7 +5,9 @@
  *  1. SDDMM-like: the right-hand side is a product (literals and negation allowed) with a
  *     factor that is a sparse operand indexed by exactly the output's indices: keep that
  *     operand's format (its level order mapped onto the output's dimensions), with a
- *     level the output cannot be assembled in made compressed (cd -> cc).
+ *     level the output cannot be assembled in made compressed (cd -> cc).  Failing that,
+ *     a factor indexed by the output's indices but its leading ones (multi-head scores
+ *     on one mask, "ij,hik,hjk->hij"): dense levels over those, then its format.
  *  2. Elementwise union: a sum/difference whose every term qualifies under rule 1: the
  *     first such operand's format.
  *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
@@ -22,18 +24,38 @@
 
 #include <string.h>
 
-static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n)
+/* Whether a dense operand is read with index v. */
+static bool dense_reads(const sc_lower_problem *p, sc_expr_var v)
+{
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (!p->ops[p->acc[a].operand].sparse)
+            for (int32_t d = 0; d < p->acc[a].order; d++)
+                if (p->acc[a].var[d] == v)
+                    return true;
+    return false;
+}
+
+/* Rule 1 (batched: the operand may lack leading output indices, each of whose slices
+ * then holds its pattern: "ij,hik,hjk->hij", multi-head scores on one mask; each of
+ * those indices a dense operand's, so that the slices are its batch, not another
+ * sparse operand's entries: "ij,kl->ijkl" is rule 5's). */
+static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool batched)
 {
     if (!n)
         return -1;
     switch (n->kind) {
     case SC_LN_ACCESS: {
         const sc_lower_access *ac = &p->acc[n->access];
-        if (!p->ops[ac->operand].sparse || ac->order != p->out_order)
+        if (!p->ops[ac->operand].sparse ||
+            (batched ? ac->order >= p->out_order || ac->order == 0 : ac->order != p->out_order))
             return -1;
+        int32_t lead = p->out_order - ac->order;   /* (output indices it lacks: leading) */
+        for (int32_t o = 0; o < lead; o++)
+            if (!dense_reads(p, p->out_var[o]))
+                return -1;
         for (int32_t d = 0; d < ac->order; d++) {
             bool found = false;
-            for (int32_t o = 0; o < p->out_order; o++)
+            for (int32_t o = lead; o < p->out_order; o++)
                 found |= p->out_var[o] == ac->var[d];
             for (int32_t d2 = d + 1; d2 < ac->order; d2++)
                 if (ac->var[d2] == ac->var[d])
@@ -44,10 +66,10 @@ static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n)
         return n->access;
     }
     case SC_LN_NEG:
-        return rule1(p, n->a);
+        return rule1(p, n->a, batched);
     case SC_LN_MUL: {
-        int32_t a = rule1(p, n->a);
-        return a >= 0 ? a : rule1(p, n->b);
+        int32_t a = rule1(p, n->a, batched);
+        return a >= 0 ? a : rule1(p, n->b, batched);
     }
     default:
         return -1;
@@ -63,7 +85,7 @@ static int32_t rule2(const sc_lower_problem *p, const sc_lower_node *n)
     }
     if (n && n->kind == SC_LN_NEG)
         return rule2(p, n->a);
-    return rule1(p, n);
+    return rule1(p, n, false);
 }
 
 static bool pure_product(const sc_lower_node *n)
@@ -81,13 +103,19 @@ static void from_access(const sc_lower_problem *p, int32_t a, sc_format *out)
     const sc_format *f = &p->ops[ac->operand].fmt;
     memset(out, 0, sizeof *out);
     out->order = p->out_order;
+    int32_t lead = p->out_order - f->order;   /* (rule 1 batched: dense levels first) */
+    for (int32_t k = 0; k < lead; k++) {
+        out->kind[k] = SC_LEVEL_DENSE;
+        out->unique[k] = 1;
+        out->lvl2dim[k] = k;
+    }
     for (int32_t k = 0; k < f->order; k++) {
-        out->kind[k] = f->kind[k];
-        out->unique[k] = f->unique[k];
+        out->kind[lead + k] = f->kind[k];
+        out->unique[lead + k] = f->unique[k];
         sc_expr_var v = ac->var[f->lvl2dim[k]];
-        for (int32_t o = 0; o < p->out_order; o++)
+        for (int32_t o = lead; o < p->out_order; o++)
             if (p->out_var[o] == v)
-                out->lvl2dim[k] = o;
+                out->lvl2dim[lead + k] = o;
     }
 }
 
@@ -117,6 +145,8 @@ static void assemblable(sc_format *f)
 void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
 {
     int32_t a = rule2(p, p->rhs);
+    if (a < 0 && pure_product(p->rhs))
+        a = rule1(p, p->rhs, true);
     if (a >= 0) {
         from_access(p, a, out);
         assemblable(out);

@@ -153,6 +153,14 @@ static void test_inference(void)
     infer_is("ij->i", 1, "csr", NULL, NULL, same, "d", 0);
     infer_is("ij->", 1, "csr", NULL, NULL, same, "", 0);
     infer_is("ijk,k->ij", 2, "csf", "dense", NULL, ttv, "dd", 0);
+    /* multi-head scores on one mask: dense over the heads, then the mask's levels; an
+     * outer product of two sparse operands is not batched (rule 5) */
+    const int64_t heads[3][4] = {{6, 8}, {4, 6, 3}, {4, 8, 3}};
+    infer_is("ij,hik,hjk->hij", 3, "csr", "dense", "dense", heads, "ddc", 0);
+    infer_is("ij,hik,hjk->hij", 3, "csc", "dense", "dense", heads, "ddc", 0);
+    infer_is("ij,hik,hjk->hij", 3, "coo", "dense", "dense", heads, "dc(nonunique)s(nonunique)", 0);
+    const int64_t outer[2][4] = {{6, 8}, {6, 8}};
+    infer_is("ij,kl->ijkl", 2, "csr", "csr", NULL, outer, "ddcc", 0);
 
     prob P;
     const char *f[2] = {"csr", "csc"};
