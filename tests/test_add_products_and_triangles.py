@@ -46,7 +46,7 @@ def test_addmv_gradients():
     w = torch.arange(1.0, 6.0, dtype=torch.float64)
     (torch.addmv(b, A, v, beta=0.5, alpha=2) * w).sum().backward()
     (torch.addmv(br, xr, vr, beta=0.5, alpha=2) * w).sum().backward()
-    torch.testing.assert_close(A.grad._values, xr.grad[tuple(A.indices())])
+    torch.testing.assert_close(A.grad._vals, xr.grad[tuple(A.indices())])
     torch.testing.assert_close(v.grad, vr.grad)
     torch.testing.assert_close(b.grad, br.grad)
 
@@ -96,7 +96,7 @@ def test_tril_sums_duplicates_and_has_gradients():
     w = torch.arange(25.0, dtype=torch.float64).reshape(5, 5)
     (B.triu(1).to_dense() * w).sum().backward()
     (xr.triu(1) * w).sum().backward()
-    torch.testing.assert_close(B.grad._values, xr.grad[tuple(B.indices())])
+    torch.testing.assert_close(B.grad._vals, xr.grad[tuple(B.indices())])
 
 
 def test_tril_of_a_vector_is_refused():
@@ -161,7 +161,7 @@ def test_sparse_mm_reduce_gradients(reduce):
     w = torch.arange(18.0, dtype=torch.float64).reshape(6, 3)
     (torch.sparse.mm(A, X, reduce=reduce) * w).sum().backward()
     (torch.sparse.mm(T, Xr, reduce=reduce) * w).sum().backward()
-    torch.testing.assert_close(A.grad._values, T.grad.values())
+    torch.testing.assert_close(A.grad._vals, T.grad.values())
     torch.testing.assert_close(X.grad, Xr.grad)
 
 

@@ -486,7 +486,7 @@ def test_dense_operand_whose_index_the_others_hold_at_size_1():
         got = torch.autograd.grad((dense_of(out) * w).sum(), ops)
         want = torch.autograd.grad((ref * w).sum(), dense)
         for o, a, b in zip(ops, got, want):
-            torch.testing.assert_close(a._values if isinstance(o, scorch.SparseTensor) else a,
+            torch.testing.assert_close(a._vals if isinstance(o, scorch.SparseTensor) else a,
                                        b[tuple(o.indices())] if isinstance(
                                            o, scorch.SparseTensor) else b, msg=expr)
         def f(*xs):   # (the sparse operands' values and the dense operands)

@@ -24,7 +24,7 @@ def test_in_place_change_of_values_is_seen(dtype):
     A, x, X = _pair(dtype)
     torch.testing.assert_close(A @ X, x @ X)
     with torch.no_grad():
-        A._values.mul_(2)            # what an optimizer step does to a sparse weight
+        A._vals.mul_(2)            # what an optimizer step does to a sparse weight
     torch.testing.assert_close(A @ X, (2 * x) @ X)
 
 
@@ -102,7 +102,7 @@ def test_extension_refuses_bad_dense_operands():
 def test_prepared_operand_keeps_arrays_alive():
     A, x, X = _pair()
     kern, descs = _kernel_and_descs(A, X)
-    prepared = _C.prepare(_compiler._sparse_desc(A, A._values)[0])
+    prepared = _C.prepare(_compiler._sparse_desc(A, A._vals)[0])
     del A
     import gc
     gc.collect()
@@ -173,7 +173,7 @@ def test_remembered_kernel_follows_each_call_s_operands():
     torch.testing.assert_close(scorch.einsum("ij,j->i", A, v), x @ v)   # another expression
     torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), x @ X)
     with torch.no_grad():
-        A._values.mul_(3)
+        A._vals.mul_(3)
     torch.testing.assert_close(scorch.einsum("ij,jk->ik", A, X), (3 * x) @ X)
 
 

@@ -170,7 +170,7 @@ def test_empty_arrays_of_results_are_tensors(route):
         U, V = torch.rand(x.shape[0], 2), torch.rand(x.shape[1], 2)
         for _ in range(2):
             for out in (A @ A, scorch.einsum("ij,ik,jk->ij", A, U, V), A):
-                arrays = out._pos + out._crd + [out._values]
+                arrays = out._pos + out._crd + [out._vals]
                 assert all(a is None or type(a) is torch.Tensor for a in arrays)
                 assert out.nnz == 0
                 torch.testing.assert_close(out.to_dense(), torch.zeros(x.shape))

@@ -127,7 +127,7 @@ def test_gradients(expr, fmt):
     (dense_of(got) * w).sum().backward()
     (ref * w).sum().backward()
     stored = A.indices()
-    torch.testing.assert_close(A.grad._values, xr.grad[tuple(stored)])
+    torch.testing.assert_close(A.grad._vals, xr.grad[tuple(stored)])
     if "," in expr:
         torch.testing.assert_close(D.grad, Dr.grad)
 
@@ -150,4 +150,4 @@ def test_trace_gradient():
     A = scorch.to_sparse(x, "csr").requires_grad_()
     torch.trace(A).backward()
     r, c = A.indices()
-    assert torch.equal(A.grad._values, (r == c).to(torch.float32))
+    assert torch.equal(A.grad._vals, (r == c).to(torch.float32))

@@ -73,7 +73,7 @@ def test_gradients_through_ellipsis():
     w = torch.arange(30.0, dtype=torch.float64).reshape(2, 3, 5)
     (torch.einsum("...j,jk->...k", A, X) * w).sum().backward()
     (torch.einsum("...j,jk->...k", xr, Xr) * w).sum().backward()
-    torch.testing.assert_close(A.grad._values, xr.grad[tuple(A.indices())])
+    torch.testing.assert_close(A.grad._vals, xr.grad[tuple(A.indices())])
     torch.testing.assert_close(X.grad, Xr.grad)
 
 
@@ -105,7 +105,7 @@ def test_sparse_operand_is_broadcast(fmt):
     w = torch.arange(30.0, dtype=torch.float64).reshape(2, 3, 5)
     (got * w).sum().backward()
     (ref * w).sum().backward()
-    torch.testing.assert_close(A.grad._values, xr.grad[tuple(A.indices())])
+    torch.testing.assert_close(A.grad._vals, xr.grad[tuple(A.indices())])
     torch.testing.assert_close(X.grad, Xr.grad)
 
 

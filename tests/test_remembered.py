@@ -53,7 +53,7 @@ def test_converted_copy_served_while_its_version_holds(expr):
     torch.testing.assert_close(scorch.einsum(expr, A, b), x @ b)
     (_, copy, _), = A._transposed.values()
     n, entry, prepared, version, values = A._kernels[expr]
-    assert prepared is copy._desc[0] and version == A._values._version and values is A._values
+    assert prepared is copy._desc[0] and version == A._vals._version and values is A._vals
     torch.testing.assert_close(_C.remembered(expr, (A, b)), x @ b)
     A.values().mul_(2)
     assert _C.remembered(expr, (A, b)) is None               # stale copy: general route
@@ -160,7 +160,7 @@ def test_no_references_are_kept():
     B = scorch.einsum("ij,ik,jk->ij", A, torch.rand(6, 2), torch.rand(8, 2))   # sparse out
     sddmm = A._kernels["ij,ik,jk->ij"][1]
     U, V = torch.rand(6, 2), torch.rand(8, 2)
-    watched = (A, X, entry, sddmm, A._desc[0], A._desc, A._kernels, A._values, U)
+    watched = (A, X, entry, sddmm, A._desc[0], A._desc, A._kernels, A._vals, U)
     counts = [sys.getrefcount(o) for o in watched]
     for _ in range(50):
         _C.remembered("ij,jk->ik", (A, X))

@@ -328,7 +328,7 @@ def test_data_of_the_same_pattern_leaves_views_and_graphs_alone():
     A = scorch.to_sparse(d, "csr")
     V = A.t()
     A.data = A.double()
-    assert V.dtype == torch.float32 and V._values.dtype == torch.float32
+    assert V.dtype == torch.float32 and V._vals.dtype == torch.float32
     assert torch.equal(V.to_dense(), d.t())
     V.data = scorch.to_sparse(d.t() * 10, "csc")
     assert torch.equal(A.to_dense(), d.double())

@@ -58,17 +58,17 @@ def test_shared_levels_are_the_operands_own_tensors():
             torch.testing.assert_close(S.to_dense(), d * (U @ V.T), rtol=1e-5, atol=1e-5)
             assert S._pos[1] is A._pos[1] and S._crd[1] is A._crd[1]
             assert S._pos[0] is None and S._crd[0] is None
-            assert not _same_memory(S._values, A._values)
+            assert not _same_memory(S._vals, A._vals)
 
 
 def test_elementwise_shares_and_leaves_operand():
     d = _dense(60, 45, 0.1, seed=3) - 0.05
     A = scorch.to_sparse(d, "csr")
-    before = [t.clone() for t in (A._pos[1], A._crd[1], A._values)]
+    before = [t.clone() for t in (A._pos[1], A._crd[1], A._vals)]
     for r, ref in ((A.relu(), d.relu()), (A * 3, d * 3), (-A, -d)):
         torch.testing.assert_close(r.to_dense(), ref)
         assert _same_memory(r._crd[1], A._crd[1])
-    for t, b in zip((A._pos[1], A._crd[1], A._values), before):
+    for t, b in zip((A._pos[1], A._crd[1], A._vals), before):
         assert torch.equal(t, b)
 
 

@@ -138,7 +138,7 @@ def test_coordinates_past_the_key_width_sort_by_insertion():
                                     (m, N))
         A, B = (scorch.to_sparse(x, "csr", index_dtype=torch.int32) for x in (a, b))
         C = with_threads(1, lambda: A @ B)
-        pos, crd, val = C._pos[1].long(), C._crd[1].long(), C._values
+        pos, crd, val = C._pos[1].long(), C._crd[1].long(), C._vals
         got = {}
         for r in range(len(pos) - 1):
             seg = crd[pos[r]:pos[r + 1]].tolist()

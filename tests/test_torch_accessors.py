@@ -34,6 +34,11 @@ def test_counts_and_coordinates(fmt, sid, shape, kind):
     back = torch.sparse_coo_tensor(idx, A.values(), shape,
                                    check_invariants=True).to_dense()
     assert torch.equal(back, x)
+    # torch's private COO accessors, which graph code calls (adj._values()); they were
+    # shadowed by an attribute of that name (a TypeError)
+    assert A._values() is A.values() and torch.equal(A._indices(), idx)
+    assert torch.Tensor._values(A) is A.values()
+    assert torch.equal(torch.Tensor._indices(A), idx)
 
 
 @pytest.mark.parametrize("sid,shape,kind", SHAPES_2D, ids=[s[0] for s in SHAPES_2D])

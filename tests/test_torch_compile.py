@@ -41,7 +41,7 @@ def test_compiled_function_matches_eager_without_warnings(backend):
         ours = [str(w.message) for w in caught
                 if "scorch" in str(w.message) or "Dynamo does not know" in str(w.message)]
         assert not ours, ours
-        results.append((r.detach(), A.grad._values.clone(), X.grad.clone()))
+        results.append((r.detach(), A.grad._vals.clone(), X.grad.clone()))
     for eager, compiled in zip(*results):
         torch.testing.assert_close(compiled, eager)
 

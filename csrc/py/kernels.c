@@ -212,7 +212,7 @@ PyObject *sc_py_set_torch(PyObject *module, PyObject *args)
     }
     static const char *const names[] = {"dtype", "shape", "data_ptr", "is_contiguous",
                                         "is_cpu", "is_neg", "requires_grad", "_kernels",
-                                        "_desc", "_values", "_version"};
+                                        "_desc", "_vals", "_version"};
     for (int i = SC_PY_T_DTYPE; i < SC_PY_TORCH_REFS; i++) {
         refs[i] = PyUnicode_InternFromString(names[i - SC_PY_T_DTYPE]);
         if (!refs[i]) {

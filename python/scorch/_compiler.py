@@ -189,7 +189,7 @@ def _sparse_operand(a: SparseTensor, dtype):
     .data = in another thread that replaces them advances it after, so a description
     read from the old arrays is never kept past that."""
     epoch = _C.epoch()
-    vals = a._values
+    vals = a._vals
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
         return _sparse_desc(a, v)
@@ -235,7 +235,7 @@ def _operands(operands):
     dtype = None
     for x in operands:
         if isinstance(x, SparseTensor):
-            d = x._values.dtype
+            d = x._vals.dtype
         elif isinstance(x, torch.Tensor) and x.layout is _STRIDED:
             d = x.dtype
         else:
@@ -270,7 +270,7 @@ def _unseen_by_kernels(operands):
     storage of a vmap (torch.func's transforms, vmap, jacfwd, and the batched gradients
     of torch.autograd.functional's vectorize=True)."""
     for i, x in enumerate(operands):
-        v = x._values if isinstance(x, SparseTensor) else x
+        v = x._vals if isinstance(x, SparseTensor) else x
         if not isinstance(v, torch.Tensor):
             continue
         if v.layout is not _STRIDED:   # (a torch sparse tensor has no storage either)
@@ -313,7 +313,7 @@ def _run(entry, descs, narrow=None):
     if narrow is None:
         return r
     if isinstance(r, SparseTensor):
-        return r._rewrap(r._values.to(narrow))
+        return r._rewrap(r._vals.to(narrow))
     return r.to(narrow)
 
 
@@ -329,7 +329,7 @@ def _finish(entry, raw):
 
         r = _wrap(shape, fmt, pos, crd, vals, index_dtype)
         try:
-            from_components(tuple(shape), fmt, pos=r._pos, crd=r._crd, values=r._values)
+            from_components(tuple(shape), fmt, pos=r._pos, crd=r._crd, values=r._vals)
         except ValueError as e:
             raise NotImplementedError(
                 f"the result has two entries with the same coordinates through a unique "
@@ -578,9 +578,9 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     whose ``_transposed`` is False keeps no copy: its values' version does not follow
     every write (the values of a torch CSR/CSC tensor built over a Parameter)."""
     cache = a._transposed
-    if cache is False or a._values.is_inference():   # (a view of a torch CSR/CSC tensor:
+    if cache is False or a._vals.is_inference():   # (a view of a torch CSR/CSC tensor:
         return _moved(a, fmt)   # _dispatch._to_scorch; values made in inference mode,
-    arrays = (a._values, a._pos, a._crd)   # which torch counts no versions of)   # (the copy serves these very arrays only:
+    arrays = (a._vals, a._pos, a._crd)   # which torch counts no versions of)   # (the copy serves these very arrays only:
     version = arrays[0]._version           # another thread may be replacing them)
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version and all(x is y for x, y in zip(hit[2], arrays)):
@@ -605,7 +605,7 @@ _PATTERNS: dict = {}
 
 def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
     if a.dtype in WIDENED:   # (the kernels' copy is in their dtype: duplicates summed there)
-        a = a._rewrap(a._values.detach().to(WIDENED[a.dtype]))
+        a = a._rewrap(a._vals.detach().to(WIDENED[a.dtype]))
     arrays = [x for x in a._pos + a._crd if x is not None]
     key = next((c for c in reversed(a._crd) if c is not None), None)
     if key is None:
@@ -625,11 +625,11 @@ def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
         # entry goes; one that sums repeated coordinates (COO to DCSR) has fewer entries
         ids = a._rewrap(torch.arange(a.nnz, dtype=torch.float64))
         c = ids.to_format(fmt, a.index_dtype, drop_zeros=False)
-        moves[how] = (c._pos, c._crd, c._values.to(torch.int64)) if c.nnz == a.nnz else None
+        moves[how] = (c._pos, c._crd, c._vals.to(torch.int64)) if c.nnz == a.nnz else None
     if moves[how] is None:
         return a.to_format(fmt, a.index_dtype, drop_zeros=False)
     pos, crd, perm = moves[how]
-    return SparseTensor(a._shape, fmt, pos, crd, a._values.detach()[perm],
+    return SparseTensor(a._shape, fmt, pos, crd, a._vals.detach()[perm],
                         index_dtype=a.index_dtype)
 
 
@@ -754,7 +754,7 @@ class Kernel:
             return r
         if torch.is_grad_enabled():
             for name, x in zip(self._names or [None] * len(operands), operands):
-                v = x._values if isinstance(x, SparseTensor) else x
+                v = x._vals if isinstance(x, SparseTensor) else x
                 if isinstance(v, torch.Tensor) and v.requires_grad:
                     raise RuntimeError(
                         f"scorch.kernel computes without autograd, and operand "

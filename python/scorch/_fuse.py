@@ -209,7 +209,7 @@ def _as_written(func, args, kwargs):
 
 def _data(t):
     """The tensor whose version counter and storage hold t's values."""
-    return t._values if isinstance(t, SparseTensor) else t
+    return t._vals if isinstance(t, SparseTensor) else t
 
 
 def _versions_of(terms) -> tuple:

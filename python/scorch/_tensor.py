@@ -1,7 +1,7 @@
 """SparseTensor: a torch.Tensor subclass whose data are level arrays and values.
 
 The arrays are ordinary torch tensors (memory owned by torch): ``_pos[k]`` and ``_crd[k]``
-per level (None where the level kind has none) and ``_values``.  The wrapper itself has no
+per level (None where the level kind has none) and ``_vals``.  The wrapper itself has no
 storage; torch sees its shape, dtype and device.  Every conversion runs in the C core.
 """
 from __future__ import annotations
@@ -163,7 +163,7 @@ class SparseTensor(torch.Tensor):
     _format: Format
     _pos: list
     _crd: list
-    _values: torch.Tensor
+    _vals: torch.Tensor
 
     @staticmethod
     def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False,
@@ -180,7 +180,7 @@ class SparseTensor(torch.Tensor):
         self._format = fmt
         self._pos = list(pos)
         self._crd = list(crd)
-        self._values = values
+        self._vals = values
         # Kept for formats with no index arrays (dense), so the dtype asked for survives.
         self._index_dtype = index_dtype
         # Plain-Python copies for the hot path: reading .shape or .dtype on a subclass
@@ -238,7 +238,7 @@ class SparseTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
-            return args[0]._rewrap(args[0]._values)
+            return args[0]._rewrap(args[0]._vals)
         if func is torch.ops.aten.clone.default:
             return args[0].clone()
         if func._schema.is_mutable:   # (an optimizer's step on a SparseTensor leaf, ...)
@@ -258,7 +258,7 @@ class SparseTensor(torch.Tensor):
     @property
     def nnz(self) -> int:
         """Number of stored values (including explicit zeros and dense-level padding)."""
-        return self._values.shape[0]
+        return self._vals.shape[0]
 
     @property
     def index_dtype(self) -> torch.dtype:
@@ -270,19 +270,19 @@ class SparseTensor(torch.Tensor):
     @property
     def is_leaf(self) -> bool:
         """Whether the values are an autograd leaf (they carry the tensor's history)."""
-        return self._values.is_leaf
+        return self._vals.is_leaf
 
     @property
     def grad_fn(self):
         """The node that made the values (None for a leaf)."""
-        return self._values.grad_fn
+        return self._vals.grad_fn
 
     @property
     @outside_graph
     def grad(self):
         """The gradient of the stored values, as a SparseTensor with this pattern (None
         before a backward pass)."""
-        g = self._values.grad
+        g = self._vals.grad
         return None if g is None else self._rewrap(g)
 
     @grad.setter
@@ -295,12 +295,12 @@ class SparseTensor(torch.Tensor):
                     f"{self._format}, the same {self.nnz} stored coordinates); got shape "
                     f"{tuple(value.shape)}, format {value._format}, nnz {value.nnz}: "
                     f"A.with_values(v) places values on A's pattern")
-            value = value._values
-        self._values.grad = value
+            value = value._vals
+        self._vals.grad = value
 
     def values(self) -> torch.Tensor:
         """The 1-D tensor of stored values, in storage order (the tensor itself, no copy)."""
-        return self._values
+        return self._vals
 
     @outside_graph
     def indices(self, level=None):
@@ -315,6 +315,15 @@ class SparseTensor(torch.Tensor):
             raise IndexError(f"level {level} is out of range for a {n}-level tensor")
         return self._pos[level], self._crd[level]
 
+    def _values(self) -> torch.Tensor:
+        """torch's private COO accessor, which graph code calls (``adj._values()``):
+        the stored values, as ``values()``."""
+        return self._vals
+
+    def _indices(self) -> torch.Tensor:
+        """torch's private COO accessor: the coordinates, as ``indices()``."""
+        return self.indices()
+
     def _rewrap(self, values, requires_grad=False):
         t = SparseTensor(self.shape, self._format, self._pos, self._crd, values,
                          requires_grad=requires_grad, index_dtype=self.index_dtype)
@@ -326,8 +335,8 @@ class SparseTensor(torch.Tensor):
         """The same pattern around new values (a 1-D tensor of length nnz)."""
         if not isinstance(values, torch.Tensor):
             raise TypeError(f"values must be a torch.Tensor, not {type(values).__name__}")
-        if values.shape != self._values.shape:
-            raise ValueError(f"values must have shape {tuple(self._values.shape)}, "
+        if values.shape != self._vals.shape:
+            raise ValueError(f"values must have shape {tuple(self._vals.shape)}, "
                              f"got {tuple(values.shape)}")
         if values.dtype not in VALUE_DTYPES:
             raise TypeError(f"values must be {VALUE_DTYPE_NAMES}, not {values.dtype}")
@@ -339,7 +348,7 @@ class SparseTensor(torch.Tensor):
     def _arrays(self):
         """The level arrays and values as the C core reads them (``c_values``)."""
         return ([_np(p) for p in self._pos], [_np(c) for c in self._crd],
-                c_values(self._values))
+                c_values(self._vals))
 
     @outside_graph
     def to_dense(self, dtype=None, *, masked_grad=None) -> torch.Tensor:
@@ -349,7 +358,7 @@ class SparseTensor(torch.Tensor):
         if masked_grad is False:
             raise NotImplementedError("to_dense(masked_grad=False): a SparseTensor's "
                                       "gradient lives on its stored entries only")
-        if self._values.requires_grad and torch.is_grad_enabled():
+        if self._vals.requires_grad and torch.is_grad_enabled():
             out = _ops().to_dense(self)
             return out if dtype is None else out.to(dtype)
         out = torch.empty(tuple(self.shape), dtype=compute_dtype(self.dtype))
@@ -377,8 +386,8 @@ class SparseTensor(torch.Tensor):
                              _INDEX_NAMES[self.index_dtype], fmt.as_tuple(),
                              _INDEX_NAMES[it], bool(drop_zeros), _threads())
         out = _wrap(self.shape, fmt, p, c, v, it, self.dtype)
-        if self._values.requires_grad and torch.is_grad_enabled():
-            out = _ops().summed_onto(out, _ops().dim_coords(self), self._values)
+        if self._vals.requires_grad and torch.is_grad_enabled():
+            out = _ops().summed_onto(out, _ops().dim_coords(self), self._vals)
         return out
 
     @outside_graph
@@ -397,14 +406,14 @@ class SparseTensor(torch.Tensor):
             ctor = torch.sparse_csr_tensor if want == "csr" else torch.sparse_csc_tensor
             with warnings.catch_warnings():  # torch's "CSR support is in beta" notice
                 warnings.simplefilter("ignore", UserWarning)
-                return ctor(t._pos[1].clone(), t._crd[1].clone(), _copy_of(t._values),
+                return ctor(t._pos[1].clone(), t._crd[1].clone(), _copy_of(t._vals),
                             size=tuple(self.shape), check_invariants=False)
         if layout is not torch.sparse_coo:
             raise ValueError(f"to_torch supports sparse_coo, sparse_csr and sparse_csc, "
                              f"not {layout}")
         t = self.to_format("coo", torch.int64)
         idx = torch.stack(t._crd) if self.dim() else torch.zeros(0, 0, dtype=torch.int64)
-        return torch.sparse_coo_tensor(idx, _copy_of(t._values), tuple(self.shape),
+        return torch.sparse_coo_tensor(idx, _copy_of(t._vals), tuple(self.shape),
                                        is_coalesced=True, check_invariants=False)
 
     @outside_graph
@@ -417,14 +426,14 @@ class SparseTensor(torch.Tensor):
                             "with .float() first")
         name = self._format.name
         shape = tuple(self.shape)
-        vals = self._values.detach().numpy().copy()
+        vals = self._vals.detach().numpy().copy()
         if name in ("csr", "csc"):
             ctor = sp.csr_array if name == "csr" else sp.csc_array
             return ctor((vals, self._crd[1].numpy().copy(), self._pos[1].numpy().copy()),
                         shape=shape)
         t = self.to_format("coo")
         coords = tuple(c.numpy().astype(np.int64) for c in t._crd)
-        return sp.coo_array((t._values.detach().numpy().copy(), coords), shape=shape)
+        return sp.coo_array((t._vals.detach().numpy().copy(), coords), shape=shape)
 
     @outside_graph
     def clone(self, *, memory_format=None) -> "SparseTensor":
@@ -432,7 +441,7 @@ class SparseTensor(torch.Tensor):
             self.shape, self._format,
             [None if p is None else p.clone() for p in self._pos],
             [None if c is None else c.clone() for c in self._crd],
-            self._values.clone(), requires_grad=self.requires_grad,
+            self._vals.clone(), requires_grad=self.requires_grad,
             index_dtype=self.index_dtype)
 
     def __deepcopy__(self, memo):
@@ -440,7 +449,7 @@ class SparseTensor(torch.Tensor):
             return memo[id(self)]
         new = SparseTensor(self.shape, self._format, copy.deepcopy(self._pos, memo),
                            copy.deepcopy(self._crd, memo),
-                           _copied_values(copy.deepcopy(self._values.detach(), memo),
+                           _copied_values(copy.deepcopy(self._vals.detach(), memo),
                                           self.requires_grad),
                            requires_grad=self.requires_grad, index_dtype=self.index_dtype)
         memo[id(self)] = new
@@ -455,7 +464,7 @@ class SparseTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(), self._pos, self._crd,
-                           self._values.detach(), self.requires_grad,
+                           self._vals.detach(), self.requires_grad,
                            _INDEX_NAMES[self.index_dtype], self._user_state()))
 
     def _share_arrays(self):
@@ -464,7 +473,7 @@ class SparseTensor(torch.Tensor):
         scorch kept of these arrays, in this tensor and in every one sharing them (views,
         with_values), point at the freed old blocks."""
         moved = False
-        for a in self._pos + self._crd + [self._values]:
+        for a in self._pos + self._crd + [self._vals]:
             if a is not None and not a.is_shared():
                 a.share_memory_()
                 moved = True
@@ -484,11 +493,11 @@ class SparseTensor(torch.Tensor):
 
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(),
                            [shared(p) for p in self._pos], [shared(c) for c in self._crd],
-                           shared(self._values.detach()), self.requires_grad,
+                           shared(self._vals.detach()), self.requires_grad,
                            _INDEX_NAMES[self.index_dtype], self._user_state()))
 
     def __repr__(self, *, tensor_contents=None):
-        vals = self._values.detach()
+        vals = self._vals.detach()
         vs = repr(vals).replace("\n", "\n       ")
         return (f"SparseTensor(shape={tuple(self.shape)}, format={self._format}, "
                 f"nnz={self.nnz}, dtype={self.dtype}, index_dtype={self.index_dtype},\n"
@@ -499,7 +508,7 @@ class SparseTensor(torch.Tensor):
 
 # scorch's own attributes of a SparseTensor (SparseTensor.__new__'s, and the mark
 # SparseLinear.weight's tensors carry): the rest are its user's.
-_OWN_ATTRIBUTES = frozenset(("_format", "_pos", "_crd", "_values", "_index_dtype", "_shape",
+_OWN_ATTRIBUTES = frozenset(("_format", "_pos", "_crd", "_vals", "_index_dtype", "_shape",
                              "_desc", "_transposed", "_kernels", "_has_dups",
                              "_pattern_owner"))
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)

@@ -113,13 +113,13 @@ def _is_scalar(x):
 
 def _needs_grad(x):
     if isinstance(x, SparseTensor):
-        return x._values.requires_grad
+        return x._vals.requires_grad
     return isinstance(x, torch.Tensor) and x.requires_grad
 
 
 def _pattern(a: SparseTensor) -> SparseTensor:
     """``a``'s pattern around its detached values (no autograd history)."""
-    return a._rewrap(a._values.detach())
+    return a._rewrap(a._vals.detach())
 
 
 # ---- coordinates of stored entries ------------------------------------------------------
@@ -201,8 +201,8 @@ def align_values(r: SparseTensor, pattern: SparseTensor) -> torch.Tensor:
     if not _is_sparse(r):
         return r[tuple(dim_coords(pattern))]
     if _same_arrays(r, pattern):
-        return r._values
-    return _summed_at(pattern, dim_coords(r), r._values)
+        return r._vals
+    return _summed_at(pattern, dim_coords(r), r._vals)
 
 
 def sampled_at(p: SparseTensor, dtype, product_of_ones) -> torch.Tensor:
@@ -267,7 +267,7 @@ class _ToDenseFn(torch.autograd.Function):
 def to_dense(a: SparseTensor) -> torch.Tensor:
     """a.to_dense() with autograd through the values: the gradient gathers the output's
     gradient at the stored coordinates."""
-    return _ToDenseFn.apply((_pattern(a),), a._values)
+    return _ToDenseFn.apply((_pattern(a),), a._vals)
 
 
 # ---- einsum with autograd ---------------------------------------------------------------
@@ -342,7 +342,7 @@ class _EinsumFn(torch.autograd.Function):
         if _is_sparse(res):
             spec.out_pattern = (res._shape, res._format, res._pos, res._crd,
                                 res._index_dtype)
-            return res._values
+            return res._vals
         return res
 
     @staticmethod
@@ -393,7 +393,7 @@ def _einsum_grad(spec, i, ops, G, v):
     for j, (t, o) in enumerate(zip(spec.ins, ops)):
         if j != i:
             terms.append(t)
-            operands.append(o if j != joined else o._rewrap(G._values * o._values))
+            operands.append(o if j != joined else o._rewrap(G._vals * o._vals))
     if _is_sparse(ops[i]):
         pat = ops[i]
         if own:
@@ -401,7 +401,7 @@ def _einsum_grad(spec, i, ops, G, v):
             # is entry e times the rest of the product at its coordinate, so entry e's
             # gradient is G's own entry e (not the sum over its coordinate) times that.
             rest = ",".join([mine] + terms[1:]) + "->" + mine
-            return (G._values * sampled_at(pat, G.dtype, lambda ones: _backward_einsum(
+            return (G._vals * sampled_at(pat, G.dtype, lambda ones: _backward_einsum(
                 rest, ones, *operands[1:]))).to(v.dtype)
         # (the output's format is inferred from the ones: the pattern's own, or where the
         # output cannot be assembled in that one (cd), the nearest it can, cc)
@@ -651,7 +651,7 @@ def _sparse_diagonal(a: SparseTensor, term: str):
     kept = _format_of_dims(fmt, dims, sparse)
     cols = torch.stack([coords[d][keep] for d in dims])
     return "".join(first), _entries_of(a, [a.shape[d] for d in dims], cols,
-                                       a._values[keep], kept)
+                                       a._vals[keep], kept)
 
 
 def _entries_of(a: SparseTensor, shape, cols, values, fmt) -> SparseTensor:
@@ -688,7 +688,7 @@ def _widened_for_sum(expr, ops):
     result float as it is.  Repeated coordinates are summed in the tensor's own dtype
     first (_summed_as)."""
     for x in ops:
-        if (x._values.dtype if type(x) is SparseTensor else
+        if (x._vals.dtype if type(x) is SparseTensor else
                 getattr(x, "dtype", None)) in _SUMS_IN_INT64:
             break
     else:
@@ -738,7 +738,7 @@ def _einsum_autograd(ins, out, canon, ops, out_format):
     if len(ins) != len(ops):
         raise ValueError(f"the expression has {len(ins)} operands, {len(ops)} were given")
     spec = _Spec(ins, out, canon, ops, out_format)
-    res = _apply(_EinsumFn, spec, *[o._values if _is_sparse(o) else o for o in ops])
+    res = _apply(_EinsumFn, spec, *[o._vals if _is_sparse(o) else o for o in ops])
     if spec.out_pattern is not None:
         return _with_pattern(spec.out_pattern, res, requires_grad=res.requires_grad)
     return res
@@ -762,7 +762,7 @@ class _AddFn(torch.autograd.Function):
         ctx.spec, ctx.sign = spec, sign
         if _is_sparse(res):
             out_pattern_box.append(_pattern(res))
-            return res._values
+            return res._vals
         return res
 
     @staticmethod
@@ -835,8 +835,8 @@ def _add(name, a, b, sign=1):
                         f"to {dtype}")
     pa = _pattern(a) if _is_sparse(a) else None
     pb = _pattern(b) if _is_sparse(b) else None
-    va = a._values if pa is not None else a
-    vb = b._values if pb is not None else b
+    va = a._vals if pa is not None else a
+    vb = b._vals if pb is not None else b
     if not (torch.is_grad_enabled() and (va.requires_grad or vb.requires_grad)):
         res = _add_kernel(a, b, sign)
     else:
@@ -858,7 +858,7 @@ def _map_values(a: SparseTensor, fn, linear=False):
     relu(-2) + relu(1) is 1)."""
     if not linear:
         a = _coalesced(a)
-    v = fn(a._values)
+    v = fn(a._vals)
     if v.dtype not in VALUE_DTYPES:
         raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values; this op gives {v.dtype}")
     return a._rewrap(v, requires_grad=v.requires_grad)
@@ -1210,7 +1210,7 @@ def sparse_dense_product(exprs, a, b):
     if r is not None:
         return r
     if b.layout is not _STRIDED or _batch_of_one(expr, a, b) or (
-            torch.is_grad_enabled() and (a._values.requires_grad or b.requires_grad)):
+            torch.is_grad_enabled() and (a._vals.requires_grad or b.requires_grad)):
         return None
     _multiplies(None, a, b, exprs)
     return _remembered_run(key, _LANG_EINSUM, expr, (a, b), None, None)
@@ -1236,8 +1236,8 @@ def _product(name, exprs, a, b):
     if _batch_of_one(expr, a, b):   # (einsum drops a sparse operand's batch dimension of 1)
         return einsum(expr, a, b)
     if torch.is_grad_enabled() and (
-            (a._values if isinstance(a, SparseTensor) else a).requires_grad or
-            (b._values if isinstance(b, SparseTensor) else b).requires_grad):
+            (a._vals if isinstance(a, SparseTensor) else a).requires_grad or
+            (b._vals if isinstance(b, SparseTensor) else b).requires_grad):
         return _einsum_autograd(*_parse(expr), (a, b), None)
     return _einsum_run(expr, (a, b))   # (_contract, inlined)
 
@@ -1281,7 +1281,7 @@ def _sparse_mm(a, b, reduce="sum"):
                             f"got {a.dtype} and {b.dtype}")
         count = torch.bincount(rows, minlength=a.shape[0]).clamp_(min=1)
         return _mm(c, b) / count[:, None]   # (the product's floating dtype, as promoted)
-    prod = c._values[:, None] * b[cols]
+    prod = c._vals[:, None] * b[cols]
     out = torch.zeros(a.shape[0], b.shape[1], dtype=prod.dtype)
     return out.scatter_reduce(0, rows[:, None].expand_as(prod), prod, reduce,
                               include_self=False)
@@ -1402,7 +1402,7 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
     if alpha != 1:
         vals = vals * alpha
     if beta != 0:
-        vals = vals + (inp._values if beta == 1 else inp._values * beta)
+        vals = vals + (inp._vals if beta == 1 else inp._vals * beta)
     return inp._rewrap(vals, requires_grad=vals.requires_grad)
 
 
@@ -1477,7 +1477,7 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
         dtype = torch.int64   # (torch sums integers in int64)
     src = a if dtype is None else _summed_as(a, dtype)
     if len(dims) == n:
-        r = src._values.sum(dtype=src.dtype)   # (an int8 sum asked in int8 stays int8)
+        r = src._vals.sum(dtype=src.dtype)   # (an int8 sum asked in int8 stays int8)
         return r.reshape([1] * n) if keepdim else r
     ix = "ijklmnpq"[:n]
     kept = "".join(c for d, c in enumerate(ix) if d not in dims)
@@ -1538,7 +1538,7 @@ def _extreme(name, a: SparseTensor, dim, keepdim, largest):
     coords = dim_coords(a)
     key = _linear_key([coords[d] for d in others], [a.shape[d] for d in others], a.nnz)
     m = math.prod(a.shape[d] for d in others)
-    v = a._values
+    v = a._vals
     if v.dtype.is_floating_point:
         start = torch.full((m,), -math.inf if largest else math.inf, dtype=v.dtype)
     else:
@@ -1624,7 +1624,7 @@ def _vector_norm(name, a, ord, dim, keepdim, dtype):
     if ord < 0:
         refuse(f"{name}(ord={ord:g})", a, why="a negative order is not built")
     if len(_norm_dims(dim, a.dim())) == a.dim():   # every dimension: the values' norm
-        r = torch.linalg.vector_norm(a._values, ord)
+        r = torch.linalg.vector_norm(a._vals, ord)
         return r.reshape([1] * a.dim()) if keepdim else r
     work = compute_dtype(a.dtype)   # (half types: powers, sum and root in float32)
 
@@ -1707,7 +1707,7 @@ def _softmax(name, a, dim, dtype, log):
                       f"deprecated. Change the call to include dim=X as an argument.",
                       stacklevel=4)
     dim = _dim_index(name, dim, n)
-    v = a._values if dtype is None else a._values.to(dtype)
+    v = a._vals if dtype is None else a._vals.to(dtype)
     if not v.dtype.is_floating_point:
         refuse(name, a, why=f"softmax of {v.dtype} values (convert with .float() or pass "
                             "dtype=)")
@@ -1753,7 +1753,7 @@ def _item(kind):
         if a.numel() != 1:
             raise RuntimeError(f"a Tensor with {a.numel()} elements cannot be converted to "
                                f"Scalar")
-        return kind(a._values.detach().sum(dtype=a.dtype).item())
+        return kind(a._vals.detach().sum(dtype=a.dtype).item())
     return handler
 
 
@@ -1775,8 +1775,8 @@ def _permuted(a: SparseTensor, perm):
         inv[old] = new
     f = a._format
     fmt = _format_from_tuple(f.kinds, f.unique, tuple(inv[d] for d in f.order))
-    return SparseTensor([a.shape[p] for p in perm], fmt, a._pos, a._crd, a._values,
-                        requires_grad=a._values.requires_grad, index_dtype=a.index_dtype)
+    return SparseTensor([a.shape[p] for p in perm], fmt, a._pos, a._crd, a._vals,
+                        requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype)
 
 
 @_register(torch.permute, torch.Tensor.permute)
@@ -1900,7 +1900,7 @@ def index_select(a: SparseTensor, dim: int, index, name="index_select") -> Spars
     first = repeated(torch.cumsum(cnt, 0) - cnt, cnt)
     cols = [c[ent] for c in coords]
     cols[dim] = order[lo[ent] + torch.arange(ent.numel()) - first]
-    return _entries_of(a, shape, torch.stack(cols), a._values[ent], a._format)
+    return _entries_of(a, shape, torch.stack(cols), a._vals[ent], a._format)
 
 
 _CSR_LIKE = {(0, 1): Format.parse("csr", 2), (1, 0): Format.parse("csc", 2)}
@@ -1918,7 +1918,7 @@ def _range_of_entries(a: SparseTensor, dim: int, positions: range) -> SparseTens
     cols[dim] = off[kept] // positions.step
     shape = list(a.shape)
     shape[dim] = len(positions)
-    return _entries_of(a, shape, torch.stack(cols), a._values[kept], a._format)
+    return _entries_of(a, shape, torch.stack(cols), a._vals[kept], a._format)
 
 
 def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
@@ -1952,7 +1952,7 @@ def _select_segments(a: SparseTensor, index, shape, span=None) -> SparseTensor:
         pos = a._pos[1][span[0]:span[1] + 1].to(torch.int64)
         lo, hi = int(pos[0]), int(pos[-1])
         it = a.index_dtype if hi - lo <= _tensor._I32_MAX else torch.int64
-        vals = a._values[lo:hi].clone()      # (copies, as every selection's)
+        vals = a._vals[lo:hi].clone()      # (copies, as every selection's)
         return SparseTensor(shape, a._format, [None, (pos - lo).to(it)],
                             [None, a._crd[1][lo:hi].to(it, copy=True)], vals,
                             requires_grad=vals.requires_grad, index_dtype=it)
@@ -1964,7 +1964,7 @@ def _select_segments(a: SparseTensor, index, shape, span=None) -> SparseTensor:
     total = int(new_pos[-1])
     it = a.index_dtype if total <= _tensor._I32_MAX else torch.int64
     ent = repeated(starts - new_pos[:-1], cnt) + torch.arange(total)
-    vals = a._values[ent]
+    vals = a._vals[ent]
     return SparseTensor(shape, a._format, [None, new_pos.to(it)], [None, crd[ent].to(it)],
                         vals, requires_grad=vals.requires_grad, index_dtype=it)
 
@@ -2018,7 +2018,7 @@ def _cat(tensors, dim=0, *, axis=None, out=None):
     dtype = _promoted(*tensors)
     from ._convert import _from_coords
 
-    return _from_coords(shape, torch.cat(cols, 1), torch.cat([t._values.to(dtype)
+    return _from_coords(shape, torch.cat(cols, 1), torch.cat([t._vals.to(dtype)
                                                               for t in tensors]),
                         first._format, torch.int64 if wide else None)
 
@@ -2039,11 +2039,11 @@ def select(a: SparseTensor, dim: int, i: int):
         # (the level keeps its uniqueness: a nonunique one may repeat a coordinate)
         return SparseTensor((a.shape[1 - dim],), _format_from_tuple((1,), fmt.unique[1:], (0,)),
                             [r._pos[1]], [r._crd[1]],
-                            r._values, requires_grad=r._values.requires_grad,
+                            r._vals, requires_grad=r._vals.requires_grad,
                             index_dtype=r.index_dtype)
     coords = dim_coords(a)
     keep = coords[dim] == i
-    vals = a._values[keep]
+    vals = a._vals[keep]
     if n == 1:   # (torch's sum of int32 values would be int64)
         return vals.sum(dtype=vals.dtype)
     dims = [d for d in range(n) if d != dim]
@@ -2065,8 +2065,8 @@ def _unsqueeze(a, dim):
                              (dim,) + tuple(o + (o >= dim) for o in f.order))
     shape = list(a.shape)
     shape.insert(dim, 1)
-    return SparseTensor(shape, fmt, [None] + a._pos, [None] + a._crd, a._values,
-                        requires_grad=a._values.requires_grad, index_dtype=a.index_dtype)
+    return SparseTensor(shape, fmt, [None] + a._pos, [None] + a._crd, a._vals,
+                        requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype)
 
 
 @_register(torch.squeeze, torch.Tensor.squeeze)
@@ -2110,7 +2110,7 @@ def _diagonal(a, offset=0, dim1=0, dim2=1):
     length = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
     on = cols - rows == offset
     at = rows[on] if offset >= 0 else cols[on]
-    return _index_sum(length, at, a._values[on])
+    return _index_sum(length, at, a._vals[on])
 
 
 @_register(torch.diag, torch.Tensor.diag)
@@ -2145,7 +2145,7 @@ def _triangle(name, a, diagonal, lower, out):
     coords = dim_coords(a)
     off = coords[-1] - coords[-2]
     keep = off <= diagonal if lower else off >= diagonal
-    return _entries_of(a, a.shape, torch.stack([c[keep] for c in coords]), a._values[keep],
+    return _entries_of(a, a.shape, torch.stack([c[keep] for c in coords]), a._vals[keep],
                        a._format)
 
 
@@ -2508,16 +2508,16 @@ def _copy_(dst, src, non_blocking=False):
         src = to_sparse(src.detach(), dst.format, dst.index_dtype)
     if _same_arrays(src, dst):
         with torch.no_grad():
-            dst._values.copy_(src._values)
+            dst._vals.copy_(src._vals)
         return dst
     owner = getattr(dst, "_pattern_owner", None)
     if owner is not None:
         raise RuntimeError(f"copy_ into {owner} of another pattern: the layer keeps its "
                            "pattern in its row_ptr / col_idx buffers (load_state_dict, or "
                            "copy_ into them, changes it)")
-    vals = src._values.detach().to(dst.dtype, copy=True)
-    vals.requires_grad_(dst._values.requires_grad)
-    dst._pos, dst._crd, dst._values = list(src._pos), list(src._crd), vals   # (values last)
+    vals = src._vals.detach().to(dst.dtype, copy=True)
+    vals.requires_grad_(dst._vals.requires_grad)
+    dst._pos, dst._crd, dst._vals = list(src._pos), list(src._crd), vals   # (values last)
     _replaced(dst)
     return dst
 
@@ -2533,7 +2533,7 @@ def _replaced(a):
 
 # The unbound torch.Tensor methods that SparseTensor overrides run its own
 # (torch.Tensor.to_dense(A) reached aten's, which returned A itself: nothing densified).
-for _name in ("values", "indices", "to_dense"):
+for _name in ("values", "indices", "to_dense", "_values", "_indices"):
     _register(getattr(torch.Tensor, _name))(getattr(SparseTensor, _name))
 
 
@@ -2541,7 +2541,7 @@ for _name in ("values", "indices", "to_dense"):
 def _is_shared(a):
     """Whether the index and value arrays are all in shared memory (the wrapper has no
     storage of its own)."""
-    return all(x.is_shared() for x in a._pos + a._crd + [a._values] if x is not None)
+    return all(x.is_shared() for x in a._pos + a._crd + [a._vals] if x is not None)
 
 
 @_register(torch.Tensor.share_memory_)
@@ -2691,7 +2691,7 @@ def _to_sparse(a, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=Non
 @_register(torch.Tensor.data.__get__)
 def _data(a):
     """``A.data``: the same arrays around detached values (no history, as torch's)."""
-    return a._rewrap(a._values.detach())
+    return a._rewrap(a._vals.detach())
 
 
 @_register(torch.Tensor.data.__set__)
@@ -2711,8 +2711,8 @@ def _set_data(a, value):
                "SparseTensor's arrays (torch.Tensor.set_data would give it a dense "
                "storage behind its arrays)", hint="build a new SparseTensor, or use "
                "A.copy_(B) (B's arrays in A's format) or A.with_values(v)")
-    grad = a._values.requires_grad
-    vals = value._values.detach()
+    grad = a._vals.requires_grad
+    vals = value._vals.detach()
     if grad and not (vals.is_floating_point() or vals.is_complex()):
         raise RuntimeError(f"A.data = B: A requires grad and B's values are {vals.dtype}; "
                            "only floating point and complex tensors can require grad")
@@ -2720,19 +2720,19 @@ def _set_data(a, value):
     torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
     a._format, a._index_dtype, a._shape = value._format, value._index_dtype, value._shape
     a._pos, a._crd = list(value._pos), list(value._crd)
-    old, new = a._values, vals.requires_grad_(grad)
+    old, new = a._vals, vals.requires_grad_(grad)
     if same and old.grad_fn is None:   # (a leaf's grad and hooks; a non-leaf has none)
         if old.grad is not None:
             new.grad = old.grad.detach().to(new.dtype)
         if old._backward_hooks:
             new._backward_hooks = old._backward_hooks   # (the same dict: handles remove)
-    a._values = new   # (last: _compiler._transposed reads them first)
+    a._vals = new   # (last: _compiler._transposed reads them first)
     _replaced(a)
 
 
 @_register(torch.Tensor.detach, torch.detach)
 def _detach(a):
-    return a._rewrap(a._values.detach())
+    return a._rewrap(a._vals.detach())
 
 
 @_register(torch.clone, torch.Tensor.clone)
@@ -2746,7 +2746,7 @@ def _clone(a, *, memory_format=None):
 def _register_hook(a, hook):
     """``hook(grad)`` sees the gradient as a SparseTensor with ``a``'s pattern and may return
     a replacement: a SparseTensor with that pattern, or its values."""
-    if not a._values.requires_grad:
+    if not a._vals.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     pattern = _pattern(a)
 
@@ -2756,9 +2756,9 @@ def _register_hook(a, hook):
             if not _same_arrays(r, pattern):
                 raise ValueError("a SparseTensor's gradient hook must return a gradient with "
                                  "the tensor's pattern (or its values), or None")
-            return r._values
+            return r._vals
         return r
-    return a._values.register_hook(on_values)
+    return a._vals.register_hook(on_values)
 
 
 def _seq(x):
@@ -2767,7 +2767,7 @@ def _seq(x):
 
 def _values_of(ts):
     """SparseTensors replaced by their values (where their autograd history is)."""
-    return tuple(t._values if isinstance(t, SparseTensor) else t for t in ts)
+    return tuple(t._vals if isinstance(t, SparseTensor) else t for t in ts)
 
 
 def _gradients_of(outputs, grads, name):
@@ -2783,7 +2783,7 @@ def _gradients_of(outputs, grads, name):
             if not isinstance(o, SparseTensor) or not _same_arrays(o, g):
                 raise ValueError(f"{name}: a SparseTensor gradient must have its output's "
                                  f"pattern (shape, format and stored coordinates)")
-            g = g._values
+            g = g._vals
         out.append(g)
     return tuple(out)
 
@@ -2817,13 +2817,13 @@ def _backward(a, gradient=None, retain_graph=None, create_graph=False, inputs=No
 @_register(torch.Tensor.register_post_accumulate_grad_hook)
 def _register_post_accumulate_grad_hook(a, hook):
     """``hook(a)`` once the values' gradient has been accumulated (a leaf's)."""
-    return a._values.register_post_accumulate_grad_hook(lambda v: hook(a))
+    return a._vals.register_post_accumulate_grad_hook(lambda v: hook(a))
 
 
 @_register(torch.Tensor.retain_grad)
 def _retain_grad(a):
     """A result's gradient kept after backward, read as ``a.grad``."""
-    a._values.retain_grad()
+    a._vals.retain_grad()
 
 
 @_register(torch.Tensor.requires_grad.__set__)
@@ -2833,7 +2833,7 @@ def _set_requires_grad(a, requires_grad):
 
 @_register(torch.Tensor.requires_grad_)
 def _requires_grad_(a, requires_grad=True):
-    v = a._values
+    v = a._vals
     if v.grad_fn is not None and not requires_grad:
         raise RuntimeError("you can only change requires_grad flags of leaf variables; "
                            "use .detach()")

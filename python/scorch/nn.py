@@ -60,7 +60,7 @@ class SparseLinear(nn.Module):
                          is_sorted=True)
         self.register_buffer("row_ptr", W._pos[1])
         self.register_buffer("col_idx", W._crd[1])
-        self.values = nn.Parameter(W._values.clone())
+        self.values = nn.Parameter(W._vals.clone())
         self.bias = None if bias is None else nn.Parameter(bias.clone())
 
     @classmethod
