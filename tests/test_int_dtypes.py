@@ -440,3 +440,8 @@ def test_add_products_truncate_only_integer_results():
                                0.5 + (x @ X).float())
     same(torch.addmm(torch.ones(2, 2, dtype=torch.int64), A, X, alpha=0.5),
          torch.addmm(torch.ones(2, 2, dtype=torch.int64), x, X, alpha=0.5))
+    # sampled_addmm (which torch refuses for integers) truncates them as addmm does: it
+    # gave a float32 result for alpha=2.5
+    U, V = torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64)
+    same(torch.sparse.sampled_addmm(A, U, V, alpha=2.5, beta=1.5),
+         (2 * (U @ V) + x) * (x != 0))

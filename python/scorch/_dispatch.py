@@ -174,7 +174,7 @@ def _addmm(inp, mat1, mat2, *, beta=1, alpha=1):
     global calls
     calls += 1
     p = _einsum_run("ij,jk->ik", (_to_scorch(mat1, "addmm"), _to_scorch(mat2, "addmm")))
-    alpha, beta = add_product_scalars(p, inp, alpha, beta)
+    alpha, beta = add_product_scalars(torch.promote_types(p.dtype, inp.dtype), alpha, beta)
     if not isinstance(p, SparseTensor):
         if inp.layout is not torch.strided and beta != 0:
             _refuse("addmm", inp, "a sparse input added to a dense product")

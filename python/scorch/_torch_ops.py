@@ -1312,10 +1312,10 @@ def _bmm(a, b, *, out=None, out_dtype=None):
     return _product("torch.bmm", _BMM, a, b)
 
 
-def add_product_scalars(p, inp, alpha, beta):
+def add_product_scalars(dtype, alpha, beta):
     """(alpha, beta) as torch's add-products take them: truncated to integers where the
-    result is an integer tensor (its kernels cast them: 0.5 is 0)."""
-    if torch.promote_types(p.dtype, inp.dtype).is_floating_point:
+    result (of ``dtype``) is an integer tensor (its kernels cast them: 0.5 is 0)."""
+    if dtype.is_floating_point:
         return alpha, beta
     return int(alpha), int(beta)
 
@@ -1329,7 +1329,7 @@ def _added(name, inp, p, beta, alpha):
                                      zip(shape[::-1], want[::-1])):
         raise RuntimeError(f"{name}: the input's shape {shape} does not broadcast to the "
                            f"product's shape {want}")
-    alpha, beta = add_product_scalars(p, inp, alpha, beta)
+    alpha, beta = add_product_scalars(torch.promote_types(p.dtype, inp.dtype), alpha, beta)
     if alpha != 1:
         p = _mul(p, alpha)
     if beta == 0:
@@ -1393,6 +1393,7 @@ def _sampled_addmm(inp, mat1, mat2, *, beta=1, alpha=1, out=None):
                            f"a batch of each (b, m, n), (b, m, k) and (b, k, n), got "
                            f"{tuple(inp.shape)}, {tuple(mat1.shape)} and {tuple(mat2.shape)}")
     dt = _promoted(inp, mat1, mat2)
+    alpha, beta = add_product_scalars(dt, alpha, beta)
     if (alpha != 1 or beta != 0) and dt in _HALF:
         return _rounded_once(lambda i, a, b: _sampled_addmm(i, a, b, beta=beta, alpha=alpha),
                              inp, mat1, mat2, dt=dt)
