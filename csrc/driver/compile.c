@@ -17,9 +17,7 @@
 #include "../lower/sc_lower.h"
 #include "../schedule/sc_sched.h"
 
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -241,23 +239,10 @@ void sc_source_release(sc_compiler *c, sc_source *source)
     memset(source, 0, sizeof *source);
 }
 
-/* A loop order and its estimated cost (builtin_in_other_order). */
-typedef struct ranked {
-    double cost;
-    sc_expr_var order[SC_LOWER_MAX_VARS];
-} ranked;
-
-static int by_cost(const void *a, const void *b)
-{
-    double x = ((const ranked *)a)->cost, y = ((const ranked *)b)->cost;
-    return (x > y) - (x < y);
-}
-
 /* Without a C compiler: a built-in kernel of p's problem, or *out NULL.  The loop orders
- * go cheapest first, as sc_sched_auto weighs them (up to its 7 indices); each with the
- * dense operands relaid out as the sizes say, not at all, or all of them; written for
- * the sizes where the request's was, then generic.  Every one of them computes the
- * problem. */
+ * go cheapest first (sc_sched_rank); each with the dense operands relaid out as the sizes
+ * say, not at all, or all of them; written for the sizes where the request's was, then
+ * generic.  Every one of them computes the problem. */
 static sc_status builtin_in_other_order(sc_compiler *c, sc_expr_lang lang, const char *expr,
                                         int32_t nops, const sc_tensor *ops,
                                         const sc_format *out_fmt, const sc_expr *e,
@@ -265,61 +250,22 @@ static sc_status builtin_in_other_order(sc_compiler *c, sc_expr_lang lang, const
                                         const request *rq, const sc_kernel **out, sc_error *err)
 {
     *out = NULL;
-    int32_t n = p->nvars;
-    if (n > 7)
-        return SC_OK;
-    size_t total = 1;
-    for (int32_t k = 2; k <= n; k++)
-        total *= (size_t)k;
-    ranked *r = sc_calloc(&c->ctx, total, sizeof *r, err);
-    if (!r)
-        return SC_NOMEM;
-    /* every permutation, in lexicographic order (Narayana's next permutation) */
-    sc_expr_var cur[SC_LOWER_MAX_VARS];
-    for (int32_t k = 0; k < n; k++)
-        cur[k] = k;
-    size_t m = 0;
-    for (;;) {
-        double cost = sc_sched_cost(p, cur);
-        if (cost < INFINITY) {
-            r[m].cost = cost;
-            memcpy(r[m].order, cur, sizeof cur);
-            m++;
-        }
-        int32_t i = n - 2;
-        while (i >= 0 && cur[i] >= cur[i + 1])
-            i--;
-        if (i < 0)
-            break;
-        int32_t j = n - 1;
-        while (cur[j] <= cur[i])
-            j--;
-        sc_expr_var t = cur[i];
-        cur[i] = cur[j];
-        cur[j] = t;
-        for (int32_t a = i + 1, b = n - 1; a < b; a++, b--) {
-            t = cur[a];
-            cur[a] = cur[b];
-            cur[b] = t;
-        }
-    }
-    qsort(r, m, sizeof *r, by_cost);
-    sc_status st = SC_OK;
+    sc_sched_ranked *r;
+    size_t m;
+    sc_status st = sc_sched_rank(p, &c->ctx, &r, &m, err);
     for (size_t q = 0; q < m && !*out && st == SC_OK; q++) {
+        sc_sched o;
+        memset(&o, 0, sizeof o);
+        o.parallel = -1;
+        o.norder = p->nvars;
+        memcpy(o.order, r[q].order, sizeof o.order);
         char text[512];
-        int len = snprintf(text, sizeof text, "order(");
-        for (int32_t k = 0; k < n && len > 0 && (size_t)len < sizeof text; k++)
-            len += snprintf(text + len, sizeof text - (size_t)len, "%s%s", k ? "," : "",
-                            e->vars[r[q].order[k]].name);
-        if (len <= 0 || (size_t)len + 2 > sizeof text)
+        if (sc_sched_print(e, &o, text, sizeof text) >= sizeof text)
             continue;
-        snprintf(text + len, sizeof text - (size_t)len, ")");
-        for (int k = 0; k < 6 && !*out && st == SC_OK; k++) {
-            request grq = {.sizes = rq->sizes && k < 3, .want = WANT_AOT_ONLY,
+        for (int k = 0; k < (rq->sizes ? 6 : 3) && !*out && st == SC_OK; k++) {
+            request grq = {.sizes = k < 3 && rq->sizes, .want = WANT_AOT_ONLY,
                            .gathers = rq->gathers, .instead = chosen,
                            .relayout = (sc_sched_relayout_rule)(k % 3)};
-            if (!rq->sizes && k >= 3)
-                break;
             st = compile_core(c, lang, expr, nops, ops, out_fmt, text, &grq, out, err);
             if (st != SC_OK && st != SC_NOMEM) {   /* (an order the checks refuse) */
                 sc_error_clear(err);

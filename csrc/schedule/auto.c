@@ -30,6 +30,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 static double est(const sc_lower_problem *p, const sc_lower_access *ac, uint32_t bound)
@@ -342,6 +343,8 @@ typedef struct search {
     double best_cost;
     uint32_t used;
     uint32_t last;   /* indices not permuted: placed innermost, in index order */
+    sc_sched_ranked *all;   /* sc_sched_rank: every legal order is kept here */
+    size_t nall;
 } search;
 
 static void permute(search *S, int32_t d)
@@ -352,6 +355,10 @@ static void permute(search *S, int32_t d)
             if ((S->last >> v) & 1)
                 S->cur[d++] = v;
         double c = sc_sched_cost(p, S->cur);
+        if (S->all && c < INFINITY) {
+            S->all[S->nall].cost = c;
+            memcpy(S->all[S->nall++].order, S->cur, sizeof S->cur);
+        }
         if (c < S->best_cost) {
             S->best_cost = c;
             memcpy(S->best, S->cur, sizeof S->best);
@@ -434,4 +441,34 @@ sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
     out->norder = p->nvars;
     memcpy(out->order, S.best, sizeof out->order);
     return sc_sched_check(p, out, err);
+}
+
+static int by_cost(const void *a, const void *b)
+{
+    double x = ((const sc_sched_ranked *)a)->cost, y = ((const sc_sched_ranked *)b)->cost;
+    return (x > y) - (x < y);
+}
+
+sc_status sc_sched_rank(const sc_lower_problem *p, const sc_ctx *ctx, sc_sched_ranked **out,
+                        size_t *n, sc_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (p->nvars > 7)
+        return SC_OK;
+    size_t total = 1;
+    for (int32_t k = 2; k <= p->nvars; k++)
+        total *= (size_t)k;
+    search S;
+    memset(&S, 0, sizeof S);
+    S.p = p;
+    S.best_cost = INFINITY;
+    S.all = sc_calloc(ctx, total, sizeof *S.all, err);
+    if (!S.all)
+        return SC_NOMEM;
+    permute(&S, 0);
+    qsort(S.all, S.nall, sizeof *S.all, by_cost);
+    *out = S.all;
+    *n = S.nall;
+    return SC_OK;
 }

@@ -80,4 +80,15 @@ sc_status sc_sched_auto(const sc_lower_problem *p, sc_sched *out, sc_error *err)
 /* Estimated cost of the order in s (as sc_sched_auto sees it); +inf when illegal. */
 double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order);
 
+/* A loop order and its estimated cost (sc_sched_rank). */
+typedef struct sc_sched_ranked {
+    double cost;
+    sc_expr_var order[SC_LOWER_MAX_VARS];
+} sc_sched_ranked;
+
+/* Every legal loop order of p (of at most 7 indices: none beyond), cheapest first, as
+ * sc_sched_auto weighs them: *out (ctx memory, the caller frees) holds *n of them. */
+sc_status sc_sched_rank(const sc_lower_problem *p, const sc_ctx *ctx, sc_sched_ranked **out,
+                        size_t *n, sc_error *err);
+
 #endif /* SC_SCHED_H */
