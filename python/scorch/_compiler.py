@@ -580,8 +580,9 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     cache = a._transposed
     if cache is False or a._vals.is_inference():   # (a view of a torch CSR/CSC tensor:
         return _moved(a, fmt)   # _dispatch._to_scorch; values made in inference mode,
-    arrays = (a._vals, a._pos, a._crd)   # which torch counts no versions of)   # (the copy serves these very arrays only:
-    version = arrays[0]._version           # another thread may be replacing them)
+        # which torch counts no versions of)
+    arrays = (a._vals, a._pos, a._crd)   # (the copy serves these very arrays only:
+    version = arrays[0]._version         # another thread may be replacing them)
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version and all(x is y for x, y in zip(hit[2], arrays)):
         return hit[1]

@@ -2717,12 +2717,13 @@ def _set_data(a, value):
     if grad and not (vals.is_floating_point() or vals.is_complex()):
         raise RuntimeError(f"A.data = B: A requires grad and B's values are {vals.dtype}; "
                            "only floating point and complex tensors can require grad")
-    same = _same_arrays(value, a)
+    old, new = a._vals, vals.requires_grad_(grad)
+    carry = old.grad_fn is None and (old.grad is not None or bool(old._backward_hooks)) \
+        and _same_arrays(value, a)   # (a leaf's grad and hooks, of A's pattern)
     torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
     a._format, a._index_dtype, a._shape = value._format, value._index_dtype, value._shape
     a._pos, a._crd = list(value._pos), list(value._crd)
-    old, new = a._vals, vals.requires_grad_(grad)
-    if same and old.grad_fn is None:   # (a leaf's grad and hooks; a non-leaf has none)
+    if carry:
         if old.grad is not None:
             new.grad = old.grad.detach().to(new.dtype)
         if old._backward_hooks:
