@@ -880,6 +880,19 @@ static void expr(em *m, const sc_ir_expr *e)
     }
 }
 
+/* schedule(dynamic, c) of a parallel loop's chunk of at most s->level iterations, shrunk
+ * (to 1) so that each thread gets about four: a few heavy iterations (a batch's matrices,
+ * the heads over one mask) are shared, not all taken by the first thread's first chunk. */
+static void dynamic_chunks(em *m, const sc_ir_stmt *s)
+{
+    pr(m, " schedule(dynamic, sc_max(1, sc_min(");
+    sc_cg_printf(m->out, "%d, ((", (int)s->level);
+    expr(m, s->b);
+    pr(m, ") - (");
+    expr(m, s->a);
+    pr(m, ")) / (4 * nt_))))");
+}
+
 static void indent(em *m, int ind)
 {
     sc_cg_printf(m->out, "%*s", 4 * ind, "");
@@ -1081,12 +1094,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                 pr(m, "), ");
                 expr(m, s->work);
                 sc_cg_printf(m->out, "))");
-                pr(m, " schedule(dynamic, sc_max(1, sc_min(");
-                sc_cg_printf(m->out, "%d, ((", (int)s->level);
-                expr(m, s->b);
-                pr(m, ") - (");
-                expr(m, s->a);
-                pr(m, ")) / (4 * nt_))))");
+                dynamic_chunks(m, s);
             } else {
                 if (s->par == SC_IR_PAR_FOR) {
                     pr(m, " if((");
@@ -1096,7 +1104,7 @@ static void stmt(em *m, const sc_ir_stmt *s, int ind)
                     sc_cg_printf(m->out, ") >= %d)", SC_IR_PAR_MIN);
                 }
                 if (s->level > 0)
-                    sc_cg_printf(m->out, " schedule(dynamic, %d)", (int)s->level);
+                    dynamic_chunks(m, s);
             }
             pr(m, "\n");
             indent(m, ind);

@@ -192,7 +192,8 @@ struct sc_ir_stmt {
     sc_ir_par par;         /* FOR */
     int32_t status;        /* REQUIRE: status when cond is false; OUT_SET: 1 = a length */
     sc_ir_arg field;       /* OUT_SET */
-    int32_t level;         /* OUT_SET; FOR: dynamic chunk (0 = static); COLLECT: 1 = sort */
+    int32_t level;         /* OUT_SET; FOR: most iterations of a dynamic chunk, fewer where
+                              each thread would get under four (0 = static); COLLECT: 1 = sort */
     bool balanced;         /* FOR (PAR_FOR/OMP_FOR, step 1): contiguous per-thread ranges of
                               about equal weight pos[v+1] - pos[lo] + (v + 1 - lo) */
     sc_ir_var bal;         /* FOR when balanced: the readonly integer pos buffer */
