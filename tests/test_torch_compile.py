@@ -134,3 +134,14 @@ def test_reading_a_gradient_inside_a_compiled_function():
         got = torch.compile(f, backend="eager")(A)
     assert not [w for w in caught if "Dynamo does not know" in str(w.message)]
     torch.testing.assert_close(got, f(A))
+
+
+def test_torch_export_of_a_sparse_linear_layer_is_refused_by_name():
+    """torch.export traces with fake tensors, which have no arrays for a kernel to read:
+    the refusal names torch.export and what to do instead, not ".numpy() is not
+    supported for tensor subclasses"."""
+    layer = scorch.nn.SparseLinear(8, 4, density=0.5, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(3, 8)
+    with pytest.raises(NotImplementedError, match="torch.export cannot trace scorch"):
+        torch.export.export(layer, (x,))
+    assert torch.allclose(layer(x), F.linear(x, layer.weight.to_dense(), layer.bias))

@@ -137,7 +137,14 @@ def watch_for_dynamo():
 def outside(fn):
     """``fn`` wrapped by torch.compiler.disable, made on first use (under tracing, when
     torch._dynamo is loaded already: importing it costs 0.8 s, which an import of scorch
-    should not pay)."""
+    should not pay).  torch.export is refused here: it traces what runs, and a kernel
+    reads the tensors' arrays, which its fake tensors do not have."""
+    if torch.compiler.is_exporting():
+        raise NotImplementedError(
+            "torch.export cannot trace scorch's sparse tensors: their kernels are compiled "
+            "C run on the tensors' index and value arrays, not torch ops. Export a dense "
+            "model instead (a SparseLinear's weight.to_dense() as an nn.Linear's weight), "
+            "or use torch.compile, which runs scorch's calls eagerly between its graphs")
     off = _OUTSIDE.get(fn)
     if off is None:
         off = _OUTSIDE[fn] = torch.compiler.disable(fn)
