@@ -1,6 +1,8 @@
 """torch calls on SparseTensors routed through __torch_function__: every routed op against
 the same op on the dense tensors, float32 and float64, csr / coo / csc operands; the
 refusals (class and message); and that dense-only calls never reach scorch."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -235,6 +237,49 @@ def test_softmax_of_a_hypersparse_tensor_is_sized_by_its_entries():
                                torch.cat([want[:1].softmax(0), want[1:].softmax(0)]))
     C, c = sp((4, 30, 30), "csf", torch.float64, seed_of("softmax-dim0"), "random")
     close(torch.softmax(C, 0), dense_softmax(c, 0))
+
+
+@pytest.mark.parametrize("case", ["csr-1", "csc-0", "dcsr-1", "csr-int64-1", "ddc-2",
+                                  "csf-2", "csr-0x5-1", "csr-5x0-1", "csr-1x1-1",
+                                  "csr-nnz0-1"])
+def test_softmax_over_the_innermost_level(case):
+    """Softmax along the dimension the innermost (compressed) level stores reduces each
+    segment of its positions in place of per-entry slice keys: the same values as the
+    dense masked softmax, for softmax and log_softmax, in every shape; gradients twice."""
+    name, *rest = case.split("-")
+    dim = int(rest[-1])
+    shape = {"0x5": (0, 5), "5x0": (5, 0), "1x1": (1, 1)}.get(rest[0], (7, 9))
+    if name in ("ddc", "csf"):
+        shape = (3, 5, 6)
+    kind = {"nnz0": "zeros", "0x5": "random", "5x0": "random"}.get(rest[0], "empty_rows")
+    A, a = sp(shape, name, torch.float64, seed_of("softmax-seg", case), kind)
+    if rest[0] == "int64":
+        A = scorch.to_sparse(a, "csr", index_dtype=torch.int64)
+    for log in (False, True):
+        fn = torch.log_softmax if log else torch.softmax
+        S = fn(A, dim)
+        assert isinstance(S, scorch.SparseTensor) and S.format == A.format
+        close(S, dense_softmax(a, dim, log))
+    if A.nnz:
+        v = A.values().detach().clone().requires_grad_()
+        f = lambda v: torch.softmax(A.with_values(v), dim).values()
+        assert torch.autograd.gradcheck(f, (v,))
+        assert torch.autograd.gradgradcheck(f, (v,))
+
+
+def test_softmax_over_segments_keeps_the_edge_values():
+    """Large values shift by their row's maximum (no overflow in float32), a row of
+    -inf gives NaN and a NaN spreads over its row: each row's values as the dense
+    softmax of its stored values gives them (torch.sparse.log_softmax gives 0, not
+    log 1/2, for two entries of 1e30)."""
+    rows = [[1e30, 1e30], [-math.inf, -math.inf], [1.0, math.nan], [], [3.0, -2.0, 0.5]]
+    pos = torch.tensor([0] + [len(r) for r in rows]).cumsum(0)
+    A = scorch.from_components((5, 3), "csr", pos=[None, pos],
+                               crd=[None, torch.cat([torch.arange(len(r)) for r in rows])],
+                               values=torch.tensor([x for r in rows for x in r]))
+    for fn in (torch.softmax, torch.log_softmax):
+        want = torch.cat([fn(torch.tensor(r), 0) for r in rows])
+        torch.testing.assert_close(fn(A, 1).values(), want, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", DT)

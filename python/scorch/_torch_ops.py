@@ -1714,6 +1714,19 @@ def _softmax(name, a, dim, dtype, log):
                             "dtype=)")
     out_dtype = v.dtype
     v = v.to(compute_dtype(out_dtype))   # (half dtypes: in float32, rounded once)
+    offsets = _innermost_segments(a, dim)
+    if offsets is not None:
+        # (the maxima only shift: segment_reduce, twice as fast as scatter_reduce; the
+        # sums by index_add, which autograd differentiates twice, unlike segment_reduce)
+        lengths = offsets[1:] - offsets[:-1]
+        vmax = torch.segment_reduce(v.detach(), "max", offsets=offsets, unsafe=True)
+        shifted = v - repeated(vmax, lengths)
+        e = shifted.exp()
+        key = repeated(torch.arange(lengths.numel()), lengths)
+        s = torch.zeros(lengths.numel(), dtype=e.dtype).index_add(0, key, e)
+        out = (shifted - repeated(s.log(), lengths) if log else e / repeated(s, lengths))
+        out = out.to(out_dtype)
+        return a._rewrap(out, requires_grad=out.requires_grad)
     coords = dim_coords(a)
     others = [d for d in range(n) if d != dim]
     m = math.prod(a.shape[d] for d in others)
@@ -1734,6 +1747,22 @@ def _softmax(name, a, dim, dtype, log):
     s = torch.zeros(m, dtype=v.dtype).index_add(0, key, e)
     out = (shifted - s.log()[key] if log else e / s[key]).to(out_dtype)
     return a._rewrap(out, requires_grad=out.requires_grad)
+
+
+def _innermost_segments(a: SparseTensor, dim: int):
+    """Where the slices along ``dim`` are the segments of the innermost level (a unique
+    compressed level storing ``dim`` below unique ones: a csr's rows, a csc's columns,
+    the heads' rows of a ddc), its positions from 0 (int64); else None.  A segment's
+    entries are contiguous, so reductions over them need no per-entry slice keys."""
+    fmt = a._format
+    last = len(fmt.kinds) - 1
+    if (a.dim() < 1 or fmt.order[last] != dim or fmt.kinds[last] != 1
+            or not all(fmt.unique)):
+        return None
+    pos = a._pos[last].to(torch.int64)
+    if int(pos[-1]) - int(pos[0]) != a.nnz:
+        return None
+    return pos - pos[0]
 
 
 @_register(torch.softmax, torch.Tensor.softmax, F.softmax, torch.sparse.softmax)
