@@ -16,7 +16,10 @@
  * operand (~10 nnz log nnz per run; a tenth of a pass, 0.1 nnz, where the caller keeps
  * the copy, convert_once — made once, shared by the calls that read it — and the copy
  * buys a parallel loop: the orders that do not, a SpGEMM
- * workspace over two levels among them, keep the charge they were weighed with) and
+ * workspace over two levels among them, keep the charge they were weighed with; plus,
+ * in full, the positions of the copy's dense levels beyond its entries and the
+ * operand's own dense positions: a batch of masks "hij" as ddc read in order i,j,h
+ * would copy into a dense i×j grid) and
  * one pass per dense operand relaid (sc_sched_relayout), a penalty for dense accesses
  * with a non-unit stride in the innermost loop (for a dense output in register tiles, a
  * store per tile lane instead), a gathered or scattered dense access in an innermost
@@ -247,6 +250,22 @@ double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order)
     return cnt;
 }
 
+/* The positions of f's dense levels for a copy of operand op: a dense level holds its
+ * extent per position of the level above, a compressed or singleton one at most nnz. */
+static double dense_positions(const sc_lower_operand *op, const sc_format *f)
+{
+    double nnz = (double)(op->nnz > 0 ? op->nnz : 1), above = 1, sum = 0;
+    for (int32_t k = 0; k < f->order; k++) {
+        double ext = (double)(op->dims[f->lvl2dim[k]] > 0 ? op->dims[f->lvl2dim[k]] : 1);
+        above *= ext;
+        if (f->kind[k] == SC_LEVEL_DENSE)
+            sum += above;
+        else if (above > nnz)
+            above = nnz;
+    }
+    return sum;
+}
+
 double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
 {
     sc_sched s;
@@ -267,8 +286,15 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
             double nnz = (double)(p->ops[t].nnz > 0 ? p->ops[t].nnz : 1);
             if (!p->ops[t].sparse)
                 convert += SC_SCHED_DENSE_COPY * nnz;
-            else
+            else {
                 convert += p->convert_once && par ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
+                /* a copy whose dense levels hold more positions than the entries and the
+                 * operand's own dense levels builds (and keeps) that many, every time */
+                double own = dense_positions(&p->ops[t], &p->ops[t].fmt);
+                double more = dense_positions(&p->ops[t], &s.tfmt[t]) - (own > nnz ? own : nnz);
+                if (more > 0)
+                    convert += more;
+            }
         }
     double cnt = 1, cnt_at_ws = 0, last = 0, at[SC_LOWER_MAX_VARS];
     uint32_t bound = 0;
