@@ -573,6 +573,50 @@ def test_arrays_moved_to_shared_memory_are_read_at_their_new_place():
         del junk
 
 
+@pytest.mark.parametrize("fmt", ["csc", "coo"])
+@pytest.mark.parametrize("write", ["fused SGD", "fused Adam", "vector_to_parameters",
+                                   "another process"])
+def test_values_written_without_a_version_bump_are_read_fresh(fmt, write):
+    """A csc or coo operand reaches its kernels through a converted copy kept while its
+    values' version is unchanged.  Three writes leave the version alone: a fused
+    optimizer step, vector_to_parameters (it swaps .data) and another process writing
+    shared memory; the kept copy then gave the old values' products (off by 15-150)."""
+    x = make_dense((9, 7), torch.float32, seed_of("fresh", fmt, write))
+    X = torch.randn(7, 3, generator=torch.Generator().manual_seed(1))
+    A = scorch.to_sparse(x, fmt)
+    if write == "another process":
+        import multiprocessing as mp
+        A.share_memory_()
+        A @ X                                          # the copy made
+        ctx = mp.get_context("fork")
+        child = ctx.Process(target=_times_ten, args=(A.values(),))
+        child.start()
+        child.join()
+        assert child.exitcode == 0
+        torch.testing.assert_close(A @ X, 10 * x @ X)
+        return
+    p = torch.nn.Parameter(A.values().clone())
+    W = A.with_values(p)                               # built once, trained in place
+    for step in range(3):
+        y = W @ X
+        torch.testing.assert_close(y, W.to_dense() @ X)
+        if write == "vector_to_parameters":
+            torch.nn.utils.vector_to_parameters(p.detach() * 2 + 1, [p])
+            continue
+        opt = (torch.optim.SGD([p], lr=0.5, fused=True) if write == "fused SGD"
+               else torch.optim.Adam([p], lr=0.5, fused=True))
+        p.grad = None
+        y.pow(2).sum().backward()
+        before = p.detach().clone()
+        opt.step()
+        assert not torch.equal(p.detach(), before)
+
+
+def _times_ten(values):
+    with torch.no_grad():
+        values.mul_(10)
+
+
 def test_pickling_for_processes_leaves_the_sender_alone():
     """A queue pickles on its feeder thread while the program goes on with the tensor:
     the sender's arrays are not moved (a kernel in another thread may be reading them);

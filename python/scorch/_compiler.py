@@ -576,11 +576,15 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     bfloat16 / float16 tensor holds float32 values, what the kernels compute in: a
     conversion that sums repeated coordinates sums them before any rounding.  A tensor
     whose ``_transposed`` is False keeps no copy: its values' version does not follow
-    every write (the values of a torch CSR/CSC tensor built over a Parameter)."""
+    every write (the values of a torch CSR/CSC tensor built over a Parameter), and
+    neither do values that require grad (a fused optimizer's step writes a Parameter in
+    place without a version bump, vector_to_parameters swaps its .data) or live in shared
+    memory (another process writes them: Hogwild): those are gathered again each call."""
     cache = a._transposed
-    if cache is False or a._vals.is_inference():   # (a view of a torch CSR/CSC tensor:
-        return _moved(a, fmt)   # _dispatch._to_scorch; values made in inference mode,
-        # which torch counts no versions of)
+    v = a._vals
+    if cache is False or v.is_inference() or v.requires_grad or v.is_shared():
+        return _moved(a, fmt)   # (a view of a torch CSR/CSC tensor: _dispatch._to_scorch;
+        # values made in inference mode, which torch counts no versions of)
     arrays = (a._vals, a._pos, a._crd)   # (the copy serves these very arrays only:
     version = arrays[0]._version         # another thread may be replacing them)
     hit = cache.get(fmt) if cache is not None else None
