@@ -612,6 +612,24 @@ def test_values_written_without_a_version_bump_are_read_fresh(fmt, write):
         assert not torch.equal(p.detach(), before)
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_dataloader_batches_sparse_items_in_workers_too(workers):
+    """DataLoader's default collate stacks SparseTensor items as torch.stack does; inside
+    a worker torch's collate stacked into a shared tensor with out=, which scorch refused
+    naming an out= the user never wrote."""
+    from torch.utils.data import DataLoader
+    items = [scorch.to_sparse(make_dense((4, 3), torch.float32, seed_of("dl", i)), "csr")
+             for i in range(4)]
+    loader = DataLoader(items, batch_size=2, num_workers=workers,
+                        multiprocessing_context="fork" if workers else None)
+    batches = list(loader)
+    assert len(batches) == 2
+    for k, b in enumerate(batches):
+        assert isinstance(b, scorch.SparseTensor) and b.shape == (2, 4, 3)
+        torch.testing.assert_close(b.to_dense(), torch.stack(
+            [t.to_dense() for t in items[2 * k:2 * k + 2]]))
+
+
 def _times_ten(values):
     with torch.no_grad():
         values.mul_(10)

@@ -2125,6 +2125,22 @@ def _stack(tensors, dim=0, *, axis=None, out=None):
     return _cat([_unsqueeze(t, dim) for t in tensors], dim)
 
 
+def _collate(batch, *, collate_fn_map=None):
+    """DataLoader's default collate for SparseTensors: torch.stack, as in the main
+    process.  torch's own (collate_tensor_fn) stacks into a shared-memory tensor with
+    out= inside a worker, which scorch refuses (the user wrote no out=); the stacked
+    result goes to the main process through shared memory all the same (the pickler's
+    reduction)."""
+    return _stack(batch, 0)
+
+
+try:   # (torch's private table; without it, a custom collate_fn still works)
+    from torch.utils.data._utils.collate import default_collate_fn_map as _collate_map
+    _collate_map.setdefault(SparseTensor, _collate)
+except (ImportError, AttributeError):
+    pass
+
+
 @_register(torch.diagonal, torch.Tensor.diagonal)
 def _diagonal(a, offset=0, dim1=0, dim2=1):
     """The entries (i, i + offset) of a matrix (of its dims dim1, dim2), as a dense vector
