@@ -1305,3 +1305,26 @@ def test_products_refuse_a_contracted_dimension_of_one(fmt):
     # matmul broadcasts a dense batch of 1, as torch's does
     torch.testing.assert_close(A3 @ torch.ones(1, 5, 2, dtype=torch.float64),
                                A3.to_dense() @ torch.ones(1, 5, 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+@pytest.mark.parametrize("dtype", DT)
+def test_zero_preserving_unary_functions_under_every_name(fmt, dtype):
+    """Every zero-preserving unary function scorch maps over the stored values, under
+    each name torch gives it (torch.X, Tensor.X, torch.special.X, and the aliases: fix,
+    arcsin, ...), keeps the pattern and matches the dense result."""
+    from scorch._torch_ops import _UNARY
+    x = make_dense((5, 6), dtype, seed_of("unary", fmt, dtype)) * 0.9   # (atanh's domain)
+    A = scorch.to_sparse(x, fmt)
+    seen = 0
+    for name in _UNARY:
+        for owner in (torch, torch.Tensor, torch.special):
+            f = getattr(owner, name, None)
+            if f is None:
+                continue
+            r = f(A)
+            assert isinstance(r, scorch.SparseTensor) and r.format == A.format, (owner, name)
+            torch.testing.assert_close(r.to_dense(), f(x), equal_nan=True,
+                                       msg=f"{owner.__name__}.{name}")
+            seen += 1
+    assert seen >= 60

@@ -872,6 +872,8 @@ _UNARY = {
     "log1p": torch.log1p, "erf": torch.erf, "sign": torch.sign, "sgn": torch.sgn,
     "trunc": torch.trunc, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "frac": torch.frac, "deg2rad": torch.deg2rad, "rad2deg": torch.rad2deg,
+    "fix": torch.trunc, "arcsin": torch.asin, "arcsinh": torch.asinh,
+    "arctan": torch.atan, "arctanh": torch.atanh,
 }
 
 
@@ -882,8 +884,9 @@ def _unary_handler(fn):
     return handler
 
 
-for _name, _fn in _UNARY.items():
-    _funcs = [getattr(torch, _name, None), getattr(torch.Tensor, _name, None)]
+for _name, _fn in _UNARY.items():   # (and torch.special's names for them)
+    _funcs = [getattr(torch, _name, None), getattr(torch.Tensor, _name, None),
+              getattr(torch.special, _name, None)]
     _register(*[f for f in _funcs if f is not None])(_unary_handler(_fn))
 _register(torch.Tensor.__neg__)(_unary_handler(torch.neg))
 _register(torch.Tensor.__abs__)(_unary_handler(torch.abs))
