@@ -1725,9 +1725,11 @@ def _softmax(name, a, dim, dtype, log):
         vmax = torch.segment_reduce(v.detach(), "max", offsets=offsets, unsafe=True)
         shifted = v - repeated(vmax, lengths)
         e = shifted.exp()
-        key = repeated(torch.arange(lengths.numel()), lengths)
-        s = torch.zeros(lengths.numel(), dtype=e.dtype).index_add(0, key, e)
-        out = (shifted - repeated(s.log(), lengths) if log else e / repeated(s, lengths))
+        out = None if log else _scaled_by_segment_sums(a, e)
+        if out is None:
+            key = repeated(torch.arange(lengths.numel()), lengths)
+            s = torch.zeros(lengths.numel(), dtype=e.dtype).index_add(0, key, e)
+            out = (shifted - repeated(s.log(), lengths) if log else e / repeated(s, lengths))
         out = out.to(out_dtype)
         return a._rewrap(out, requires_grad=out.requires_grad)
     coords = dim_coords(a)
@@ -1750,6 +1752,25 @@ def _softmax(name, a, dim, dtype, log):
     s = torch.zeros(m, dtype=v.dtype).index_add(0, key, e)
     out = (shifted - s.log()[key] if log else e / s[key]).to(out_dtype)
     return a._rewrap(out, requires_grad=out.requires_grad)
+
+
+def _scaled_by_segment_sums(a: SparseTensor, e: torch.Tensor):
+    """e (values on a's entries) divided by the sum over each segment of a's innermost
+    level, by two compiled kernels (the sums, then the scaling), where every level above
+    is dense: its segments are then the dense result's elements, in level order.  None
+    where a level above is not dense (a dcsr's rows: the dense sums would be over every
+    possible row) or the scaling's result does not share a's pattern arrays."""
+    fmt, n = a._format, a.dim()
+    if n < 2 or any(k != 0 for k in fmt.kinds[:-1]):
+        return None
+    ix = "abcdefgh"[:n]
+    par = "".join(ix[d] for d in fmt.order[:-1])
+    E = a._rewrap(e, requires_grad=e.requires_grad)
+    s = einsum(f"{ix}->{par}", E)
+    r = einsum(f"{ix},{par}->{ix}", E, 1 / (s + (s == 0)))   # (a segment of none: 1)
+    if not _is_sparse(r) or not all(x is y for x, y in zip(r._pos + r._crd, a._pos + a._crd)):
+        return None
+    return r._vals
 
 
 def _innermost_segments(a: SparseTensor, dim: int):
