@@ -17,9 +17,9 @@
  * the copy, convert_once — made once, shared by the calls that read it — and the copy
  * buys a parallel loop: the orders that do not, a SpGEMM
  * workspace over two levels among them, keep the charge they were weighed with; plus,
- * in full, the positions of the copy's dense levels beyond its entries and the
- * operand's own dense positions: a batch of masks "hij" as ddc read in order i,j,h
- * would copy into a dense i×j grid) and
+ * in full, the cells of a grid of two or more dense levels the copy starts with, beyond
+ * its entries and the operand's own grid: multi-head scores "hij" as ddc read in order
+ * i,j,h would copy into a dense n×n grid) and
  * one pass per dense operand relaid (sc_sched_relayout), a penalty for dense accesses
  * with a non-unit stride in the innermost loop (for a dense output in register tiles, a
  * store per tile lane instead), a gathered or scattered dense access in an innermost
@@ -250,20 +250,16 @@ double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order)
     return cnt;
 }
 
-/* The positions of f's dense levels for a copy of operand op: a dense level holds its
- * extent per position of the level above, a compressed or singleton one at most nnz. */
-static double dense_positions(const sc_lower_operand *op, const sc_format *f)
+/* The positions of the grid a copy of operand op in format f starts with, its leading
+ * dense levels, where they are two or more (one is a matrix's rows or columns, the
+ * ordinary csr / csc shape); else 0. */
+static double dense_grid(const sc_lower_operand *op, const sc_format *f)
 {
-    double nnz = (double)(op->nnz > 0 ? op->nnz : 1), above = 1, sum = 0;
-    for (int32_t k = 0; k < f->order; k++) {
-        double ext = (double)(op->dims[f->lvl2dim[k]] > 0 ? op->dims[f->lvl2dim[k]] : 1);
-        above *= ext;
-        if (f->kind[k] == SC_LEVEL_DENSE)
-            sum += above;
-        else if (above > nnz)
-            above = nnz;
-    }
-    return sum;
+    double cells = 1;
+    int32_t k = 0;
+    for (; k < f->order && f->kind[k] == SC_LEVEL_DENSE; k++)
+        cells *= (double)(op->dims[f->lvl2dim[k]] > 0 ? op->dims[f->lvl2dim[k]] : 1);
+    return k >= 2 ? cells : 0;
 }
 
 double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
@@ -288,10 +284,10 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
                 convert += SC_SCHED_DENSE_COPY * nnz;
             else {
                 convert += p->convert_once && par ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
-                /* a copy whose dense levels hold more positions than the entries and the
-                 * operand's own dense levels builds (and keeps) that many, every time */
-                double own = dense_positions(&p->ops[t], &p->ops[t].fmt);
-                double more = dense_positions(&p->ops[t], &s.tfmt[t]) - (own > nnz ? own : nnz);
+                /* a copy that starts with a grid of more positions than the entries and
+                 * the operand's own grid builds (and keeps) every one of them */
+                double own = dense_grid(&p->ops[t], &p->ops[t].fmt);
+                double more = dense_grid(&p->ops[t], &s.tfmt[t]) - (own > nnz ? own : nnz);
                 if (more > 0)
                     convert += more;
             }
