@@ -553,3 +553,49 @@ def test_select_keeps_a_nonunique_level():
     C = scorch.to_sparse(torch.ones(2, 3), "csr")
     torch.testing.assert_close(torch.einsum("ij,ij->ij", A, C).to_dense(),
                                torch.tensor([[1., 0., 5.], [1., 0., 5.]]))
+
+
+class _DenseGradMatmul(torch.autograd.Function):
+    """A user's Function over a SparseTensor argument whose backward returns a dense
+    gradient for it."""
+
+    @staticmethod
+    def forward(ctx, W, X):
+        ctx.save_for_backward(X)
+        return W @ X
+
+    @staticmethod
+    def backward(ctx, g):
+        X, = ctx.saved_tensors
+        return g @ X.t(), None
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("how", ["leaf", "with_values(p)", "with_values(2 * p)"])
+@pytest.mark.parametrize("call", ["checkpoint(use_reentrant=True)", "own Function"])
+def test_a_sparse_argument_of_an_autograd_function_gets_its_gradient(fmt, how, call):
+    """autograd.Function sees the wrapper, not the values scorch records on: the gradient
+    it gave a SparseTensor argument stayed on the wrapper's own grad slot (None for
+    A.grad and p.grad).  It now goes on to the values, leaf or not."""
+    from torch.utils.checkpoint import checkpoint
+    base = sp((5, 4), fmt, seed_of("fn-arg", fmt, how))
+    X = rnd((4, 3), 1).detach()
+
+    def build():
+        if how == "leaf":
+            A = base.detach().clone().requires_grad_()
+            return A, A
+        p = torch.nn.Parameter(base.values().detach().clone())
+        return p, base.with_values(p if how == "with_values(p)" else 2 * p)
+
+    want_of, W = build()
+    (W @ X).pow(2).sum().backward() if call != "own Function" else (W @ X).sum().backward()
+    want = want_of.grad.to_dense() if how == "leaf" else want_of.grad
+    got_of, W = build()
+    if call == "own Function":
+        _DenseGradMatmul.apply(W, X).sum().backward()
+    else:
+        checkpoint(lambda W, X: (W @ X).pow(2), W, X, use_reentrant=True).sum().backward()
+    got = got_of.grad.to_dense() if how == "leaf" else got_of.grad
+    assert got is not None
+    torch.testing.assert_close(got, want)

@@ -6,6 +6,7 @@ storage; torch sees its shape, dtype and device.  Every conversion runs in the C
 """
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import os
@@ -197,6 +198,8 @@ class SparseTensor(torch.Tensor):
         self._transposed = None  # {Format: (values version, copy, arrays)}: _compiler._transposed
         self._kernels = None  # {einsum text or kernel key: (operand count, entry)}: _compiler
         self._has_dups = None  # whether two entries share coordinates: _torch_ops
+        if requires_grad:
+            route_wrapper_grad(self)
         return self
 
     @classmethod
@@ -598,6 +601,32 @@ def _ops():
     return _torch_ops
 
 
+def route_wrapper_grad(t: SparseTensor) -> None:
+    """Where the wrapper ``t`` itself requires grad, a gradient autograd accumulates into
+    it goes on to its values.  Autograd reaches the wrapper (not the values, where scorch
+    records) only as an ``autograd.Function``'s input: ``checkpoint(use_reentrant=True)``
+    and custom Functions, whose gradient for a SparseTensor argument was left on the
+    wrapper's own grad slot, which nothing reads (3-4 us a tensor that requires grad)."""
+    if _WRAPPER_HOOKS.__get__(t) is None:   # (as register_post_accumulate_grad_hook does,
+        hooks = collections.OrderedDict()   # which sees the values' grad_fn: SparseTensor's)
+        _WRAPPER_HOOKS.__set__(t, hooks)
+        hooks[0] = _grad_to_values
+
+
+_WRAPPER_HOOKS = torch._C.TensorBase._post_accumulate_grad_hooks
+_WRAPPER_GRAD = torch._C.TensorBase.grad
+
+
+def _grad_to_values(t: SparseTensor) -> None:
+    with _NO_SUBCLASS_TF():
+        g = _WRAPPER_GRAD.__get__(t)
+        _WRAPPER_GRAD.__set__(t, None)
+    if g is None:
+        return
+    g = _ops().align_values(g, t)   # (a SparseTensor, or dense from a Function's backward)
+    torch.autograd.backward(t._vals, g.to(t._vals.dtype))
+
+
 def _copy_of(values):
     """A copy of values, recorded by autograd where they require grad (detached else)."""
     return values.clone() if values.requires_grad and torch.is_grad_enabled() else \
@@ -625,6 +654,7 @@ def _rebuild(shape, fmt_tuple, pos, crd, values, requires_grad, index_name="int3
         t._index_dtype = _INDEX_OF_NAME[index_name]   # (dense formats: no arrays to say it)
     if requires_grad:
         torch.Tensor.requires_grad_(t, True)   # (the wrapper's flag; the values' is set)
+        route_wrapper_grad(t)
     if state:
         t.__dict__.update({k: v for k, v in state.items() if k not in _OWN_ATTRIBUTES})
     return t

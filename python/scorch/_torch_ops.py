@@ -2912,6 +2912,8 @@ def _requires_grad_(a, requires_grad=True):
         v.requires_grad_(requires_grad)
     with torch._C.DisableTorchFunctionSubclass():
         torch.Tensor.requires_grad_(a, requires_grad)
+    if requires_grad:
+        _tensor.route_wrapper_grad(a)
     return a
 
 
