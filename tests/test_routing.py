@@ -1328,3 +1328,42 @@ def test_zero_preserving_unary_functions_under_every_name(fmt, dtype):
                                        msg=f"{owner.__name__}.{name}")
             seen += 1
     assert seen >= 60
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
+def test_splits_unbind_and_iteration(fmt):
+    """split / chunk / tensor_split / h-, vsplit / unbind and iteration give the pieces
+    torch gives (as SparseTensors, sizes and errors from torch's own rules), and the
+    gradients of the pieces reach the whole tensor's values."""
+    x = make_dense((5, 7), torch.float64, seed_of("split", fmt))
+    A = scorch.to_sparse(x, fmt)
+    for f, args in [(torch.split, (2,)), (torch.split, ([1, 4],)), (torch.split, (3, 1)),
+                    (torch.chunk, (3,)), (torch.chunk, (4, 1)), (torch.tensor_split, (3,)),
+                    (torch.tensor_split, ([1, 5], 1)), (torch.hsplit, (7,)),
+                    (torch.vsplit, ([2],)), (torch.Tensor.split, (4, -1))]:
+        got, want = f(A, *args), f(x, *args)
+        assert len(got) == len(want), (f, args)
+        for g, w in zip(got, want):
+            assert isinstance(g, scorch.SparseTensor)
+            close(g, w)
+    for d in (0, 1, -1):
+        got, want = torch.unbind(A, d), x.unbind(d)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            close(g, w)
+    rows = list(A)
+    assert len(rows) == 5 and all(isinstance(r, scorch.SparseTensor) for r in rows)
+    for r, w in zip(rows, x):
+        close(r, w)
+    with pytest.raises(RuntimeError, match="split_with_sizes"):
+        torch.split(A, [1, 2])
+    B = A.detach().clone().requires_grad_()
+    X = dn((7, 3), torch.float64, 2)
+    sum((p @ X).pow(2).sum() for p in B.split(2)).backward()
+    C = A.detach().clone().requires_grad_()
+    (C @ X).pow(2).sum().backward()
+    torch.testing.assert_close(B.grad.to_dense(), C.grad.to_dense())
+    batch = scorch.to_sparse(make_dense((3, 4, 5), torch.float64, seed_of("split3")), "ddc")
+    for b, w in zip(batch, batch.to_dense()):
+        assert isinstance(b, scorch.SparseTensor) and b.dim() == 2
+        close(b, w)

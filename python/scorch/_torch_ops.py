@@ -2041,6 +2041,47 @@ def _narrow(a, dim, start, length):
     return index_select(a, dim, range(start, start + length), "narrow")
 
 
+def _split_like(name, func):
+    """A handler for torch's contiguous splits (split, chunk, tensor_split, h/v/dsplit):
+    torch computes the pieces' sizes (and raises its errors) on a meta tensor of the
+    same shape, and each piece is a narrow."""
+    def handler(a, *args, **kwargs):
+        if not _is_sparse(a):
+            refuse(name, a, why="the input must be the SparseTensor")
+        pieces = func(torch.empty(a.shape, dtype=a.dtype, device="meta"), *args, **kwargs)
+        dim = next((d for d in range(a.dim())
+                    if any(p.shape[d] != a.shape[d] for p in pieces)), 0)
+        out, start = [], 0
+        for p in pieces:
+            out.append(_narrow(a, dim, start, p.shape[dim]))
+            start += p.shape[dim]
+        return tuple(out)
+    return handler
+
+
+for _f, _name in ((torch.split, "split"), (torch.Tensor.split, "split"),
+                  (torch.chunk, "chunk"), (torch.Tensor.chunk, "chunk"),
+                  (torch.tensor_split, "tensor_split"), (torch.Tensor.tensor_split, "tensor_split"),
+                  (torch.hsplit, "hsplit"), (torch.Tensor.hsplit, "hsplit"),
+                  (torch.vsplit, "vsplit"), (torch.Tensor.vsplit, "vsplit"),
+                  (torch.dsplit, "dsplit"), (torch.Tensor.dsplit, "dsplit")):
+    _register(_f)(_split_like(f"torch.{_name}", _f))
+
+
+@_register(torch.unbind, torch.Tensor.unbind)
+def _unbind(a, dim=0):
+    """The selections along dim (each a view of a's entries there), as torch.unbind."""
+    d = _dim_index("torch.unbind", dim, a.dim())
+    return tuple(select(a, d, i) for i in range(a.shape[d]))
+
+
+@_register(torch.Tensor.__iter__)
+def _iter(a):
+    if a.dim() == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return iter(_unbind(a, 0))
+
+
 @_register(torch.cat, torch.concat, torch.concatenate)
 def _cat(tensors, dim=0, *, axis=None, out=None):
     """Sparse tensors joined along dim (or axis, its alias) (PyG's block batching joins
