@@ -1367,3 +1367,27 @@ def test_splits_unbind_and_iteration(fmt):
     for b, w in zip(batch, batch.to_dense()):
         assert isinstance(b, scorch.SparseTensor) and b.dim() == 2
         close(b, w)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+@pytest.mark.parametrize("dtype", DT + [torch.int64])
+def test_rounding_division_and_remainder_by_a_scalar(fmt, dtype):
+    """A // s, A % s, fmod, div(rounding_mode=) by a nonzero scalar keep the implicit
+    zeros (each maps 0 to 0) and stay sparse; a zero divisor, a tensor divisor and a
+    sparse divisor are refused by name.  A 0-D tensor exponent reads as its number."""
+    x = make_dense((4, 6), torch.float64, seed_of("floordiv", fmt, dtype)) * 7
+    x = x.to(dtype)
+    A = scorch.to_sparse(x, fmt)
+    ops = [lambda t: t // 2, lambda t: t % 3, lambda t: torch.fmod(t, -2),
+           lambda t: torch.remainder(t, -3), lambda t: torch.floor_divide(t, 4),
+           lambda t: torch.div(t, 2, rounding_mode="floor"),
+           lambda t: torch.div(t, -2, rounding_mode="trunc"),
+           lambda t: t ** torch.tensor(2)]
+    for f in ops:
+        r = f(A)
+        assert isinstance(r, scorch.SparseTensor) and r.format == A.format
+        close(r, f(x))
+    for bad in (lambda: A // 0, lambda: A % 0.0, lambda: A // torch.ones(4, 6),
+                lambda: torch.fmod(A, A)):
+        with pytest.raises(NotImplementedError, match="torch"):
+            bad()

@@ -962,6 +962,9 @@ def _pow(a, p, *, out=None):
     if not _is_sparse(a):
         refuse("torch.pow", a, p, why="a scalar base with a sparse exponent is not "
                                       "zero-preserving")
+    if (isinstance(p, torch.Tensor) and p.dim() == 0 and not p.requires_grad
+            and not _is_sparse(p) and not p.dtype.is_complex and p.dtype is not torch.bool):
+        p = p.item()   # (a 0-D exponent reads as its number, as clamp's bounds do)
     if isinstance(p, numbers.Number) and not isinstance(p, bool) and p > 0:
         return _map_values(a, lambda v: torch.pow(v, p))
     refuse("torch.pow", a, why="only a positive scalar exponent keeps zeros "
@@ -1131,10 +1134,12 @@ def _mul_handler(a, b, *, out=None):
            torch.Tensor.divide, torch.Tensor.__truediv__, torch.Tensor.true_divide)
 def _div_handler(a, b, *, rounding_mode=None, out=None):
     _no_complex("torch.div", a, b)
-    if _is_sparse(a) and _is_scalar(b) and rounding_mode is None and out is None:
+    if _is_sparse(a) and _is_scalar(b) and out is None:
         s = _float_of(b)
         if s == 0 or math.isnan(s):
             refuse("torch.div", a, why=f"dividing by {s} turns the implicit zeros into nan")
+        if rounding_mode is not None:   # (floor / trunc of 0 / s is 0: not linear)
+            return _map_values(a, lambda v: torch.div(v, b, rounding_mode=rounding_mode))
         return _map_values(a, lambda v: v / b, linear=True)
     if _is_sparse(a) and isinstance(b, torch.Tensor) and not _is_sparse(b) and \
             b.layout is torch.strided and rounding_mode is None and out is None:
@@ -1152,6 +1157,28 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
         return _map_values(a, lambda v: v / dd[at], linear=True)
     refuse("torch.div", a, b, why="only a sparse tensor divided by a scalar or a dense "
                                   "tensor keeps its zeros")
+
+
+def _by_scalar(name, fn):
+    """A sparse tensor's values through fn(v, s) for a nonzero scalar s (floor division,
+    remainder, fmod: each keeps 0 at 0); other operands are refused by name."""
+    def handler(a, b, *, out=None):
+        refuse_out(name, out, a, b)
+        if not (_is_sparse(a) and _is_scalar(b)):
+            refuse(name, a, b, why="only a sparse tensor and a nonzero scalar keep the "
+                                   "implicit zeros")
+        s = _float_of(b)
+        if s == 0 or math.isnan(s):
+            refuse(name, a, why=f"{s} as the divisor turns the implicit zeros into nan")
+        return _map_values(a, lambda v: fn(v, b))
+    return handler
+
+
+_register(torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__)(
+    _by_scalar("torch.floor_divide", torch.floor_divide))
+_register(torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__)(
+    _by_scalar("torch.remainder", torch.remainder))
+_register(torch.fmod, torch.Tensor.fmod)(_by_scalar("torch.fmod", torch.fmod))
 
 
 @_register(torch.Tensor.__rtruediv__)
