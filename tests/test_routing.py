@@ -1391,3 +1391,40 @@ def test_rounding_division_and_remainder_by_a_scalar(fmt, dtype):
                 lambda: torch.fmod(A, A)):
         with pytest.raises(NotImplementedError, match="torch"):
             bad()
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
+def test_a_dense_tensor_adds_a_sparse_one_in_place(fmt):
+    """x.add_(A), x.sub_(A, alpha=), x += A, x -= A write A's entries (duplicates summed)
+    into the dense x, as the dense A would; gradients reach A's values.  A SparseTensor
+    written in place, a dtype the result cannot be cast to and a broadcast are refused."""
+    x = make_dense((4, 5), torch.float32, seed_of("iadd", fmt))
+    A = scorch.to_sparse(x, fmt)
+    if fmt == "coo":   # (a repeated coordinate)
+        A = scorch.from_components((4, 5), "coo", pos=[torch.tensor([0, 2]), None],
+                                   crd=[torch.tensor([1, 1]), torch.tensor([3, 3])],
+                                   values=torch.tensor([2.0, 5.0]))
+        x = A.to_dense()
+    y = torch.ones(4, 5)
+    y0 = y
+    y.add_(A)
+    y.sub_(A, alpha=3)
+    y += A
+    y -= A
+    assert y is y0
+    torch.testing.assert_close(y, 1 - 2 * x)
+    z = torch.zeros(4, 5, dtype=torch.float64)
+    z += A
+    torch.testing.assert_close(z, x.double())
+    v = A.values().detach().clone().requires_grad_()
+    w = torch.zeros(4, 5)
+    w.add_(A.with_values(v))
+    w.pow(2).sum().backward()
+    torch.testing.assert_close(v.grad, 2 * x[tuple(A.indices())] if fmt != "coo"
+                               else torch.tensor([14.0, 14.0]))
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch.ones(4, 5, dtype=torch.int64).add_(A)
+    with pytest.raises(NotImplementedError, match="broadcasting"):
+        torch.ones(2, 4, 5).add_(A)
+    with pytest.raises(NotImplementedError, match="writes in place"):
+        A.add_(torch.ones(4, 5))

@@ -1181,6 +1181,35 @@ _register(torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__)(
 _register(torch.fmod, torch.Tensor.fmod)(_by_scalar("torch.fmod", torch.fmod))
 
 
+def _dense_plus_sparse_(sign, original):
+    """x.add_(A) / x.sub_(A) / x += A of a dense x and a SparseTensor A of x's shape: A's
+    stored values (times alpha, duplicates summed) added at their coordinates in place,
+    as the dense A would be; a SparseTensor x is refused as every in-place write to one
+    is (``original`` reaches that refusal)."""
+    def handler(x, other, *, alpha=1):
+        if _is_sparse(x) or not _is_sparse(other) or x.layout is not torch.strided:
+            return original(x, other, alpha=alpha)
+        if tuple(other.shape) != tuple(x.shape):
+            refuse(f"torch.Tensor.{original.__name__}", x, other,
+                   why=f"the sparse operand's shape {tuple(other.shape)} is not the dense "
+                       f"one's {tuple(x.shape)} (no broadcasting into a written tensor)")
+        dt = torch.promote_types(x.dtype, other.dtype)
+        if not torch.can_cast(dt, x.dtype):
+            raise RuntimeError(f"result type {dt} can't be cast to the desired output type "
+                               f"{x.dtype}")
+        v = other._vals.to(dt) * (sign * alpha)
+        return x.index_put_(tuple(dim_coords(other)), v.to(x.dtype), accumulate=True)
+    return handler
+
+
+_register(torch.Tensor.add_)(_dense_plus_sparse_(1, torch.Tensor.add_))
+_register(torch.Tensor.sub_)(_dense_plus_sparse_(-1, torch.Tensor.sub_))
+_register(torch.Tensor.__iadd__)(lambda x, other: _dense_plus_sparse_(
+    1, torch.Tensor.add_)(x, other))
+_register(torch.Tensor.__isub__)(lambda x, other: _dense_plus_sparse_(
+    -1, torch.Tensor.sub_)(x, other))
+
+
 @_register(torch.Tensor.__rtruediv__)
 def _rdiv_handler(a, b):
     refuse("torch.div", b, a, why="dividing by a sparse tensor divides by its zeros")
