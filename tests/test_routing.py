@@ -460,7 +460,7 @@ def refusal(fmt):
     (lambda A: A / torch.ones(2, 5, 6), "torch.div"),
     (lambda A: 1 / A, "torch.div"),
     (lambda A: A / 0, "torch.div"),
-    (lambda A: torch.div(A, 2, rounding_mode="floor"), "torch.div"),
+    (lambda A: torch.div(A, 0, rounding_mode="floor"), "torch.div"),
     (lambda A: A + torch.ones(6), "torch.add"),
     (lambda A: A * torch.ones(3, 5, 6), "torch.mul"),
     (lambda A: A[:1] * torch.ones(5, 6), "torch.mul"),
