@@ -16,10 +16,11 @@
  * operand (~10 nnz log nnz per run; a tenth of a pass, 0.1 nnz, where the caller keeps
  * the copy, convert_once — made once, shared by the calls that read it — and the copy
  * buys a parallel loop: the orders that do not, a SpGEMM
- * workspace over two levels among them, keep the charge they were weighed with; plus,
- * in full, the cells of a grid of two or more dense levels the copy starts with, beyond
- * its entries and the operand's own grid: multi-head scores "hij" as ddc read in order
- * i,j,h would copy into a dense n×n grid) and
+ * workspace over two levels among them, keep the charge they were weighed with; a copy
+ * that moves a batch level (a ddc's heads) inward, or starts with a grid of two or more
+ * dense levels larger than its entries and the operand's own grid, is charged as made at
+ * every run, plus the grid's cells: multi-head scores "hij" as ddc read in order i,j,h
+ * would copy into an n×n grid, at every backward) and
  * one pass per dense operand relaid (sc_sched_relayout), a penalty for dense accesses
  * with a non-unit stride in the innermost loop (for a dense output in register tiles, a
  * store per tile lane instead), a gathered or scattered dense access in an innermost
@@ -250,6 +251,29 @@ double sc_sched_inner_count(const sc_lower_problem *p, const sc_expr_var *order)
     return cnt;
 }
 
+/* Whether a copy of operand op in format f moves one of op's batch levels (the dense
+ * levels above the last of the dense ones it starts with, where a sparse level follows:
+ * a ddc's heads, not a csr's rows) below another dimension. */
+static bool moves_batch(const sc_lower_operand *op, const sc_format *f)
+{
+    int32_t run = 0;
+    while (run < op->fmt.order && op->fmt.kind[run] == SC_LEVEL_DENSE)
+        run++;
+    if (run == op->fmt.order)
+        return false;
+    uint32_t batch = 0;
+    for (int32_t k = 0; k + 1 < run; k++)
+        batch |= 1u << op->fmt.lvl2dim[k];
+    bool other = false;
+    for (int32_t k = 0; k < f->order; k++) {
+        bool b = (batch >> f->lvl2dim[k]) & 1;
+        if (b && other)
+            return true;
+        other |= !b;
+    }
+    return false;
+}
+
 /* The positions of the grid a copy of operand op in format f starts with, its leading
  * dense levels, where they are two or more (one is a matrix's rows or columns, the
  * ordinary csr / csc shape); else 0. */
@@ -283,11 +307,16 @@ double sc_sched_cost(const sc_lower_problem *p, const sc_expr_var *order)
             if (!p->ops[t].sparse)
                 convert += SC_SCHED_DENSE_COPY * nnz;
             else {
-                convert += p->convert_once && par ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
-                /* a copy that starts with a grid of more positions than the entries and
-                 * the operand's own grid builds (and keeps) every one of them */
+                /* a copy that moves a batch level inward, or starts with a grid of more
+                 * positions than the entries and the operand's own grid (building every
+                 * one of them), is charged as made at every run: batched operands are
+                 * mostly a step's own tensors (multi-head scores, their gradient, new at
+                 * every backward), whose copies put the heads innermost, 4-20x slower */
                 double own = dense_grid(&p->ops[t], &p->ops[t].fmt);
                 double more = dense_grid(&p->ops[t], &s.tfmt[t]) - (own > nnz ? own : nnz);
+                bool kept = p->convert_once && par && more <= 0 &&
+                            !moves_batch(&p->ops[t], &s.tfmt[t]);
+                convert += kept ? 0.1 * nnz : 10.0 * nnz * (1.0 + log2(nnz + 1.0) / 4.0);
                 if (more > 0)
                     convert += more;
             }
