@@ -599,3 +599,35 @@ def test_a_sparse_argument_of_an_autograd_function_gets_its_gradient(fmt, how, c
     got = got_of.grad.to_dense() if how == "leaf" else got_of.grad
     assert got is not None
     torch.testing.assert_close(got, want)
+
+
+class _ToDense(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, A):
+        return A.to_dense().detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_a_function_argument_with_history_keeps_its_graph():
+    """The gradient a Function gives a SparseTensor argument goes on through the values'
+    history without freeing it (the tensor used outside the Function too; a second
+    backward after retain_graph) and is recorded under create_graph."""
+    x = torch.tensor([[1., 0, 2], [0, 3, 0]], dtype=torch.float64)
+    p = torch.tensor([1., 2., 3.], dtype=torch.float64, requires_grad=True)
+    build = lambda: scorch.to_sparse(x, "csr").with_values(p.exp())   # noqa: E731
+    b = build()
+    (_ToDense.apply(b).sum() + b.to_dense().sum()).backward()
+    torch.testing.assert_close(p.grad, 2 * p.exp())
+    p.grad = None
+    loss = _ToDense.apply(build()).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    torch.testing.assert_close(p.grad, 2 * p.exp())
+    p.grad = None
+    _ToDense.apply(build()).pow(2).sum().backward(create_graph=True)
+    assert p.grad.requires_grad
+    torch.testing.assert_close(p.grad, 2 * p.exp() * p.exp())
+    p.grad = None

@@ -1357,6 +1357,13 @@ def test_splits_unbind_and_iteration(fmt):
         close(r, w)
     with pytest.raises(RuntimeError, match="split_with_sizes"):
         torch.split(A, [1, 2])
+    for f, args, src in [(torch.tensor_split, ([4, 2], 1), x), (torch.tensor_split, ([5, 5, 1], 1), x),
+                         (torch.tensor_split, ([-1, 2],), x), (torch.tensor_split, (3, 1), x[:, :0]),
+                         (torch.chunk, (2, 1), x[:, :0])]:
+        got, want = f(scorch.to_sparse(src, fmt), *args), f(src, *args)
+        assert len(got) == len(want), (f, args)
+        for g, w in zip(got, want):
+            close(g, w)
     B = A.detach().clone().requires_grad_()
     X = dn((7, 3), torch.float64, 2)
     sum((p @ X).pow(2).sum() for p in B.split(2)).backward()

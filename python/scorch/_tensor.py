@@ -624,7 +624,10 @@ def _grad_to_values(t: SparseTensor) -> None:
     if g is None:
         return
     g = _ops().align_values(g, t)   # (a SparseTensor, or dense from a Function's backward)
-    torch.autograd.backward(t._vals, g.to(t._vals.dtype))
+    # (the values' graph may serve other paths of this backward, and later ones: kept;
+    # recorded where the outer backward records, as create_graph=True does)
+    torch.autograd.backward(t._vals, g.to(t._vals.dtype), retain_graph=True,
+                            create_graph=torch.is_grad_enabled())
 
 
 def _copy_of(values):

@@ -2104,14 +2104,16 @@ def _split_like(name, func):
     def handler(a, *args, **kwargs):
         if not _is_sparse(a):
             refuse(name, a, why="the input must be the SparseTensor")
-        pieces = func(torch.empty(a.shape, dtype=a.dtype, device="meta"), *args, **kwargs)
+        meta = torch.empty(a.shape, dtype=a.dtype, device="meta")
+        pieces = func(meta, *args, **kwargs)
         dim = next((d for d in range(a.dim())
-                    if any(p.shape[d] != a.shape[d] for p in pieces)), 0)
-        out, start = [], 0
-        for p in pieces:
-            out.append(_narrow(a, dim, start, p.shape[dim]))
-            start += p.shape[dim]
-        return tuple(out)
+                    if any(p.shape[d] != a.shape[d] for p in pieces)), None)
+        if dim is None:   # (every piece the whole tensor: one piece, or a size-0 split)
+            return tuple(_narrow(a, 0, 0, a.shape[0]) if a.dim() else a for _ in pieces)
+        # each piece's start from its view's offset (tensor_split's indices may go back)
+        step = meta.stride(dim)
+        return tuple(_narrow(a, dim, p.storage_offset() // step if step else 0, p.shape[dim])
+                     for p in pieces)
     return handler
 
 
