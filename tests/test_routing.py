@@ -1187,6 +1187,33 @@ def test_multi_head_scores_on_one_mask_stay_sparse(fmt):
     torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
 
 
+@pytest.mark.parametrize("fmt", ["ddc", "csf", "coo"])
+def test_multi_head_scores_on_a_batch_of_masks_stay_sparse(fmt):
+    """torch.einsum("bij,bhik,bhjk->bhij", M, Q, K), a batch of masks and heads in
+    torch's (B, H, n, n) layout: the heads' index sits between the mask's, and the
+    scores came back as a dense tensor (whose softmax then counted the zeros).  Now
+    sparse (the heads a dense level first, then the mask's levels); softmax, the product
+    with V and the gradients as dense masked attention."""
+    B, H, n, d = 2, 3, 5, 4
+    m = make_dense((B, n, n), torch.float64, seed_of("heads-batch", fmt))
+    M = scorch.to_sparse(m, fmt)
+    Q, K, V = (dn((B, H, n, d), torch.float64, s) for s in (1, 2, 3))
+    Qs, Ks = Q.clone().requires_grad_(), K.clone().requires_grad_()
+    S = torch.einsum("bij,bhik,bhjk->bhij", M, Qs, Ks)
+    assert isinstance(S, scorch.SparseTensor) and S.nnz == H * M.nnz
+    out = torch.einsum("bhij,bhjd->bhid", torch.softmax(S, -1), V)
+    Qd, Kd = Q.clone().requires_grad_(), K.clone().requires_grad_()
+    mask = (m != 0)[:, None]
+    scores = m[:, None] * torch.einsum("bhik,bhjk->bhij", Qd, Kd)
+    want = torch.where(mask, scores, float("-inf")).softmax(-1).nan_to_num(0.0) @ V
+    torch.testing.assert_close(out, want)
+    w = torch.arange(float(d), dtype=torch.float64)
+    (out * w).sum().backward()
+    (want * w).sum().backward()
+    torch.testing.assert_close(Qs.grad, Qd.grad)
+    torch.testing.assert_close(Ks.grad, Kd.grad)
+
+
 def test_multi_head_gradients_keep_the_heads_outermost():
     """The gradients of Q and K through the multi-head scores read the scores' ddc (a
     pattern new at every step) in its own order, heads outermost: the scheduler took

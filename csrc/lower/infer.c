@@ -6,8 +6,9 @@
  *     factor that is a sparse operand indexed by exactly the output's indices: keep that
  *     operand's format (its level order mapped onto the output's dimensions), with a
  *     level the output cannot be assembled in made compressed (cd -> cc).  Failing that,
- *     a factor indexed by the output's indices but its leading ones (multi-head scores
- *     on one mask, "ij,hik,hjk->hij"): dense levels over those, then its format.
+ *     a factor indexed by the output's indices but some (multi-head scores on one mask,
+ *     "ij,hik,hjk->hij"; on a batch of masks, "bij,bhik,bhjk->bhij"), each of which a
+ *     dense operand reads: dense levels over those, then its format.
  *  2. Elementwise union: a sum/difference whose every term qualifies under rule 1: the
  *     first such operand's format.
  *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
@@ -35,10 +36,20 @@ static bool dense_reads(const sc_lower_problem *p, sc_expr_var v)
     return false;
 }
 
-/* Rule 1 (batched: the operand may lack leading output indices, each of whose slices
- * then holds its pattern: "ij,hik,hjk->hij", multi-head scores on one mask; each of
- * those indices a dense operand's, so that the slices are its batch, not another
- * sparse operand's entries: "ij,kl->ijkl" is rule 5's). */
+/* Whether access ac reads index v. */
+static bool reads(const sc_lower_access *ac, sc_expr_var v)
+{
+    for (int32_t d = 0; d < ac->order; d++)
+        if (ac->var[d] == v)
+            return true;
+    return false;
+}
+
+/* Rule 1 (batched: the operand may lack output indices, anywhere among them, each of
+ * whose slices then holds its pattern: "ij,hik,hjk->hij", multi-head scores on one mask,
+ * "bij,bhik,bhjk->bhij" on a batch of masks; each of those indices a dense operand's, so
+ * that the slices are its batch, not another sparse operand's entries: "ij,kl->ijkl" is
+ * rule 5's). */
 static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool batched)
 {
     if (!n)
@@ -49,13 +60,12 @@ static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool bat
         if (!p->ops[ac->operand].sparse ||
             (batched ? ac->order >= p->out_order || ac->order == 0 : ac->order != p->out_order))
             return -1;
-        int32_t lead = p->out_order - ac->order;   /* (output indices it lacks: leading) */
-        for (int32_t o = 0; o < lead; o++)
-            if (!dense_reads(p, p->out_var[o]))
+        for (int32_t o = 0; o < p->out_order; o++)   /* (output indices it lacks) */
+            if (!reads(ac, p->out_var[o]) && !dense_reads(p, p->out_var[o]))
                 return -1;
         for (int32_t d = 0; d < ac->order; d++) {
             bool found = false;
-            for (int32_t o = lead; o < p->out_order; o++)
+            for (int32_t o = 0; o < p->out_order; o++)
                 found |= p->out_var[o] == ac->var[d];
             for (int32_t d2 = d + 1; d2 < ac->order; d2++)
                 if (ac->var[d2] == ac->var[d])
@@ -103,17 +113,20 @@ static void from_access(const sc_lower_problem *p, int32_t a, sc_format *out)
     const sc_format *f = &p->ops[ac->operand].fmt;
     memset(out, 0, sizeof *out);
     out->order = p->out_order;
-    int32_t lead = p->out_order - f->order;   /* (rule 1 batched: dense levels first) */
-    for (int32_t k = 0; k < lead; k++) {
-        out->kind[k] = SC_LEVEL_DENSE;
-        out->unique[k] = 1;
-        out->lvl2dim[k] = k;
-    }
+    /* (rule 1 batched: dense levels first, over the output indices the operand lacks in
+     * output order: "bij,bhik,bhjk->bhij" stores h, then the mask's b, i, j) */
+    int32_t lead = 0;
+    for (int32_t o = 0; o < p->out_order; o++)
+        if (!reads(ac, p->out_var[o])) {
+            out->kind[lead] = SC_LEVEL_DENSE;
+            out->unique[lead] = 1;
+            out->lvl2dim[lead++] = o;
+        }
     for (int32_t k = 0; k < f->order; k++) {
         out->kind[lead + k] = f->kind[k];
         out->unique[lead + k] = f->unique[k];
         sc_expr_var v = ac->var[f->lvl2dim[k]];
-        for (int32_t o = lead; o < p->out_order; o++)
+        for (int32_t o = 0; o < p->out_order; o++)
             if (p->out_var[o] == v)
                 out->lvl2dim[lead + k] = o;
     }
