@@ -145,3 +145,21 @@ def test_matmul_aliases_batches_and_torch_sparse_keywords():
     torch.testing.assert_close(torch.sparse.mm(sparse=S, dense=D), torch.sparse.mm(S, D))
     torch.testing.assert_close(torch.sparse.addmm(input=torch.ones(2, 2), mat1=S, mat2=D),
                                1 + S.to_dense() @ D)
+
+
+@pytest.mark.parametrize("fmt", ["ddc", "csf"])
+def test_a_batch_times_its_transposed_view_stays_sparse(fmt):
+    """A @ A.mT, bmm(A, A.mT) and einsum("bij,bkj->bik") of a ddc batch came back as a
+    dense batch of n x n (no sparse index survives the sum over j); now in the first
+    operand's format, as 2-D A @ A.t() gives csr; values and gradients as dense."""
+    from conftest import make_dense, seed_of
+    x = make_dense((3, 6, 5), torch.float64, seed_of("bmmT", fmt))
+    A = scorch.to_sparse(x, fmt)
+    for r in (A @ A.mT, torch.bmm(A, A.mT), torch.einsum("bij,bkj->bik", A, A)):
+        assert isinstance(r, scorch.SparseTensor) and r.format == A.format
+        torch.testing.assert_close(r.to_dense(), x @ x.mT)
+    B = A.detach().clone().requires_grad_()
+    (B @ B.mT).to_dense().pow(2).sum().backward()
+    xd = x.clone().requires_grad_()
+    (xd @ xd.mT).pow(2).sum().backward()
+    torch.testing.assert_close(B.grad.to_dense(), xd.grad * (x != 0))

@@ -16,6 +16,9 @@
  *  4. SpGEMM-like: every operand sparse and 2-D, a pure product with a 2-D output: the
  *     first operand format whose second level is compressed and unique (csr x csr ->
  *     csr, dcsr x dcsr -> dcsr, csc x csc -> csc, csr x csc -> csr, coo x csr -> csr).
+ *     Batched (order 3+), where rule 5 finds no sparse output index (a ddc batch times
+ *     its transposed view): the first operand format of unique levels, the last one
+ *     compressed.
  *  5. Per output index: sparse when the expression vanishes wherever the sparse levels
  *     indexed by it are empty (lattice without universe), else dense; no sparse index:
  *     dense; otherwise dense indices first (in output order), then compressed ones.
@@ -208,8 +211,26 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
             nsparse++;
         }
     }
-    if (!nsparse)
+    if (!nsparse) {
+        /* rule 4 batched: every operand sparse and of the output's order, a pure product
+         * whose sparse levels are all summed over (a ddc batch times its transposed view,
+         * A @ A.mT): the first operand format all of whose levels are unique and whose
+         * last is compressed, as 2-D products take theirs, not a dense batch of n x n */
+        bool batch = p->out_order > 2 && p->nops > 0 && pure_product(p->rhs);
+        for (int32_t t = 0; batch && t < p->nops; t++)
+            batch = p->ops[t].sparse && p->ops[t].fmt.order == p->out_order;
+        for (int32_t t = 0; batch && t < p->nops; t++) {
+            const sc_format *f = &p->ops[t].fmt;
+            bool unique = true;
+            for (int32_t l = 0; l < f->order; l++)
+                unique &= f->unique[l] != 0;
+            if (unique && f->kind[f->order - 1] == SC_LEVEL_COMPRESSED) {
+                *out = *f;
+                return;
+            }
+        }
         return;
+    }
     int32_t k = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int32_t o = 0; o < p->out_order; o++)
