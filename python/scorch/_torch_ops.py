@@ -2137,6 +2137,13 @@ for _f, _name in ((torch.split, "split"), (torch.Tensor.split, "split"),
 def _unbind(a, dim=0):
     """The selections along dim (each a view of a's entries there), as torch.unbind."""
     d = _dim_index("torch.unbind", dim, a.dim())
+    fmt = a._format
+    if a.shape[d] > 1 and not (fmt.order[0] == d and fmt.kinds[0] == 0):
+        # (each selection reads every entry but along a dense first level: one
+        # conversion that puts dim d there first, so that the whole is O(nnz), not
+        # O(nnz) per selection)
+        rest = [k for k in fmt.order if k != d]
+        a = a.to_format(Format("d" + "c" * len(rest), order=[d] + rest))
     return tuple(select(a, d, i) for i in range(a.shape[d]))
 
 
