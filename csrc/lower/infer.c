@@ -6,9 +6,9 @@
  *     factor that is a sparse operand indexed by exactly the output's indices: keep that
  *     operand's format (its level order mapped onto the output's dimensions), with a
  *     level the output cannot be assembled in made compressed (cd -> cc).  Failing that,
- *     a factor indexed by the output's indices but some (multi-head scores on one mask,
- *     "ij,hik,hjk->hij"; on a batch of masks, "bij,bhik,bhjk->bhij"), each of which a
- *     dense operand reads: dense levels over those, then its format.
+ *     a factor indexed by the output's indices but some before its last one (multi-head
+ *     scores on one mask, "ij,hik,hjk->hij"; on a batch of masks, "bij,bhik,bhjk->bhij"),
+ *     each of which a dense operand reads: dense levels over those, then its format.
  *  2. Elementwise union: a sum/difference whose every term qualifies under rule 1: the
  *     first such operand's format.
  *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
@@ -48,7 +48,7 @@ static bool reads(const sc_lower_access *ac, sc_expr_var v)
     return false;
 }
 
-/* Rule 1 (batched: the operand may lack output indices, anywhere among them, each of
+/* Rule 1 (batched: the operand may lack output indices before its last one, each of
  * whose slices then holds its pattern: "ij,hik,hjk->hij", multi-head scores on one mask,
  * "bij,bhik,bhjk->bhij" on a batch of masks; each of those indices a dense operand's, so
  * that the slices are its batch, not another sparse operand's entries: "ij,kl->ijkl" is
@@ -63,8 +63,16 @@ static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool bat
         if (!p->ops[ac->operand].sparse ||
             (batched ? ac->order >= p->out_order || ac->order == 0 : ac->order != p->out_order))
             return -1;
-        for (int32_t o = 0; o < p->out_order; o++)   /* (output indices it lacks) */
-            if (!reads(ac, p->out_var[o]) && !dense_reads(p, p->out_var[o]))
+        /* (the output indices it lacks: each a dense operand's, and in output order
+         * before its last one, so that they are its batch (leading, or between its
+         * indices as torch's (B, H, n, n) has the heads), not a dense dimension after
+         * its entries: "i,j->ij", an outer product, is dense) */
+        int32_t last = -1;
+        for (int32_t o = 0; o < p->out_order; o++)
+            if (reads(ac, p->out_var[o]))
+                last = o;
+        for (int32_t o = 0; o < p->out_order; o++)
+            if (!reads(ac, p->out_var[o]) && (!dense_reads(p, p->out_var[o]) || o > last))
                 return -1;
         for (int32_t d = 0; d < ac->order; d++) {
             bool found = false;
