@@ -28,22 +28,20 @@
 
 #include <string.h>
 
-/* Whether a dense operand is read with index v. */
-static bool dense_reads(const sc_lower_problem *p, sc_expr_var v)
-{
-    for (int32_t a = 0; a < p->naccess; a++)
-        if (!p->ops[p->acc[a].operand].sparse)
-            for (int32_t d = 0; d < p->acc[a].order; d++)
-                if (p->acc[a].var[d] == v)
-                    return true;
-    return false;
-}
-
 /* Whether access ac reads index v. */
 static bool reads(const sc_lower_access *ac, sc_expr_var v)
 {
     for (int32_t d = 0; d < ac->order; d++)
         if (ac->var[d] == v)
+            return true;
+    return false;
+}
+
+/* Whether a dense operand is read with index v. */
+static bool dense_reads(const sc_lower_problem *p, sc_expr_var v)
+{
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (!p->ops[p->acc[a].operand].sparse && reads(&p->acc[a], v))
             return true;
     return false;
 }
@@ -166,6 +164,30 @@ static void assemblable(sc_format *f)
     }
 }
 
+/* Rule 4: every operand sparse and of the output's order, a pure product: the first
+ * operand format whose levels are all unique and whose last one is compressed, which an
+ * output row (or column) can take; in mixed formats too (csr · csc, A @ A.t(): a csr,
+ * not a dense n × n).  Whether *out was set. */
+static bool rule4(const sc_lower_problem *p, sc_format *out)
+{
+    if (p->nops == 0 || !pure_product(p->rhs))
+        return false;
+    for (int32_t t = 0; t < p->nops; t++)
+        if (!p->ops[t].sparse || p->ops[t].fmt.order != p->out_order)
+            return false;
+    for (int32_t t = 0; t < p->nops; t++) {
+        const sc_format *f = &p->ops[t].fmt;
+        bool unique = true;
+        for (int32_t l = 0; l < f->order; l++)
+            unique &= f->unique[l] != 0;
+        if (unique && f->kind[f->order - 1] == SC_LEVEL_COMPRESSED) {
+            *out = *f;
+            return true;
+        }
+    }
+    return false;
+}
+
 void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
 {
     int32_t a = rule2(p, p->rhs);
@@ -188,20 +210,8 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
                 if (ac->var[d] == p->out_var[o])
                     return; /* rule 3 */
     }
-    if (p->out_order == 2 && p->nops > 0 && pure_product(p->rhs)) {
-        bool sparse2 = true;
-        for (int32_t t = 0; t < p->nops; t++)
-            sparse2 &= p->ops[t].sparse && p->ops[t].fmt.order == 2;
-        /* rule 4: the first operand's format that an output row (or column) can take;
-         * in mixed formats too (csr · csc, A @ A.t(): a csr, not a dense n × n) */
-        for (int32_t t = 0; sparse2 && t < p->nops; t++) {
-            const sc_format *f = &p->ops[t].fmt;
-            if (f->unique[0] && f->unique[1] && f->kind[1] == SC_LEVEL_COMPRESSED) {
-                *out = *f;
-                return;
-            }
-        }
-    }
+    if (p->out_order == 2 && rule4(p, out))
+        return;
     bool sparse[SC_MAX_ORDER] = {false};
     int32_t nsparse = 0;
     for (int32_t o = 0; o < p->out_order; o++) {
@@ -220,23 +230,10 @@ void sc_lower_infer_format(const sc_lower_problem *p, sc_format *out)
         }
     }
     if (!nsparse) {
-        /* rule 4 batched: every operand sparse and of the output's order, a pure product
-         * whose sparse levels are all summed over (a ddc batch times its transposed view,
-         * A @ A.mT): the first operand format all of whose levels are unique and whose
-         * last is compressed, as 2-D products take theirs, not a dense batch of n x n */
-        bool batch = p->out_order > 2 && p->nops > 0 && pure_product(p->rhs);
-        for (int32_t t = 0; batch && t < p->nops; t++)
-            batch = p->ops[t].sparse && p->ops[t].fmt.order == p->out_order;
-        for (int32_t t = 0; batch && t < p->nops; t++) {
-            const sc_format *f = &p->ops[t].fmt;
-            bool unique = true;
-            for (int32_t l = 0; l < f->order; l++)
-                unique &= f->unique[l] != 0;
-            if (unique && f->kind[f->order - 1] == SC_LEVEL_COMPRESSED) {
-                *out = *f;
-                return;
-            }
-        }
+        /* (rule 4 batched: where the sum took every sparse output index, a ddc batch
+         * times its transposed view, A @ A.mT, is not a dense batch of n x n) */
+        if (p->out_order > 2)
+            rule4(p, out);
         return;
     }
     int32_t k = 0;

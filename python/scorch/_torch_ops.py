@@ -175,9 +175,10 @@ def _linear_key(cols, sizes, n=1):
     return key
 
 
-def _same_arrays(x: SparseTensor, y: SparseTensor, any_order=False) -> bool:
+def _same_arrays(x: SparseTensor, y: SparseTensor, any_order=False, compare=True) -> bool:
     """Whether x and y are one pattern: the same shape and format, the same entries in the
-    same arrays (``any_order``: under any dimension order, as a permuted view's)."""
+    same arrays (``any_order``: under any dimension order, as a permuted view's; without
+    ``compare``, only the very arrays count, an O(1) check)."""
     fx, fy = x._format, y._format
     if any_order:
         if (fx.kinds, fx.unique) != (fy.kinds, fy.unique):
@@ -189,7 +190,7 @@ def _same_arrays(x: SparseTensor, y: SparseTensor, any_order=False) -> bool:
     for a, b in zip(x._pos + x._crd, y._pos + y._crd):
         if a is b:   # (one array: nothing to compare)
             continue
-        if (a is None) != (b is None):
+        if not compare or (a is None) != (b is None):
             return False
         if not torch.equal(a.to(torch.int64), b.to(torch.int64)):
             return False
@@ -383,11 +384,8 @@ def _einsum_grad(spec, i, ops, G, v):
     # of two identical patterns (a coo or csf sampled_addmm's backward: 5-13x).
     def kept(o, t):   # (the output kept o's pattern, level by level under the same
         # indices: "ij,ij->ji" keeps it as a permuted view)
-        if not (spec.out and _is_sparse(G) and _is_sparse(o)):
-            return False
-        same = (G._format.kinds, G._format.unique) == (o._format.kinds, o._format.unique) \
-            and all(x is y for x, y in zip(G._pos + G._crd, o._pos + o._crd))
-        return (same or (has_duplicates(o) and _same_arrays(G, o, any_order=True))) and \
+        return spec.out and _is_sparse(G) and _is_sparse(o) and \
+            _same_arrays(G, o, any_order=True, compare=has_duplicates(o)) and \
             [spec.out[d] for d in G._format.order] == [t[d] for d in o._format.order]
 
     own = kept(ops[i], mine)
@@ -1142,9 +1140,7 @@ def _mul_handler(a, b, *, out=None):
 def _div_handler(a, b, *, rounding_mode=None, out=None):
     _no_complex("torch.div", a, b)
     if _is_sparse(a) and _is_scalar(b) and out is None:
-        s = _float_of(b)
-        if s == 0 or math.isnan(s):
-            refuse("torch.div", a, why=f"dividing by {s} turns the implicit zeros into nan")
+        _refuse_zero_divisor("torch.div", a, b)
         if rounding_mode is not None:   # (floor / trunc of 0 / s is 0: not linear)
             return _map_values(a, lambda v: torch.div(v, b, rounding_mode=rounding_mode))
         return _map_values(a, lambda v: v / b, linear=True)
@@ -1166,6 +1162,14 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
                                   "tensor keeps its zeros")
 
 
+def _refuse_zero_divisor(name, a, b):
+    """The refusal of a scalar divisor b that is zero or nan: dividing the implicit zeros
+    of a by it gives nan."""
+    s = _float_of(b)
+    if s == 0 or math.isnan(s):
+        refuse(name, a, why=f"dividing by {s} turns the implicit zeros into nan")
+
+
 def _by_scalar(name, fn):
     """A sparse tensor's values through fn(v, s) for a nonzero scalar s (floor division,
     remainder, fmod: each keeps 0 at 0); other operands are refused by name."""
@@ -1174,9 +1178,7 @@ def _by_scalar(name, fn):
         if not (_is_sparse(a) and _is_scalar(b)):
             refuse(name, a, b, why="only a sparse tensor and a nonzero scalar keep the "
                                    "implicit zeros")
-        s = _float_of(b)
-        if s == 0 or math.isnan(s):
-            refuse(name, a, why=f"{s} as the divisor turns the implicit zeros into nan")
+        _refuse_zero_divisor(name, a, b)
         return _map_values(a, lambda v: fn(v, b))
     return handler
 
@@ -1209,12 +1211,8 @@ def _dense_plus_sparse_(sign, original):
     return handler
 
 
-_register(torch.Tensor.add_)(_dense_plus_sparse_(1, torch.Tensor.add_))
-_register(torch.Tensor.sub_)(_dense_plus_sparse_(-1, torch.Tensor.sub_))
-_register(torch.Tensor.__iadd__)(lambda x, other: _dense_plus_sparse_(
-    1, torch.Tensor.add_)(x, other))
-_register(torch.Tensor.__isub__)(lambda x, other: _dense_plus_sparse_(
-    -1, torch.Tensor.sub_)(x, other))
+_register(torch.Tensor.add_, torch.Tensor.__iadd__)(_dense_plus_sparse_(1, torch.Tensor.add_))
+_register(torch.Tensor.sub_, torch.Tensor.__isub__)(_dense_plus_sparse_(-1, torch.Tensor.sub_))
 
 
 @_register(torch.Tensor.__rtruediv__)
@@ -1831,7 +1829,7 @@ def _scaled_by_segment_sums(a: SparseTensor, e: torch.Tensor):
     E = a._rewrap(e, requires_grad=e.requires_grad)
     s = einsum(f"{ix}->{par}", E)
     r = einsum(f"{ix},{par}->{ix}", E, 1 / (s + (s == 0)))   # (a segment of none: 1)
-    if not _is_sparse(r) or not all(x is y for x, y in zip(r._pos + r._crd, a._pos + a._crd)):
+    if not _is_sparse(r) or not _same_arrays(r, a, compare=False):
         return None
     return r._vals
 
