@@ -642,11 +642,14 @@ def test_output_too_large_to_address_is_refused_before_the_kernel_runs():
              lambda: torch.einsum("i,j,->ij", v, v, torch.tensor(2.)),
              lambda: torch.einsum("i,j,j->ij", v, v, torch.ones(1)),
              lambda: scorch.einsum("i,j,->ij", vec(2 ** 62 + 1, [0, 5]), torch.ones(4),
-                                   torch.tensor(2.)),
+                                   torch.tensor(2.), out_format="dense"),
              lambda: scorch.einsum("ij,jk,l->ikl", B, B.t(), torch.ones(1), out_format="ddc")]
     for call in calls:
         with pytest.raises(ValueError, match="more elements than memory can address"):
             call()
+    # (inferred, that outer product is sparse: 8 entries, in a shape torch cannot describe)
+    with pytest.raises(ValueError, match="more than 2\\^63 - 1 elements"):
+        scorch.einsum("i,j,->ij", vec(2 ** 62 + 1, [0, 5]), torch.ones(4), torch.tensor(2.))
 
 
 def test_from_components_arrays_are_plain_tensors():

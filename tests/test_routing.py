@@ -1182,6 +1182,47 @@ def test_multi_head_scores_on_one_mask_stay_sparse(fmt):
     torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_multi_head_scores_with_the_heads_last_stay_sparse(fmt):
+    """torch.einsum("ij,ihk,jhk->ijh", M, Q, K), PyG's layout (edges first, heads last):
+    the heads' index after the mask's came back as a dense n x n x H tensor (244 MB at
+    n = 4000, 4 heads).  Now sparse as the heads-first scores are (a dense level over the
+    heads, then the mask's levels); softmax over the neighbours, the product with V and
+    the gradients as dense masked attention."""
+    H, n, d = 3, 7, 4
+    m = make_dense((n, n), torch.float64, seed_of("heads-last", fmt))
+    Q, K, V = (dn((n, H, d), torch.float64, s) for s in (1, 2, 3))
+    M = scorch.to_sparse(m, fmt).requires_grad_()
+    Qs, Ks = Q.clone().requires_grad_(), K.clone().requires_grad_()
+    S = torch.einsum("ij,ihk,jhk->ijh", M, Qs, Ks)
+    assert isinstance(S, scorch.SparseTensor) and S.shape == (n, n, H)
+    assert S.format.levels[0] == "dense" and S.nnz == H * M.nnz
+    out = torch.einsum("ijh,jhd->ihd", torch.softmax(S, 1), V)
+    Md, Qd, Kd = (t.clone().requires_grad_() for t in (m, Q, K))
+    scores = Md[..., None] * torch.einsum("ihk,jhk->ijh", Qd, Kd)
+    keep = (m != 0)[..., None]
+    want = torch.einsum("ijh,jhd->ihd", torch.where(keep, scores, float("-inf"))
+                        .softmax(1).nan_to_num(0.0), V)
+    _same_attention(out, want, (Qs, Ks), (Qd, Kd))
+    torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
+
+
+def test_outer_product_of_a_sparse_vector_stays_sparse():
+    """A sparse vector's outer product with a dense one (either side) holds the vector's
+    pattern in each row or column: sparse, its entries the vector's times the dense
+    length; with a second sparse vector the pattern is theirs (rule 5)."""
+    x = torch.tensor([0.0, 2.0, 0.0, -1.0, 3.0], dtype=torch.float64)
+    y = torch.tensor([1.0, 0.0, 4.0], dtype=torch.float64)
+    v = scorch.to_sparse(x, "csf")
+    for expr, ops, want in (("i,j->ij", (v, y), torch.outer(x, y)),
+                            ("j,i->ji", (y, v), torch.outer(y, x)),
+                            ("i,j->ij", (v, scorch.to_sparse(y, "csf")), torch.outer(x, y))):
+        r = torch.einsum(expr, *ops)
+        assert isinstance(r, scorch.SparseTensor), expr
+        torch.testing.assert_close(r.to_dense(), want)
+    assert torch.einsum("i,j->ij", v, y).nnz == 3 * 3
+
+
 def _same_attention(out, want, ours, dense):
     """out as want, and after a backward of each weighted along the last dimension, the
     gradients of ours (Q, K) as those of dense."""

@@ -6,9 +6,10 @@
  *     factor that is a sparse operand indexed by exactly the output's indices: keep that
  *     operand's format (its level order mapped onto the output's dimensions), with a
  *     level the output cannot be assembled in made compressed (cd -> cc).  Failing that,
- *     a factor indexed by the output's indices but some before its last one (multi-head
- *     scores on one mask, "ij,hik,hjk->hij"; on a batch of masks, "bij,bhik,bhjk->bhij"),
- *     each of which a dense operand reads: dense levels over those, then its format.
+ *     a factor indexed by some of the output's indices (multi-head scores on one mask,
+ *     "ij,hik,hjk->hij" or heads last "ij,ihk,jhk->ijh"; on a batch of masks,
+ *     "bij,bhik,bhjk->bhij"), each of the others read by a dense operand and by no
+ *     sparse one: dense levels over those, then its format.
  *  2. Elementwise union: a sum/difference whose every term qualifies under rule 1: the
  *     first such operand's format.
  *  3. A dense operand takes part in a product (a product with a dense-only result, e.g.
@@ -37,20 +38,21 @@ static bool reads(const sc_lower_access *ac, sc_expr_var v)
     return false;
 }
 
-/* Whether a dense operand is read with index v. */
-static bool dense_reads(const sc_lower_problem *p, sc_expr_var v)
+/* Whether an operand, sparse or dense as asked, is read with index v. */
+static bool operand_reads(const sc_lower_problem *p, sc_expr_var v, bool sparse)
 {
     for (int32_t a = 0; a < p->naccess; a++)
-        if (!p->ops[p->acc[a].operand].sparse && reads(&p->acc[a], v))
+        if (p->ops[p->acc[a].operand].sparse == sparse && reads(&p->acc[a], v))
             return true;
     return false;
 }
 
-/* Rule 1 (batched: the operand may lack output indices before its last one, each of
- * whose slices then holds its pattern: "ij,hik,hjk->hij", multi-head scores on one mask,
- * "bij,bhik,bhjk->bhij" on a batch of masks; each of those indices a dense operand's, so
- * that the slices are its batch, not another sparse operand's entries: "ij,kl->ijkl" is
- * rule 5's). */
+/* Rule 1 (batched: the operand may lack output indices, each of whose slices then holds
+ * its pattern: "ij,hik,hjk->hij", multi-head scores on one mask, "ij,ihk,jhk->ijh" with
+ * the heads last, "bij,bhik,bhjk->bhij" on a batch of masks, "i,j->ij" a sparse vector's
+ * outer product with a dense one; each of those indices a dense operand's and no sparse
+ * one's, so that the slices are its batch, not another sparse operand's entries:
+ * "ij,kl->ijkl" and "i,j,j->ij" are rule 5's). */
 static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool batched)
 {
     if (!n)
@@ -61,16 +63,13 @@ static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool bat
         if (!p->ops[ac->operand].sparse ||
             (batched ? ac->order >= p->out_order || ac->order == 0 : ac->order != p->out_order))
             return -1;
-        /* (the output indices it lacks: each a dense operand's, and in output order
-         * before its last one, so that they are its batch (leading, or between its
-         * indices as torch's (B, H, n, n) has the heads), not a dense dimension after
-         * its entries: "i,j->ij", an outer product, is dense) */
-        int32_t last = -1;
+        /* (the output indices it lacks: each a dense operand's and no sparse one's, so
+         * that they are its batch (leading, between its indices as torch's (B, H, n, n)
+         * has the heads, or after them as PyG's (n, n, H)), not another sparse operand's
+         * entries: "i,j,j->ij" over two sparse vectors is rule 5's) */
         for (int32_t o = 0; o < p->out_order; o++)
-            if (reads(ac, p->out_var[o]))
-                last = o;
-        for (int32_t o = 0; o < p->out_order; o++)
-            if (!reads(ac, p->out_var[o]) && (!dense_reads(p, p->out_var[o]) || o > last))
+            if (!reads(ac, p->out_var[o]) && (!operand_reads(p, p->out_var[o], false) ||
+                                               operand_reads(p, p->out_var[o], true)))
                 return -1;
         for (int32_t d = 0; d < ac->order; d++) {
             bool found = false;
