@@ -165,6 +165,38 @@ def test_sparse_mm_reduce_gradients(reduce):
     torch.testing.assert_close(X.grad, Xr.grad)
 
 
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("fmt", ["csr", "coo", "cd"])
+def test_sparse_mm_reduce_ties_share_the_gradient(fmt, reduce):
+    """A row's products that tie for its extreme (an unweighted graph over features with
+    repeated values: ReLU's zeros) share the gradient evenly, as dense amax's does over
+    the same products (torch's CSR kernel gives it all to one); into A's values too, and
+    under create_graph the gradient is itself differentiable."""
+    g = torch.Generator().manual_seed(3)
+    m = (torch.rand(6, 5, generator=g) < 0.6).double()
+    m[2] = 0                                                    # a row with no entries
+    X = torch.randint(-1, 2, (5, 3), generator=g).double().relu().requires_grad_()
+    A = scorch.to_sparse(m, fmt).requires_grad_()
+    w = torch.arange(18.0, dtype=torch.float64).reshape(6, 3) + 1
+    out = torch.sparse.mm(A, X, reduce=reduce)
+    gA, gX = torch.autograd.grad((out * w).sum(), (A, X), create_graph=True)
+    stored = torch.zeros(6, 5, dtype=torch.bool)
+    stored[tuple(A.indices())] = True
+    Md, Xd = m.clone().requires_grad_(), X.detach().clone().requires_grad_()
+    prod = Md[:, :, None] * Xd[None]
+    far = float("-inf") if reduce == "amax" else float("inf")
+    prod = torch.where(stored[:, :, None], prod, far)
+    want = getattr(torch, reduce)(prod, 1).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    wA, wX = torch.autograd.grad((want * w).sum(), (Md, Xd), create_graph=True)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(gX, wX)
+    torch.testing.assert_close(gA.to_dense(), wA * stored)
+    # second order: d/dX of <gA, 1> (products are bilinear: the mixed term survives)
+    h, = torch.autograd.grad(gA.values().sum(), X)
+    hw, = torch.autograd.grad((wA * stored).sum(), Xd)
+    torch.testing.assert_close(h, hw)
+
+
 def test_sparse_mm_reduce_with_duplicates_sums_them_first():
     ref = make_dense((5, 4), torch.float64, 22)
     _, A = coo_pair_with_duplicates(ref, 3, torch.float64)
