@@ -717,13 +717,26 @@ def test_errors_from_the_compiler_and_torch_checks():
         scorch.to_sparse(make_dense((2, 3, 4), torch.float64, 1), "csf").t()
 
 
-def test_duplicates_refused_by_softmax():
-    A = scorch.from_components((2, 2), "coo", pos=[torch.tensor([0, 3]), None],
-                               crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 0])],
-                               values=torch.tensor([1.0, 2.0, 3.0]))
-    with pytest.raises(NotImplementedError, match="duplicate entries"):
-        torch.softmax(A, 1)
-    torch.testing.assert_close((A @ torch.eye(2)), A.to_dense())
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_sums_duplicates_first(log):
+    """A COO with repeated coordinates: softmax over its summed entries, as
+    torch.sparse.softmax coalesces first (it was refused); gradients into every
+    duplicate, as into the sum they make."""
+    idx = torch.tensor([[0, 0, 1, 1, 2], [1, 1, 0, 2, 2]])
+    vals = torch.tensor([1.0, 2.0, 3.0, -1.0, 0.5], dtype=torch.float64)
+    A = scorch.from_components((3, 3), "coo", pos=[torch.tensor([0, 5]), None],
+                               crd=[idx[0], idx[1]], values=vals.clone()).requires_grad_()
+    T = torch.sparse_coo_tensor(idx, vals.clone(), (3, 3)).requires_grad_()
+    f = torch.log_softmax if log else torch.softmax
+    g = torch.sparse.log_softmax if log else torch.sparse.softmax
+    S, want = f(A, 1), g(T, 1)
+    assert isinstance(S, scorch.SparseTensor) and S.nnz == 4
+    torch.testing.assert_close(S.to_dense(), want.to_dense())
+    w = torch.arange(9.0, dtype=torch.float64).reshape(3, 3)
+    (S.to_dense() * w).sum().backward()
+    (want.to_dense() * w).sum().backward()
+    torch.testing.assert_close(A.grad.values(), T.grad.coalesce().values()[[0, 0, 1, 2, 3]])
+    torch.testing.assert_close((A @ torch.eye(3, dtype=torch.float64)), A.detach().to_dense())
 
 
 def test_dense_only_calls_never_enter_scorch(monkeypatch):

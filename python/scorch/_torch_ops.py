@@ -1838,10 +1838,11 @@ def _softmax(name, a, dim, dtype, log):
                       f"deprecated. Change the call to include dim=X as an argument.",
                       stacklevel=4)
     dim = _dim_index(name, dim, n)
+    if not (a._vals.dtype if dtype is None else dtype).is_floating_point:
+        refuse(name, a, why=f"softmax of {a._vals.dtype if dtype is None else dtype} "
+                            "values (convert with .float() or pass dtype=)")
+    a = _coalesced(a)   # (duplicates are summed first, as torch.sparse.softmax does)
     v = a._vals if dtype is None else a._vals.to(dtype)
-    if not v.dtype.is_floating_point:
-        refuse(name, a, why=f"softmax of {v.dtype} values (convert with .float() or pass "
-                            "dtype=)")
     out_dtype = v.dtype
     v = v.to(compute_dtype(out_dtype))   # (half dtypes: in float32, rounded once)
     offsets = _innermost_segments(a, dim)
@@ -1866,9 +1867,6 @@ def _softmax(name, a, dim, dtype, log):
     if v.numel() == 0:
         v = v.to(out_dtype)
         return a._rewrap(v, requires_grad=v.requires_grad)
-    if has_duplicates(a):
-        refuse(name, a, why="the tensor has duplicate entries; coalesce it with "
-                            ".coalesce() first")
     if m > 2 * a.nnz:   # (hypersparse: the slices that hold entries, not every slice)
         slices, key = torch.unique(key, return_inverse=True)
         m = slices.numel()
