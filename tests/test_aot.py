@@ -202,6 +202,40 @@ print("ok")
 """, tmp_path)
 
 
+def test_a_process_that_exits_at_once_publishes_its_sized_kernel(tmp_path):
+    """A script that exits right after its first SpMM waits for the kernel written for
+    its K, compiling in the background, to be published: the next process finds it in
+    the cache (no compile) and no temporary file of the compile is left behind.  (The
+    interpreter used to exit first: the compiler ran on as an orphan, its files stayed,
+    and every start compiled the kernel again.)"""
+    first = r"""
+import torch, scorch
+from scorch import _compiler
+d = (torch.rand(200, 150) < 0.05) * torch.rand(200, 150)
+A = scorch.to_sparse(d, "csr")
+X = torch.rand(150, 16)
+assert torch.allclose(A @ X, d @ X, atol=1e-5)
+assert [e for e in _compiler._KERNELS.values() if e[6] is not None]   # still compiling
+print("ok")
+"""
+    run_code(first, tmp_path)
+    names = sorted(os.listdir(tmp_path))
+    assert not [n for n in names if "-" in n and not n.startswith("gathers-")], names
+    assert len([n for n in names if n.endswith(".so")]) == 1, names
+    run_code(r"""
+import torch, scorch
+from scorch import _C, _compiler
+d = (torch.rand(200, 150) < 0.05) * torch.rand(200, 150)
+A = scorch.to_sparse(d, "csr")
+X = torch.rand(150, 16)
+assert torch.allclose(A @ X, d @ X, atol=1e-5)
+(entry,) = [e for e in _compiler._KERNELS.values()]
+assert entry[6] is None and entry[5] == ((1, 1, 16),), entry
+assert _C.jit_stats()["compiles"] == 0, _C.jit_stats()
+print("ok")
+""", tmp_path)
+
+
 def test_sized_kernel_that_cannot_compile_leaves_the_generic_one(tmp_path):
     """Without a compiler the background compile fails; the generic kernel keeps
     serving, and the call never raises."""

@@ -7,10 +7,12 @@ lowering, scheduling, code generation, compiling and running — happens in the 
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.machinery
 import os
 import re
+import time
 import weakref
 
 import torch
@@ -440,6 +442,27 @@ def wait_compiles():
             _swap_in(key, entry, True)
             n += 1
     return n
+
+
+@atexit.register
+def _publish_compiles(limit=20.0):
+    """At exit, wait (up to ``limit`` seconds) for the background compiles still running,
+    which publish their kernels in the cache when they end: an interpreter that exits
+    first leaves the compiler running as an orphan, its temporary files behind and its
+    kernel unpublished, so that a short script compiled it again at every start."""
+    deadline = time.monotonic() + limit
+    pending = [e[6] for e in list(_KERNELS.values()) if e[6] is not None]
+    while pending and time.monotonic() < deadline:
+        pending = [later for later in pending if _still_compiling(later)]
+        if pending:
+            time.sleep(0.005)
+
+
+def _still_compiling(later):
+    try:
+        return _C.later_poll(later, False) is None
+    except Exception:   # (failed: nothing to publish)
+        return False
 
 
 def _entry(lang, expr, key, operands, descs, out_format, sched):
