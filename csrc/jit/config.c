@@ -123,6 +123,12 @@ static sc_status check_cache_dir(const char *dir, sc_error *err)
     return SC_OK;
 }
 
+sc_status sc_jit_remake_cache_dir(const sc_jit *jit, sc_error *err)
+{
+    sc_status st = make_dirs(jit, jit->cache_dir, err);
+    return st == SC_OK ? check_cache_dir(jit->cache_dir, err) : st;
+}
+
 static sc_status pick_cache_dir(sc_jit *jit, const sc_jit_config *cfg, sc_error *err)
 {
     const char *dir = cfg && cfg->cache_dir ? cfg->cache_dir : env("SCORCH_CACHE_DIR");

@@ -46,6 +46,9 @@ struct sc_jit {
 /* config.c: resolve cfg + environment into jit's settings and argv, create the cache
  * directory and check its owner and mode.  USER / NOMEM errors. */
 sc_status sc_jit_configure(sc_jit *jit, const sc_jit_config *cfg, sc_error *err);
+/* config.c: the cache directory made again (mkdir -p, 0700) and checked as at
+ * configuration, where it was removed while the process ran.  USER / NOMEM errors. */
+sc_status sc_jit_remake_cache_dir(const sc_jit *jit, sc_error *err);
 /* config.c: "<cache_dir>/<name><suffix>" allocated from jit->ctx (caller frees). */
 char *sc_jit_cache_path(const sc_jit *jit, const char *name, const char *suffix,
                         sc_error *err);
@@ -58,7 +61,8 @@ sc_status sc_jit_fingerprint(sc_jit *jit, sc_error *err);
  * when the compiler cannot be started. */
 sc_status sc_jit_identify(const sc_jit *jit, sc_jit_key *out, sc_error *err);
 /* spawn.c: compile source into <cache_dir>/<hex>.so (written under a temporary name,
- * then renamed).  On compiler failure the source is kept as <cache_dir>/<hex>.c. */
+ * then renamed; the directory made again if it was removed).  On compiler failure the
+ * source is kept as <cache_dir>/<hex>.c and the compiler's output as <hex>.log. */
 sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
                          size_t len, sc_error *err);
 

@@ -3,7 +3,8 @@
  * stdin from /dev/null, stdout and stderr into a pipe (`cc --version`) or a temporary
  * file (compiles), then waitpid (where SIGCHLD is ignored and the status lost, a compile
  * is judged by its output).  A compile writes <hex>-XXXXXX.c, builds <hex>-XXXXXX.so
- * and publishes it with rename() as <hex>.so; on failure the source is kept as <hex>.c.
+ * and publishes it with rename() as <hex>.so; on failure the source is kept as <hex>.c
+ * and the compiler's output as <hex>.log.
  * Every descriptor opened here is close-on-exec, so concurrent spawns from other
  * threads do not inherit it.
  */
@@ -134,7 +135,7 @@ static int write_all(int fd, const char *p, size_t n)
 
 /* Paths of one compile: the .c is created by mkostemps, the others share its name. */
 typedef struct paths {
-    char *src, *so, *log, *final_so, *kept_c;
+    char *src, *so, *log, *final_so, *kept_c, *kept_log;
 } paths;
 
 static void paths_free(const sc_jit *jit, paths *p)
@@ -144,6 +145,7 @@ static void paths_free(const sc_jit *jit, paths *p)
     sc_free(jit->ctx, p->log);
     sc_free(jit->ctx, p->final_so);
     sc_free(jit->ctx, p->kept_c);
+    sc_free(jit->ctx, p->kept_log);
 }
 
 static sc_status paths_make(const sc_jit *jit, const char *hex, paths *p, sc_error *err)
@@ -155,20 +157,30 @@ static sc_status paths_make(const sc_jit *jit, const char *hex, paths *p, sc_err
     p->log = sc_jit_cache_path(jit, stem, ".log", err);
     p->final_so = sc_jit_cache_path(jit, hex, ".so", err);
     p->kept_c = sc_jit_cache_path(jit, hex, ".c", err);
-    if (!p->src || !p->so || !p->log || !p->final_so || !p->kept_c)
+    p->kept_log = sc_jit_cache_path(jit, hex, ".log", err);
+    if (!p->src || !p->so || !p->log || !p->final_so || !p->kept_c || !p->kept_log)
         return err->kind;
     return SC_OK;
 }
 
-/* Write source to a fresh p->src and give p->so and p->log the same random part. */
-static sc_status write_source(const paths *p, const char *source, size_t len, sc_error *err)
+/* Write source to a fresh p->src and give p->so and p->log the same random part (the
+ * cache directory made again where it was removed while the process ran). */
+static sc_status write_source(const sc_jit *jit, const paths *p, const char *source,
+                              size_t len, sc_error *err)
 {
+    size_t stem = strlen(p->src) - 2;
     int fd = mkostemps(p->src, 2, O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        sc_status st = sc_jit_remake_cache_dir(jit, err);
+        if (st != SC_OK)
+            return st;
+        memcpy(p->src + stem - 6, "XXXXXX", 6);   /* (the template again) */
+        fd = mkostemps(p->src, 2, O_CLOEXEC);
+    }
     if (fd < 0)
         return sc_fail(err, SC_USER, SC_JIT_STAGE,
                        "cannot create '%s' in the kernel cache: %s (set SCORCH_CACHE_DIR to "
                        "a writable directory)", p->src, strerror(errno));
-    size_t stem = strlen(p->src) - 2;
     memcpy(p->so, p->src, stem);
     memcpy(p->log, p->src, stem);
     int rc = write_all(fd, source, len);
@@ -199,25 +211,33 @@ static size_t translate(const sc_jit *jit, const paths *p, const char *in, size_
     return 1;
 }
 
-/* The start of the compiler's output for an error message, written into out (cap
- * bytes): paths in the cache dir lose the directory, the temporary source reads as the
- * kept file, gcc's "In function" context lines are dropped, "..." marks a cut. */
+/* The compiler's output for an error message, written into out (cap bytes): its lines
+ * that say "error" where there are any (warnings such as -Wpsabi's notes can fill the
+ * start of the output and hide a linker's error), else its start; paths in the cache
+ * dir lose the directory, the temporary source reads as the kept file, gcc's "In
+ * function" context lines are dropped, "..." marks a cut. */
 static void excerpt(const sc_jit *jit, const paths *p, int fd, char *out, size_t cap)
 {
-    char raw[4096];
+    char raw[16384];
     ssize_t got = pread(fd, raw, sizeof raw, 0);
     size_t n = got > 0 ? (size_t)got : 0, o = 0, room = cap - 4, i = 0;
-    while (i < n && o < room) {
+    const bool errors = memmem(raw, n, "error", 5) != NULL;
+    bool cut = false;
+    while (i < n) {
         const char *nl = memchr(raw + i, '\n', n - i);
         size_t end = nl ? (size_t)(nl - raw) + 1 : n;
-        if (!memmem(raw + i, end - i, ": In function", 13))
+        bool take = !memmem(raw + i, end - i, ": In function", 13) &&
+                    (!errors || memmem(raw + i, end - i, "error", 5));
+        if (take && o >= room)
+            cut = true;
+        else if (take)
             for (size_t j = i; j < end && o < room;)
                 j += translate(jit, p, raw + j, end - j, out, &o, room);
         i = end;
     }
     while (o > 0 && (out[o - 1] == '\n' || out[o - 1] == ' '))
         o--;
-    if (i < n || o >= room || n == sizeof raw) {
+    if (cut || o >= room || n == sizeof raw) {
         memcpy(out + o, "...", 3);
         o += 3;
     }
@@ -249,9 +269,11 @@ static sc_status run_compiler(const sc_jit *jit, const paths *p, int log_fd, sc_
         return SC_OK;
     char out[OUTPUT_EXCERPT + 1];
     excerpt(jit, p, log_fd, out, sizeof out);
-    const char *kept = p->kept_c;
+    const char *kept = p->kept_c, *log = p->kept_log;
     if (rename(p->src, p->kept_c) != 0)
         kept = "(nowhere: rename failed)";
+    if (rename(p->log, p->kept_log) != 0)
+        log = "(nowhere: rename failed)";
     char how[96];
     if (lost)
         snprintf(how, sizeof how, "no library written; exit status lost, SIGCHLD ignored?");
@@ -260,8 +282,8 @@ static sc_status run_compiler(const sc_jit *jit, const paths *p, int log_fd, sc_
     else
         snprintf(how, sizeof how, "signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     return sc_fail(err, SC_COMPILE, SC_JIT_STAGE,
-                   "C compiler '%s' failed (%s); kernel source kept at %s; output:\n%s",
-                   jit->argv[0], how, kept, out);
+                   "C compiler '%s' failed (%s); kernel source kept at %s, the compiler's "
+                   "output at %s; output:\n%s", jit->argv[0], how, kept, log, out);
 }
 
 sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
@@ -270,7 +292,7 @@ sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
     paths p = {0};
     sc_status st = paths_make(jit, hex, &p, err);
     if (st == SC_OK)
-        st = write_source(&p, source, len, err);
+        st = write_source(jit, &p, source, len, err);
     if (st != SC_OK) {
         paths_free(jit, &p);
         return st;
@@ -284,8 +306,10 @@ sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
     if (st == SC_OK && (chmod(p.so, 0700) != 0 || rename(p.so, p.final_so) != 0))
         st = sc_fail(err, SC_INTERNAL, SC_JIT_STAGE, "cannot publish '%s': %s", p.final_so,
                      strerror(errno));
-    if (st == SC_OK)
+    if (st == SC_OK) {
         unlink(p.kept_c); /* a stale failure of this key, if any */
+        unlink(p.kept_log);
+    }
     if (log_fd >= 0)
         close(log_fd);
     unlink(p.log);

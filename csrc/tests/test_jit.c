@@ -284,8 +284,54 @@ static void test_paths(void)
     CHECK(strcmp(text, BROKEN) == 0);
     if (f)
         fclose(f);
+    /* ... and the compiler's whole output, kept beside it and named */
+    char log[512];
+    find_file(cache, ".log", log, sizeof log);
+    CHECK(log[0] && strstr(err.msg, log) != NULL);
+    f = fopen(log, "r");
+    char out[4096] = {0};
+    CHECK(f && fread(out, 1, sizeof out - 1, f) > 0 && strstr(out, "error") != NULL);
+    if (f)
+        fclose(f);
     if (st != SC_COMPILE)
         fprintf(stderr, "unexpected: %s\n", err.msg);
+
+    /* Warnings ahead of the error (a flag's -Wpsabi notes, say) do not fill the
+     * message: its excerpt is the lines that say "error". */
+    char loud[2048] = "#include \"scorch_rt.h\"\n";
+    for (int k = 0; k < 12; k++)
+        strcat(loud, "#warning a warning long enough to fill the excerpt by itself\n");
+    strcat(loud, "int loud(int x){return x+;}\n");
+    st = sc_jit_get(jit, loud, strlen(loud), "loud", &fn, &err);
+    CHECK(st == SC_COMPILE && strstr(err.msg, "error") != NULL &&
+          strstr(err.msg, "fill the excerpt") == NULL);
+    sc_jit_free(jit);
+}
+
+/* A cache directory removed while the process runs is made again (0700) for the next
+ * compile; kernels already loaded keep working. */
+static void test_cache_dir_removed(void)
+{
+    char dir[200], sub[240];
+    snprintf(dir, sizeof dir, "%s/removed", root);
+    snprintf(sub, sizeof sub, "%s/cache", dir);
+    sc_jit *jit = make_jit(NULL, sub);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    sc_error err;
+    sc_status st;
+    int_fn add1 = get_int_fn(jit, ADD1, "add1", &st, &err);
+    CHECK(st == SC_OK && add1 && add1(1) == 2);
+    tmpdir_remove(dir);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0);
+    int_fn twice = get_int_fn(jit, TWICE, "twice", &st, &err);
+    CHECK(st == SC_OK && twice && twice(3) == 6);
+    if (st != SC_OK)
+        fprintf(stderr, "unexpected: %s\n", err.msg);
+    CHECK(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700);
+    CHECK(add1(2) == 3);
     sc_jit_free(jit);
 }
 
@@ -479,6 +525,7 @@ int main(void)
     test_hash();
     test_config();
     test_paths();
+    test_cache_dir_removed();
     test_missing_compiler();
     test_nomem();
     test_threads();
