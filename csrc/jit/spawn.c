@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "jit_impl.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -286,9 +287,44 @@ static sc_status run_compiler(const sc_jit *jit, const paths *p, int log_fd, sc_
                    "output at %s; output:\n%s", jit->argv[0], how, kept, log, out);
 }
 
+/* A sanitizer the flags build kernels with whose runtime this process has not loaded
+ * (its name, or NULL): loading such a kernel ends the process ("ASan runtime does not
+ * come first in initial library list"), so it is refused before the compile. */
+static const char *missing_sanitizer(const sc_jit *jit)
+{
+    static const char *const runtimes[][2] = {
+        {"address", "__asan_init"}, {"kernel-address", "__asan_init"},
+        {"thread", "__tsan_init"}, {"memory", "__msan_init"},
+        {"hwaddress", "__hwasan_init"},
+    };
+    for (size_t w = 0; w < jit->n_fixed; w++) {
+        const char *a = jit->argv[w];
+        if (strncmp(a, "-fsanitize=", 11) != 0)
+            continue;
+        for (const char *s = a + 11; *s;) {
+            size_t n = strcspn(s, ",");
+            for (size_t r = 0; r < sizeof runtimes / sizeof *runtimes; r++)
+                if (strlen(runtimes[r][0]) == n && !strncmp(s, runtimes[r][0], n) &&
+                    !dlsym(RTLD_DEFAULT, runtimes[r][1]))
+                    return runtimes[r][0];
+            s += n + (s[n] == ',');
+        }
+    }
+    return NULL;
+}
+
 sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
                          size_t len, sc_error *err)
 {
+    const char *san = missing_sanitizer(jit);
+    if (san)
+        return sc_fail(err, SC_COMPILE, SC_JIT_STAGE,
+                       "the compiler flags build kernels with -fsanitize=%s, whose runtime "
+                       "this process has not loaded (a kernel built so would end it): drop "
+                       "it from SCORCH_CFLAGS, or start the process with the runtime first "
+                       "(LD_PRELOAD=$(gcc -print-file-name=lib%s.so))",
+                       san, san[0] == 't' ? "tsan" : san[0] == 'm' ? "msan" :
+                       san[0] == 'h' ? "hwasan" : "asan");
     paths p = {0};
     sc_status st = paths_make(jit, hex, &p, err);
     if (st == SC_OK)

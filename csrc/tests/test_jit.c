@@ -335,6 +335,24 @@ static void test_cache_dir_removed(void)
     sc_jit_free(jit);
 }
 
+/* Flags that build kernels with a sanitizer whose runtime the process lacks: a COMPILE
+ * error naming it before anything is compiled (loading such a kernel ends the process). */
+static void test_sanitizer_without_its_runtime(void)
+{
+    sc_jit_config cfg = {"cc", "-O1 -fsanitize=undefined,thread", cache, "runtime"};
+    sc_error err;
+    sc_jit *jit = sc_jit_new(&ctx, &cfg, &err);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    sc_jit_fn fn = NULL;
+    sc_status st = sc_jit_get(jit, ADD1, strlen(ADD1), "add1", &fn, &err);
+    CHECK(st == SC_COMPILE && fn == NULL && strstr(err.msg, "-fsanitize=thread") != NULL &&
+          strstr(err.msg, "libtsan.so") != NULL);
+    CHECK(counts(jit).compiles == 0);
+    sc_jit_free(jit);
+}
+
 static void test_missing_compiler(void)
 {
     sc_jit *jit = make_jit("scorch-no-such-compiler --flag", cache);
@@ -526,6 +544,7 @@ int main(void)
     test_config();
     test_paths();
     test_cache_dir_removed();
+    test_sanitizer_without_its_runtime();
     test_missing_compiler();
     test_nomem();
     test_threads();
