@@ -403,6 +403,18 @@ def test_autograd_api_on_sparse_tensors(fmt):
         (3 * a.requires_grad_() @ X).pow(2).sum(), a)[0] / 3 * (a != 0))
 
 
+def test_a_hook_returning_a_wrong_shape_is_named():
+    A = scorch.to_sparse(torch.eye(3, dtype=torch.float64), "csr").requires_grad_()
+
+    def widen(g):
+        return torch.zeros(4)
+    A.register_hook(widen)
+    with pytest.raises(RuntimeError, match="hook 'test_a_hook_returning_a_wrong_shape_is_"
+                                           "named.<locals>.widen' returned a gradient of "
+                                           "shape \\(4,\\)"):
+        (A @ torch.ones(3, 2, dtype=torch.float64)).sum().backward()
+
+
 def test_backward_of_a_sparse_result_with_a_sparse_gradient():
     a = make_dense((4, 5), torch.float64, seed_of("sparse-out"), "empty_rows")
     Q, K = rnd((4, 3), 1), rnd((5, 3), 2)

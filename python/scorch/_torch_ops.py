@@ -3003,6 +3003,12 @@ def _register_hook(a, hook):
                 raise ValueError("a SparseTensor's gradient hook must return a gradient with "
                                  "the tensor's pattern (or its values), or None")
             return r._vals
+        if isinstance(r, torch.Tensor) and r.shape != g.shape:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            raise RuntimeError(f"hook '{name}' returned a gradient of shape "
+                               f"{tuple(r.shape)}: a SparseTensor's gradient hook returns a "
+                               f"SparseTensor with the tensor's pattern, its values (shape "
+                               f"{tuple(g.shape)}), or None")
         return r
     return a._vals.register_hook(on_values)
 
