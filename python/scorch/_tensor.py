@@ -252,8 +252,9 @@ class SparseTensor(torch.Tensor):
         if func is torch.ops.aten.clone.default:
             return args[0].clone()
         if func._schema.is_mutable:   # (an optimizer's step on a SparseTensor leaf, ...)
-            _ops().refuse_aten(func, *args, *kwargs.values(), why="it writes in place, and scorch never writes "
-                          "a SparseTensor's arrays", hint="use the op out of place (x = "
+            _ops().refuse_aten(func, *args, *kwargs.values(), why="it writes in place, which "
+                          "scorch does only where the result keeps the tensor's stored entries "
+                          "(a scalar factor, a zero-preserving map)", hint="use the op out of place (x = "
                           "x.relu()) or .to_dense(); to train a SparseTensor's values, make "
                           "them the parameter: A.with_values(p) with p an nn.Parameter, or "
                           "scorch.nn.SparseLinear")

@@ -899,17 +899,15 @@ _register(torch.Tensor.__abs__)(_unary_handler(torch.abs))
 
 @_register(F.relu)
 def _f_relu(a, inplace=False):
-    if inplace:
-        refuse("F.relu(inplace=True)", a, why="scorch never writes to its inputs")
-    return _map_values(a, torch.relu)
+    r = _map_values(a, torch.relu)
+    return write_in_place("F.relu(inplace=True)", a, r) if inplace else r
 
 
 @_register(F.dropout, torch.dropout)
 def _dropout(a, p=0.5, training=True, inplace=False):
     """Dropout on the stored values (zeros stay zeros), as sparse dropout in Kipf's GCN."""
-    if inplace:
-        refuse("F.dropout(inplace=True)", a, why="scorch never writes to its inputs")
-    return _map_values(a, lambda v: F.dropout(v, p, training))
+    r = _map_values(a, lambda v: F.dropout(v, p, training))
+    return write_in_place("F.dropout(inplace=True)", a, r) if inplace else r
 
 
 def _zero_checked(f, name):
@@ -921,8 +919,8 @@ def _zero_checked(f, name):
                             not x.requires_grad and not _is_sparse(x)) else x
 
     def handler(a, *args, **kwargs):
-        if kwargs.get("inplace"):
-            refuse(f"{name}(inplace=True)", a, why="scorch never writes to its inputs")
+        if kwargs.pop("inplace", False):
+            return write_in_place(f"{name}(inplace=True)", a, handler(a, *args, **kwargs))
         args = tuple(number(x) for x in args)
         kwargs = {k: number(x) for k, x in kwargs.items()}
         if not _is_sparse(a) or any(isinstance(x, torch.Tensor)
@@ -1193,10 +1191,15 @@ _register(torch.fmod, torch.Tensor.fmod)(_by_scalar("torch.fmod", torch.fmod))
 def _dense_plus_sparse_(sign, original):
     """x.add_(A) / x.sub_(A) / x += A of a dense x and a SparseTensor A of x's shape: A's
     stored values (times alpha, duplicates summed) added at their coordinates in place,
-    as the dense A would be; a SparseTensor x is refused as every in-place write to one
-    is (``original`` reaches that refusal)."""
+    as the dense A would be.  A SparseTensor x takes the sum in place where it keeps x's
+    entries (``write_in_place``: B of x's pattern); other operands reach ``original``."""
     def handler(x, other, *, alpha=1):
-        if _is_sparse(x) or not _is_sparse(other) or x.layout is not torch.strided:
+        if _is_sparse(x):
+            name = f"torch.Tensor.{original.__name__}"
+            r = through(name, _add_handler if sign == 1 else _sub_handler, x, other,
+                        alpha=alpha)
+            return write_in_place(name, x, r, other)
+        if not _is_sparse(other) or x.layout is not torch.strided:
             return original(x, other, alpha=alpha)
         if tuple(other.shape) != tuple(x.shape):
             refuse(f"torch.Tensor.{original.__name__}", x, other,
@@ -1213,6 +1216,75 @@ def _dense_plus_sparse_(sign, original):
 
 _register(torch.Tensor.add_, torch.Tensor.__iadd__)(_dense_plus_sparse_(1, torch.Tensor.add_))
 _register(torch.Tensor.sub_, torch.Tensor.__isub__)(_dense_plus_sparse_(-1, torch.Tensor.sub_))
+
+
+def write_in_place(name, a, r, *others):
+    """``a`` (a SparseTensor asked to change in place) takes the values of ``r``, the op's
+    out-of-place result, where ``r`` keeps a's stored entries: a scalar factor or divisor,
+    a zero-preserving map, a SparseTensor of a's pattern (optimizers' steps on a sparse
+    gradient, ``clip_grad_norm_``).  Written into a's values array (its version counter
+    moves, so what scorch kept of a is made again; views sharing the array see it); a
+    result with other entries is refused, as is one that would give a a gradient
+    history it does not have."""
+    if not _is_sparse(a):
+        refuse(name, a, *others, why="the tensor written in place must be the SparseTensor")
+    if not (_is_sparse(r) and _same_arrays(r, a)):
+        refuse(name, a, *others, why="in place, the result must keep the tensor's stored "
+                                     "entries (a scalar factor, a zero-preserving map, a "
+                                     "SparseTensor of the same pattern)",
+               hint="use the op out of place (x = x + y) or .to_dense()")
+    if not torch.can_cast(r.dtype, a.dtype):
+        raise RuntimeError(f"result type {r.dtype} can't be cast to the desired output type "
+                           f"{a.dtype}")
+    if r._vals.requires_grad and not a._vals.requires_grad and torch.is_grad_enabled():
+        refuse(name, a, *others, why="in place, it would give the tensor a gradient "
+                                     "history it does not have",
+               hint="use the op out of place (x = x * w)")
+    if r._vals is not a._vals:
+        a._vals.copy_(r._vals)
+    return a
+
+
+def _in_place(name, out_of_place):
+    def handler(a, *args, **kwargs):
+        if not _is_sparse(a):   # (a dense tensor written with a sparse operand: refused)
+            refuse(f"torch.Tensor.{name}", a, *args, why="it would write the sparse "
+                   "operand's implicit zeros into the dense tensor")
+        return write_in_place(f"torch.Tensor.{name}", a,
+                              through(f"torch.Tensor.{name}", out_of_place, a, *args,
+                                      **kwargs), *args)
+    return handler
+
+
+def through(name, fn, *args, **kwargs):
+    """fn(*args, **kwargs), its refusal renamed for ``name``, the in-place op the user
+    called: "torch.Tensor.add_ (through torch.add) is not supported ..."."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as e:
+        op, sep, rest = str(e).removeprefix("scorch: ").partition(" is not supported")
+        if not sep:
+            raise
+        raise NotImplementedError(f"scorch: {name} (through {op}){sep}{rest}") from None
+
+
+# In-place ops whose out-of-place handler keeps a's entries for some arguments (the
+# handler refuses the others, or write_in_place does)
+for _name in ("abs", "absolute", "arcsin", "arcsinh", "arctan", "arctanh", "asin", "asinh",
+              "atan", "atanh", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "deg2rad",
+              "div", "divide", "erf", "expm1", "fix", "floor", "floor_divide", "fmod",
+              "frac", "log1p", "mul", "multiply", "nan_to_num", "neg", "negative", "pow",
+              "rad2deg", "relu", "remainder", "round", "sgn", "sign", "sin", "sinh", "sqrt",
+              "square", "tan", "tanh", "true_divide", "trunc"):
+    _register(getattr(torch.Tensor, _name + "_"))(
+        _in_place(_name + "_", _HANDLERS[getattr(torch.Tensor, _name)]))
+for _dunder, _name in (("__imul__", "mul"), ("__itruediv__", "div"),
+                       ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder")):
+    _register(getattr(torch.Tensor, _dunder))(
+        _in_place(_dunder, _HANDLERS[getattr(torch.Tensor, _name)]))
+_register(torch.relu_)(_in_place("relu_", _HANDLERS[torch.relu]))
+_register(torch.Tensor.zero_)(_in_place(
+    "zero_", lambda a: _map_values(a, torch.zeros_like, linear=True)))
 
 
 @_register(torch.Tensor.__rtruediv__)
