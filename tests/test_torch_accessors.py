@@ -97,9 +97,13 @@ def test_coalesce_is_differentiable():
     assert torch.equal(v.grad, torch.tensor([10.0, 10.0, 100.0]))
 
 
-def test_softmax_over_duplicates_points_to_coalesce():
-    with pytest.raises(NotImplementedError, match="coalesce"):
-        torch.softmax(_with_duplicates(), 1)
+def test_softmax_over_duplicates_sums_them_first():
+    """As torch.sparse.softmax: the duplicates are summed (coalesced) first."""
+    A = _with_duplicates()
+    S = torch.softmax(A, 1)
+    want = torch.sparse.softmax(A.to_torch(), 1)
+    assert S.nnz == want._nnz()
+    torch.testing.assert_close(S.to_dense(), want.to_dense())
 
 
 @pytest.mark.parametrize("src", FORMATS)
