@@ -998,9 +998,10 @@ def _linear_matches_dense(y, xd, wd, bd, g):
 @pytest.mark.parametrize("shape", [(40, 30), (3, 20, 30), (16, 30), (15, 30)])
 @pytest.mark.parametrize("spmm_from", ["always", "default"])
 def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
-    """From 16 batch rows and enough work F.linear runs as an SpMM on x^T (its result a
-    transposed view): same values, gradients to x, to the weight's values (its pattern) and
-    to the bias, on both sides of the switch."""
+    """From 16 batch rows and enough work F.linear runs as an SpMM on x^T: same values,
+    gradients to x, to the weight's values (its pattern) and to the bias, on both sides of
+    the switch; the result is contiguous, as nn.Linear's (`y.view(n, -1)` follows linear
+    layers; the SpMM's transposed view broke it), with or without a bias or autograd."""
     from scorch import _torch_ops
     if spmm_from == "always":
         monkeypatch.setattr(_torch_ops, "_LINEAR_SPMM_MIN_WORK", 0)
@@ -1014,6 +1015,13 @@ def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
     b = torch.randn(25, generator=g, dtype=dtype, requires_grad=True)
     y = F.linear(x, Wg, b)
     assert not isinstance(y, scorch.SparseTensor) and y.shape == (*shape[:-1], 25)
+    assert y.is_contiguous()
+    with torch.no_grad():
+        for bias in (b, None):
+            r = F.linear(x, W, bias)
+            assert r.is_contiguous()
+            torch.testing.assert_close(r.view(-1), F.linear(x, w, bias).view(-1),
+                                       **(dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else {}))
     xd, wd, bd = (t.detach().clone().requires_grad_() for t in (x, w, b))
     tol = _linear_matches_dense(y, xd, wd, bd, g)
     torch.testing.assert_close(x.grad, xd.grad, **tol)

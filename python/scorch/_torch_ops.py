@@ -1625,10 +1625,16 @@ def _linear(inp, weight, bias=None):
             weight.nnz * (inp.numel() // max(inp.shape[-1], 1)) >= _LINEAR_SPMM_MIN_WORK:
         # y = x W^T computed as (W x^T)^T: an SpMM over W's rows whose dense operand is
         # contiguous along the batch, so the kernel runs in register tiles of the batch
-        # (one SpMV per batch row otherwise).  The result is a transposed view.
+        # (one SpMV per batch row otherwise).  The result is made contiguous, as
+        # nn.Linear's is (`y.view(n, -1)` follows linear layers), in the pass that adds
+        # the bias where there is one.
         lead = inp.shape[:-1]
         xt = inp.reshape(-1, inp.shape[-1]).t().contiguous()
         y = _contract("kj,jb->kb", (weight, xt)).t()
+        if isinstance(bias, torch.Tensor) and not _is_sparse(bias):
+            y, bias = _plus_bias(y, bias), None
+        else:
+            y = y.contiguous()
         if len(lead) != 1:
             y = y.reshape(*lead, weight.shape[0])
     else:
@@ -1640,6 +1646,15 @@ def _linear(inp, weight, bias=None):
     if _is_sparse(y):
         return _add("F.linear", y, bias.expand(y.shape) if bias.shape != y.shape else bias)
     return y + bias
+
+
+def _plus_bias(y, bias):
+    """y + bias, contiguous whatever y's strides (a transposed view): one pass where
+    nothing is recorded (torch's add writes the layout of its input otherwise)."""
+    if torch.is_grad_enabled() and (y.requires_grad or bias.requires_grad):
+        return y.contiguous() + bias
+    out = torch.empty(y.shape, dtype=torch.promote_types(y.dtype, bias.dtype))
+    return torch.add(y, bias, out=out)
 
 
 # F.linear with a sparse weight runs as an SpMM on x^T from this many batch rows and this
