@@ -119,9 +119,9 @@ def test_large_sparse_layer_is_built_in_its_stored_size():
 
 
 @pytest.mark.parametrize("kwargs,err,match", [
-    (dict(in_features=4, out_features=3, density=0.0), ValueError, "density"),
+    (dict(in_features=4, out_features=3, density=-0.1), ValueError, "density"),
     (dict(in_features=4, out_features=3, density=1.5), ValueError, "density"),
-    (dict(in_features=0, out_features=3), ValueError, "positive"),
+    (dict(in_features=-1, out_features=3), ValueError, "negative"),
 ])
 def test_bad_arguments(kwargs, err, match):
     with pytest.raises(err, match=match):
@@ -137,9 +137,45 @@ def test_built_on_the_cpu_only():
 def test_from_dense_needs_a_linear():
     with pytest.raises(TypeError, match="nn.Linear"):
         SparseLinear.from_dense(nn.Conv1d(2, 2, 1))
-    for shape in ((0, 3), (3, 0)):   # (topk's error before: "selected index k out of range")
-        with pytest.raises(ValueError, match="must be positive"):
-            SparseLinear.from_dense(nn.Linear(*shape))
+    with pytest.raises(ValueError, match="density"):
+        SparseLinear.from_dense(nn.Linear(3, 2), density=2.0)
+
+
+@pytest.mark.parametrize("shape,density", [((0, 3), 0.5), ((3, 0), 0.5), ((6, 4), 0.0)])
+def test_empty_layers_as_nn_linear(shape, density):
+    """No weights at all (density 0: a layer a global pruning emptied; or no inputs or no
+    outputs, as nn.Linear allows): the output is the bias; from_dense too."""
+    lin = nn.Linear(*shape)
+    for layer in (SparseLinear(*shape, density=density), SparseLinear.from_dense(lin, density)):
+        assert layer.values.numel() == 0 and layer.weight.nnz == 0
+        x = torch.randn(5, shape[0], requires_grad=True)
+        y = layer(x)
+        torch.testing.assert_close(y, layer.bias.detach().expand(5, shape[1]))
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, torch.zeros(5, shape[0]))
+        torch.testing.assert_close(layer.bias.grad, torch.full((shape[1],), 5.0))
+
+
+def test_loads_a_checkpoint_of_another_density():
+    """A checkpoint's pattern of another size loads into a layer of the same shape (the
+    layer takes arrays of its size, as a SparseTensor parameter takes the loaded ones);
+    weights_only torch.load too.  Another shape is refused by name."""
+    import io
+    dense = SparseLinear(12, 7, density=0.8, generator=gen(5))
+    x = torch.randn(4, 12, generator=gen(6))
+    for density in (0.1, 0.0, 1.0):
+        layer = SparseLinear(12, 7, density=density, generator=gen(7))
+        buf = io.BytesIO()
+        torch.save(dense.state_dict(), buf)
+        buf.seek(0)
+        layer.load_state_dict(torch.load(buf, weights_only=True))
+        assert layer.values.numel() == dense.values.numel()
+        assert isinstance(layer.values, nn.Parameter) and layer.values.requires_grad
+        torch.testing.assert_close(layer(x), dense(x))
+        layer(x).sum().backward()
+        assert layer.values.grad.shape == layer.values.shape
+    with pytest.raises(RuntimeError, match="size mismatch for weight"):
+        SparseLinear(12, 8, density=0.8).load_state_dict(dense.state_dict())
 
 
 def test_weight_copy_writes_the_values_or_refuses_another_pattern():

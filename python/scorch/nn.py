@@ -33,10 +33,10 @@ class SparseLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, density: float = 0.1,
                  bias: bool = True, *, dtype=None, generator=None):
         super().__init__()
-        if not 0.0 < density <= 1.0:
-            raise ValueError(f"density must be in (0, 1], got {density}")
-        if in_features < 1 or out_features < 1:
-            raise ValueError(f"in_features and out_features must be positive, got "
+        if not 0.0 <= density <= 1.0:
+            raise ValueError(f"density must be in [0, 1], got {density}")
+        if in_features < 0 or out_features < 0:
+            raise ValueError(f"in_features and out_features must not be negative, got "
                              f"{in_features} and {out_features}")
         dtype = dtype or torch.get_default_dtype()
         device = torch.empty(0).device   # (torch.device(...) as a context sets the default)
@@ -45,7 +45,7 @@ class SparseLinear(nn.Module):
                              f"torch's default device is {device}")
         self.in_features, self.out_features = in_features, out_features
         total = in_features * out_features
-        k = max(1, min(total, round(density * total)))
+        k = _kept(total, density)
         flat = _distinct(total, k, generator)
         coords = torch.stack([flat // in_features, flat % in_features])
         bound = 1.0 / math.sqrt(max(1.0, in_features * density))
@@ -69,15 +69,12 @@ class SparseLinear(nn.Module):
         largest magnitude (magnitude pruning); ``linear`` is not modified."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_dense expects an nn.Linear, not {type(linear).__name__}")
-        if not 0.0 < density <= 1.0:
-            raise ValueError(f"density must be in (0, 1], got {density}")
+        if not 0.0 <= density <= 1.0:
+            raise ValueError(f"density must be in [0, 1], got {density}")
         w = linear.weight.detach()
         out_f, in_f = w.shape
-        if in_f < 1 or out_f < 1:
-            raise ValueError(f"in_features and out_features must be positive, got {in_f} "
-                             f"and {out_f}")
         total = w.numel()
-        k = max(1, min(total, round(density * total)))
+        k = _kept(total, density)
         keep = w.abs().reshape(-1).topk(k).indices.sort().values
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
@@ -134,6 +131,15 @@ class SparseLinear(nn.Module):
                     f"shape {shape} (out_features, in_features), the layer's is "
                     f"{(self.out_features, self.in_features)}")
                 return
+        # (a pattern of another size: the layer takes arrays of its size to copy into,
+        # as a SparseTensor parameter takes the loaded arrays; its shape is what must
+        # agree, and the loaded pattern is checked against it below)
+        for name in ("values", "col_idx"):
+            new, old = state_dict.get(prefix + name), getattr(self, name)
+            if isinstance(new, torch.Tensor) and new.dim() == 1 and new.shape != old.shape:
+                room = torch.empty(new.shape, dtype=old.dtype)
+                setattr(self, name, nn.Parameter(room, old.requires_grad)
+                        if isinstance(old, nn.Parameter) else room)
         errors = len(error_msgs)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
                                       missing_keys, unexpected_keys, error_msgs)
@@ -149,7 +155,7 @@ class SparseLinear(nn.Module):
 
     @property
     def density(self) -> float:
-        return self.values.numel() / (self.in_features * self.out_features)
+        return self.values.numel() / max(1, self.in_features * self.out_features)
 
     @outside_graph   # (under torch.compile: one graph break, see _tensor.outside_graph)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -162,6 +168,11 @@ class SparseLinear(nn.Module):
 
 
 _CSR = Format.parse("csr", 2)
+
+
+def _kept(total: int, density: float) -> int:
+    """How many of ``total`` weights a density keeps: at least one where it is above 0."""
+    return 0 if density == 0 else min(total, max(1, round(density * total)))
 
 
 def _distinct(total: int, k: int, generator) -> torch.Tensor:
