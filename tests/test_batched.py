@@ -125,6 +125,36 @@ def test_matmul_broadcasts_a_batch_of_one_either_side():
         torch.bmm(A1, b3)
 
 
+@pytest.mark.parametrize("sa,sb", [
+    ((2, 3, 4, 5), (2, 3, 5, 6)), ((2, 3, 4, 5), (3, 5, 6)), ((2, 3, 4, 5), (5, 6)),
+    ((3, 4, 5), (5,)), ((2, 3, 4, 5), (5,)), ((5,), (2, 3, 5, 6)), ((4, 5), (2, 3, 5, 6)),
+    ((1, 3, 4, 5), (2, 3, 5, 6)), ((2, 1, 4, 5), (2, 3, 5, 6))])
+@pytest.mark.parametrize("sparse", ["left", "right"])
+def test_matmul_of_more_dimensions_as_torch(sa, sb, sparse):
+    """torch.matmul beyond 3-D and with a vector: 4-D attention probabilities times 4-D
+    values, batches aligned from the right (and of 1, broadcast), a batch times a vector;
+    refused before as "operands of 4 and 4 dimensions".  Gradients as dense."""
+    x = make_dense(sa, torch.float64, seed_of("matmul-nd", sa, sb, 1))
+    y = make_dense(sb, torch.float64, seed_of("matmul-nd", sa, sb, 2))
+    fmt = {1: "csf", 2: "csr", 3: "csf", 4: "csf"}
+    xs = scorch.to_sparse(x, fmt[len(sa)]) if sparse == "left" else x.clone()
+    ys = scorch.to_sparse(y, fmt[len(sb)]) if sparse == "right" else y.clone()
+    dense = ys if sparse == "left" else xs
+    dense.requires_grad_()
+    out = torch.matmul(xs, ys)
+    torch.testing.assert_close(out.to_dense() if isinstance(out, scorch.SparseTensor) else out,
+                               x @ y)
+    (out * out).sum().backward()
+    xd, yd = x.clone().requires_grad_(), y.clone().requires_grad_()
+    ((xd @ yd) ** 2).sum().backward()
+    torch.testing.assert_close(dense.grad, yd.grad if sparse == "left" else xd.grad)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        if sparse == "left":   # (contracted extents that differ)
+            torch.matmul(xs, torch.ones(*sb[:-2], 7, *sb[-1:], dtype=torch.float64))
+        else:
+            torch.matmul(torch.ones(*sa[:-1], 7, dtype=torch.float64), ys)
+
+
 def test_matmul_aliases_batches_and_torch_sparse_keywords():
     """torch.linalg.matmul is torch.matmul; unequal batches (neither 1) are torch's
     RuntimeError; torch.sparse's functions take their keyword names."""

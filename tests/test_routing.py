@@ -1245,6 +1245,28 @@ def test_outer_product_of_a_sparse_vector_stays_sparse():
     assert torch.einsum("i,j->ij", v, y).nnz == 3 * 3
 
 
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
+@pytest.mark.parametrize("shape", [(3, 5, 6), (2, 3, 5, 6), (3, 1, 6), (1, 5, 1)])
+def test_a_mask_times_more_dimensions_broadcasts(fmt, shape):
+    """A 2-D mask times (h, n, n) scores, `M * (Q @ K.mT)`: torch broadcasts the mask over
+    the heads, and so does scorch (each head's slice holds the mask's pattern: sparse,
+    dense levels over the heads), either side, with gradients into both; it was refused
+    as "a 3-D operand would broadcast the 2-D sparse operand"."""
+    m = make_dense((5, 6), torch.float64, seed_of("mask-heads", fmt))
+    M = scorch.to_sparse(m, fmt).requires_grad_()
+    D = dn(shape, torch.float64, 4).requires_grad_()
+    for r in (M * D, D * M):
+        assert isinstance(r, scorch.SparseTensor) and r.shape == torch.broadcast_shapes(
+            (5, 6), shape)
+        torch.testing.assert_close(r.to_dense(), m * D)
+    w = dn(r.shape, torch.float64, 5)
+    (r.to_dense() * w).sum().backward()
+    Md, Dd = m.clone().requires_grad_(), D.detach().clone().requires_grad_()
+    ((Md * Dd) * w).sum().backward()
+    torch.testing.assert_close(D.grad, Dd.grad)
+    torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
+
+
 def _same_attention(out, want, ours, dense):
     """out as want, and after a backward of each weighted along the last dimension, the
     gradients of ours (Q, K) as those of dense."""

@@ -1099,11 +1099,24 @@ def _mul(a, b, name="torch.mul"):
     if d.layout is not torch.strided:
         refuse(name, a, b, why=f"a {d.layout} operand; convert it with "
                                "scorch.to_sparse")
+    if d.dim() > s.dim():   # (a mask times each head's scores: s's pattern in every slice)
+        return _mul_leading(name, s, d)
     la, dd, ld = _dense_for(s, d, name)
     if not ld:   # (one element: in d's dtype too, as a tensor of dims promotes)
         dt = torch.promote_types(s.dtype, d.dtype)
         return _map_values(s, lambda v: v.to(dt) * dd.reshape(()), linear=_finite(dd))
     return _kept_sparse(einsum(f"{la},{ld}->{la}", s, dd), s)
+
+
+def _mul_leading(name, s: SparseTensor, d: torch.Tensor):
+    """s * d where d has more dimensions than s: torch broadcasts s along d's leading
+    ones, so each of those slices holds s's pattern (one 2-D mask times (h, n, n) scores):
+    one einsum, whose output keeps them as dense levels over s's format."""
+    extra = d.dim() - s.dim()
+    la, _, ld = _dense_for(s, torch.empty(d.shape[extra:], device="meta"), name)
+    lx = "abcdefgh"[:extra]
+    dd = d.reshape(*d.shape[:extra], *(s.shape[la.index(c)] for c in ld))
+    return einsum(f"{la},{lx}{ld}->{lx}{la}", s, dd)
 
 
 def _finite(x) -> bool:
@@ -1301,8 +1314,31 @@ def _einsum_handler(expr, *ops):
     return einsum(expr, *ops)
 
 
-_MATMUL = {(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (1, 1): "i,i->",
-           (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik", (2, 3): "ij,bjk->bik"}
+class _MatmulForms(dict):
+    """torch.matmul's einsum text for operands of (a.dim(), b.dim()) dimensions: the table,
+    and beyond it torch's rule, batch dimensions aligned from the right and a 1-D operand
+    a vector (4-D scores times 4-D values "abij,abjk->abik", "abij,bjk->abik", a batch
+    times a vector "aij,j->ai"); made once per pair."""
+
+    def get(self, key, default=None):
+        expr = super().get(key)
+        if expr is None and 1 <= min(key) and max(key) <= 10:
+            expr = self[key] = _matmul_form(*key)
+            _PRODUCT_KEY[expr] = "product " + expr
+        return default if expr is None else expr
+
+
+def _matmul_form(da, db):
+    ba, bb = max(da - 2, 0), max(db - 2, 0)
+    batch = "abcdefgh"[:max(ba, bb)]
+    a = batch[len(batch) - ba:] + ("j" if da == 1 else "ij")
+    b = batch[len(batch) - bb:] + ("j" if db == 1 else "jk")
+    return f"{a},{b}->{batch}{'i' if da > 1 else ''}{'k' if db > 1 else ''}"
+
+
+_MATMUL = _MatmulForms({(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k",
+                        (1, 1): "i,i->", (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik",
+                        (2, 3): "ij,bjk->bik"})
 _MM, _MV, _BMM = ({k: _MATMUL[k]} for k in ((2, 2), (2, 1), (3, 3)))
 
 
@@ -1329,8 +1365,11 @@ def _multiplies(name, a, b, exprs):
 
 
 def _batch_of_one(expr, a, b):
-    """Whether matmul broadcasts one operand's batch of 1 against the other's batch."""
-    return expr == "bij,bjk->bik" and a.shape[0] != b.shape[0] and 1 in (a.shape[0], b.shape[0])
+    """Whether matmul broadcasts one operand's batch of 1 against the other's batch (any
+    pair of batch dimensions aligned from the right; _multiplies checked they are 1)."""
+    if a.dim() < 3 or b.dim() < 3:
+        return False
+    return any(x != y for x, y in zip(a.shape[-3::-1], b.shape[-3::-1]))
 
 
 def sparse_dense_product(exprs, a, b):
