@@ -197,6 +197,21 @@ def test_sparse_mm_reduce_ties_share_the_gradient(fmt, reduce):
     torch.testing.assert_close(h, hw)
 
 
+def test_sparse_mm_reduce_result_can_be_written_in_place():
+    """GraphSAGE's h = relu_(sparse.mm(A, X, "amax")): the backward keeps its own copy
+    of the extremes, so an in-place write to the result does not break it."""
+    x = make_dense((6, 5), torch.float64, 31)
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    X = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    h = torch.sparse.mm(A, X, reduce="amax")
+    torch.relu_(h)
+    h.sum().backward()
+    T = x.to_sparse_csr().requires_grad_()
+    Xr = X.detach().clone().requires_grad_()
+    torch.sparse.mm(T, Xr, reduce="amax").relu().sum().backward()
+    torch.testing.assert_close(X.grad, Xr.grad)
+
+
 def test_sparse_mm_reduce_with_duplicates_sums_them_first():
     ref = make_dense((5, 4), torch.float64, 22)
     _, A = coo_pair_with_duplicates(ref, 3, torch.float64)

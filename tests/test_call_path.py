@@ -131,8 +131,10 @@ def test_matmul_short_cut_shapes_and_autograd():
     torch.testing.assert_close(Xg.grad, x.t() @ torch.ones(7, 3, dtype=torch.float64))
     B = scorch.to_sparse(torch.stack([x, 2 * x]), "csf")
     torch.testing.assert_close(B @ X, torch.stack([x, 2 * x]) @ X)     # batched @ matrix
-    with pytest.raises(NotImplementedError, match="dimensions"):
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
         A @ torch.rand(2, 5, 3, 1, dtype=torch.float64)
+    Y = torch.rand(2, 3, 5, 4, dtype=torch.float64)
+    torch.testing.assert_close(A @ Y, A.to_dense() @ Y)                # matrix @ 4-D batch
 
 
 def test_kernel_cache_key_sees_size_class():

@@ -166,3 +166,103 @@ def test_training_a_sparse_leaf_with_sgd_and_clipping():
         for opt in opts:
             opt.step()
         torch.testing.assert_close(A.to_dense(), W.detach())
+
+
+def test_pieces_are_copies_and_refuse_writes():
+    """A[i], A[a:b], narrow, select, split and unbind pieces hold copies of A's entries
+    (torch's dense ones are views): a write to one would not reach A, so it is refused;
+    advanced indexing copies in torch too and is written; A[None], A[:] and A.t() share
+    A's values and write through."""
+    x = _sample((4, 5), torch.float32, "pieces")
+    A = scorch.to_sparse(x, "csr")
+    for piece in (lambda: A[0], lambda: A[1:3], lambda: A.narrow(0, 1, 2),
+                  lambda: A.select(1, 2), lambda: A.split(2)[1], lambda: A.unbind(1)[0],
+                  lambda: next(iter(A)), lambda: A[..., 1:]):
+        with pytest.raises(NotImplementedError, match="a piece another one gave"):
+            piece().mul_(10)
+    torch.testing.assert_close(A.to_dense(), x)
+    B = A[[0, 2]]
+    B.mul_(2)
+    torch.testing.assert_close(B.to_dense(), 2 * x[[0, 2]])
+    P = A[1:3].clone()
+    P.mul_(3)
+    torch.testing.assert_close(P.to_dense(), 3 * x[1:3])
+    A[None].mul_(2)
+    A[:].mul_(3)
+    A.t().neg_()
+    torch.testing.assert_close(A.to_dense(), -6 * x)
+
+
+@pytest.mark.parametrize("name,op", [
+    ("leaky_relu", lambda t: F.leaky_relu(t, 0.2, inplace=True)),
+    ("clamp_", lambda t: t.clamp_(-1, 1)), ("abs_", lambda t: t.abs_()),
+    ("square_", lambda t: t.square_()), ("sin_", lambda t: t.sin_()),
+    ("mul_ dense", lambda t: t.mul_(torch.full(t.shape, 3.0, dtype=t.dtype))),
+    ("relu_", lambda t: t.relu_())])
+def test_in_place_on_a_recorded_tensor_keeps_what_backward_reads(name, op):
+    """An op whose backward reads its input, written in place on a tensor autograd
+    records: the gradient as dense autograd's (the write used to change the input the
+    op had saved, and backward raised)."""
+    x = _sample((4, 5), torch.float64, "recorded", name)
+    A = scorch.to_sparse(x, "csr").requires_grad_()
+    B = A * 1.5
+    op(B)
+    (B.to_dense() * torch.arange(20.0, dtype=torch.float64).reshape(4, 5)).sum().backward()
+    xd = x.clone().requires_grad_()
+    Bd = xd * 1.5
+    op(Bd)
+    (Bd * torch.arange(20.0, dtype=torch.float64).reshape(4, 5)).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), xd.grad * (x != 0))
+
+
+@pytest.mark.parametrize("fmt", ["cd", "dcd", "cdc"])
+def test_dense_levels_below_a_sparse_one(fmt):
+    """A sum or product of two tensors with a dense level below a sparse one comes back
+    with that level compressed (cd -> cc) but the same entries in the same order: written
+    in place (SGD on such a parameter)."""
+    shape = (3, 4) if len(fmt) == 2 else (3, 4, 2)
+    x = _sample(shape, torch.float64, "dense-below", fmt)
+    A = scorch.to_sparse(x, fmt)
+    A.add_(A, alpha=0.5)
+    A.mul_(torch.full(shape, 2.0, dtype=torch.float64))
+    torch.testing.assert_close(A.to_dense(), 3 * x)
+    if len(shape) == 2:
+        P = torch.nn.Parameter(scorch.to_sparse(x, fmt))
+        (P @ torch.ones(4, 2, dtype=torch.float64)).sum().backward()
+        torch.optim.SGD([P], lr=0.1, momentum=0.9).step()
+        stored = torch.zeros(shape, dtype=torch.bool)
+        stored[tuple(P.indices())] = True
+        torch.testing.assert_close(P.to_dense(), x - 0.2 * stored)
+
+
+def test_operator_and_function_forms():
+    """`A **= 2`, torch.abs_ / neg_ / sqrt_ / clamp_ and a COO's linear maps (neg_, eval
+    dropout) over repeated coordinates, which need not sum them; and the augmented
+    assignments under torch.compile (one graph break, as the methods)."""
+    x = _sample((3, 4), torch.float32, "forms")
+    A = scorch.to_sparse(x, "csr")
+    A **= 2
+    torch.abs_(A)
+    torch.sqrt_(A)
+    torch.neg_(A)
+    torch.clamp_(A, -1, 1)
+    torch.testing.assert_close(A.to_dense(), (-x.abs()).clamp(-1, 1))
+    D = scorch.from_components((2, 2), "coo", pos=[torch.tensor([0, 3]), None],
+                               crd=[torch.tensor([0, 0, 1]), torch.tensor([1, 1, 0])],
+                               values=torch.tensor([1.0, -2.0, 3.0]))
+    D.neg_()
+    F.dropout(D, 0.5, training=False, inplace=True)
+    assert D.nnz == 3
+    torch.testing.assert_close(D.to_dense(), torch.tensor([[0.0, 1.0], [-3.0, 0.0]]))
+
+    def step(T):
+        T *= 2
+        T /= 4
+        T += T
+        T -= T * 0.5
+        return T.sum()
+    B = scorch.to_sparse(x, "csr")
+    torch._dynamo.reset()
+    out = torch.compile(step, backend="eager")(B)
+    torch.testing.assert_close(out, x.sum() * 0.5)
+    torch.testing.assert_close(B.to_dense(), x * 0.5)

@@ -212,23 +212,45 @@ static size_t translate(const sc_jit *jit, const paths *p, const char *in, size_
     return 1;
 }
 
-/* The compiler's output for an error message, written into out (cap bytes): its lines
- * that say "error" where there are any (warnings such as -Wpsabi's notes can fill the
- * start of the output and hide a linker's error), else its start; paths in the cache
- * dir lose the directory, the temporary source reads as the kept file, gcc's "In
- * function" context lines are dropped, "..." marks a cut. */
+/* Whether a line of compiler output only dresses a diagnostic: a warning or a note (the
+ * -Wpsabi notes of flags without -march=native come by the dozen), the source line and
+ * caret under one ("  12 | x = y;", "     |     ^"), gcc's "In function" and "At top
+ * level" context. */
+static bool dressing(const char *line, size_t n)
+{
+    if (memmem(line, n, ": warning:", 10) || memmem(line, n, ": note:", 7) ||
+        memmem(line, n, ": In function", 13) || memmem(line, n, ": At top level", 14))
+        return true;
+    size_t k = 0;
+    while (k < n && (line[k] == ' ' || (line[k] >= '0' && line[k] <= '9')))
+        k++;
+    return k < n && line[k] == '|';
+}
+
+/* The compiler's output for an error message, written into out (cap bytes): where it
+ * reports an error, its lines less the warnings, notes and their source excerpts (which
+ * can fill the start of the output and hide a linker's "cannot find -lx"), else its
+ * start; paths in the cache dir lose the directory, the temporary source reads as the
+ * kept file, "..." marks a cut.  The whole output is read (up to 1 MiB). */
 static void excerpt(const sc_jit *jit, const paths *p, int fd, char *out, size_t cap)
 {
-    char raw[16384];
-    ssize_t got = pread(fd, raw, sizeof raw, 0);
+    struct stat sb;
+    size_t total = fstat(fd, &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 0;
+    size_t want = total > (1u << 20) ? 1u << 20 : total;
+    sc_error ignored;
+    char small[4096], *raw = want > sizeof small ? sc_alloc(jit->ctx, want, &ignored) : NULL;
+    size_t size = raw ? want : sizeof small;
+    if (!raw)
+        raw = small;
+    ssize_t got = pread(fd, raw, size, 0);
     size_t n = got > 0 ? (size_t)got : 0, o = 0, room = cap - 4, i = 0;
     const bool errors = memmem(raw, n, "error", 5) != NULL;
-    bool cut = false;
+    bool cut = total > n;
     while (i < n) {
         const char *nl = memchr(raw + i, '\n', n - i);
         size_t end = nl ? (size_t)(nl - raw) + 1 : n;
-        bool take = !memmem(raw + i, end - i, ": In function", 13) &&
-                    (!errors || memmem(raw + i, end - i, "error", 5));
+        bool take = errors ? !dressing(raw + i, end - i)
+                           : !memmem(raw + i, end - i, ": In function", 13);
         if (take && o >= room)
             cut = true;
         else if (take)
@@ -236,9 +258,11 @@ static void excerpt(const sc_jit *jit, const paths *p, int fd, char *out, size_t
                 j += translate(jit, p, raw + j, end - j, out, &o, room);
         i = end;
     }
+    if (raw != small)
+        sc_free(jit->ctx, raw);
     while (o > 0 && (out[o - 1] == '\n' || out[o - 1] == ' '))
         o--;
-    if (cut || o >= room || n == sizeof raw) {
+    if (cut || o >= room) {
         memcpy(out + o, "...", 3);
         o += 3;
     }
@@ -287,44 +311,66 @@ static sc_status run_compiler(const sc_jit *jit, const paths *p, int log_fd, sc_
                    "output at %s; output:\n%s", jit->argv[0], how, kept, log, out);
 }
 
-/* A sanitizer the flags build kernels with whose runtime this process has not loaded
- * (its name, or NULL): loading such a kernel ends the process ("ASan runtime does not
- * come first in initial library list"), so it is refused before the compile. */
-static const char *missing_sanitizer(const sc_jit *jit)
+/* The sanitizers whose runtime a kernel built with them needs loaded first, and a symbol
+ * of that runtime. */
+static const char *const runtimes[][3] = {
+    {"address", "__asan_init", "libasan.so"}, {"thread", "__tsan_init", "libtsan.so"},
+    {"leak", "__lsan_init", "liblsan.so"}, {"memory", "__msan_init", NULL},
+    {"hwaddress", "__hwasan_init", "libhwasan.so"},
+};
+#define N_RUNTIMES (sizeof runtimes / sizeof *runtimes)
+
+/* Which of runtimes[] the flags build kernels with, in the order gcc reads them
+ * (-fsanitize=a,b adds, -fno-sanitize=a or =all removes). */
+static unsigned sanitizers(const sc_jit *jit)
 {
-    static const char *const runtimes[][2] = {
-        {"address", "__asan_init"}, {"kernel-address", "__asan_init"},
-        {"thread", "__tsan_init"}, {"memory", "__msan_init"},
-        {"hwaddress", "__hwasan_init"},
-    };
+    unsigned on = 0;
     for (size_t w = 0; w < jit->n_fixed; w++) {
         const char *a = jit->argv[w];
-        if (strncmp(a, "-fsanitize=", 11) != 0)
+        bool add = !strncmp(a, "-fsanitize=", 11), drop = !strncmp(a, "-fno-sanitize=", 14);
+        if (!add && !drop)
             continue;
-        for (const char *s = a + 11; *s;) {
+        for (const char *s = a + (add ? 11 : 14); *s;) {
             size_t n = strcspn(s, ",");
-            for (size_t r = 0; r < sizeof runtimes / sizeof *runtimes; r++)
-                if (strlen(runtimes[r][0]) == n && !strncmp(s, runtimes[r][0], n) &&
-                    !dlsym(RTLD_DEFAULT, runtimes[r][1]))
-                    return runtimes[r][0];
+            for (size_t r = 0; r < N_RUNTIMES; r++)
+                if ((strlen(runtimes[r][0]) == n && !strncmp(s, runtimes[r][0], n)) ||
+                    (drop && n == 3 && !strncmp(s, "all", 3)))
+                    on = add ? on | 1u << r : on & ~(1u << r);
             s += n + (s[n] == ',');
         }
     }
-    return NULL;
+    return on;
+}
+
+/* A sanitizer the flags build kernels with whose runtime this process has not loaded
+ * (its index in runtimes[], or -1): loading such a kernel ends the process ("ASan
+ * runtime does not come first in initial library list"), so it is refused before the
+ * compile. */
+static int missing_sanitizer(const sc_jit *jit)
+{
+    unsigned on = sanitizers(jit);
+    for (size_t r = 0; r < N_RUNTIMES; r++)
+        if ((on & 1u << r) && !dlsym(RTLD_DEFAULT, runtimes[r][1]))
+            return (int)r;
+    return -1;
 }
 
 sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
                          size_t len, sc_error *err)
 {
-    const char *san = missing_sanitizer(jit);
-    if (san)
+    int san = missing_sanitizer(jit);
+    if (san >= 0 && runtimes[san][2])
         return sc_fail(err, SC_COMPILE, SC_JIT_STAGE,
                        "the compiler flags build kernels with -fsanitize=%s, whose runtime "
                        "this process has not loaded (a kernel built so would end it): drop "
                        "it from SCORCH_CFLAGS, or start the process with the runtime first "
-                       "(LD_PRELOAD=$(gcc -print-file-name=lib%s.so))",
-                       san, san[0] == 't' ? "tsan" : san[0] == 'm' ? "msan" :
-                       san[0] == 'h' ? "hwasan" : "asan");
+                       "(LD_PRELOAD=$(%s -print-file-name=%s))", runtimes[san][0],
+                       jit->argv[0], runtimes[san][2]);
+    if (san >= 0)
+        return sc_fail(err, SC_COMPILE, SC_JIT_STAGE,
+                       "the compiler flags build kernels with -fsanitize=%s, whose runtime "
+                       "this process has not loaded (a kernel built so would end it): drop "
+                       "it from SCORCH_CFLAGS", runtimes[san][0]);
     paths p = {0};
     sc_status st = paths_make(jit, hex, &p, err);
     if (st == SC_OK)

@@ -51,8 +51,8 @@ static bool operand_reads(const sc_lower_problem *p, sc_expr_var v, bool sparse)
  * its pattern: "ij,hik,hjk->hij", multi-head scores on one mask, "ij,ihk,jhk->ijh" with
  * the heads last, "bij,bhik,bhjk->bhij" on a batch of masks, "i,j->ij" a sparse vector's
  * outer product with a dense one; each of those indices a dense operand's and no sparse
- * one's, so that the slices are its batch, not another sparse operand's entries:
- * "ij,kl->ijkl" and "i,j,j->ij" are rule 5's). */
+ * one's, so that the slices are its batch, not another sparse operand's entries: two
+ * sparse operands' "ij,kl->ijkl" and "i,j,j->ij" are rule 5's). */
 static int32_t rule1(const sc_lower_problem *p, const sc_lower_node *n, bool batched)
 {
     if (!n)

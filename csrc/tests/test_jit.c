@@ -306,6 +306,16 @@ static void test_paths(void)
     CHECK(st == SC_COMPILE && strstr(err.msg, "error") != NULL &&
           strstr(err.msg, "fill the excerpt") == NULL);
     sc_jit_free(jit);
+
+    /* A linker's message names no "error" itself ("cannot find -l..."): kept too. */
+    sc_jit_config nolib = {"cc", "-O1 -lscorch-no-such-library", cache, "runtime"};
+    jit = sc_jit_new(&ctx, &nolib, &err);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    st = sc_jit_get(jit, ADD1, strlen(ADD1), "add1", &fn, &err);
+    CHECK(st == SC_COMPILE && strstr(err.msg, "scorch-no-such-library") != NULL);
+    sc_jit_free(jit);
 }
 
 /* A cache directory removed while the process runs is made again (0700) for the next
@@ -348,8 +358,17 @@ static void test_sanitizer_without_its_runtime(void)
     sc_jit_fn fn = NULL;
     sc_status st = sc_jit_get(jit, ADD1, strlen(ADD1), "add1", &fn, &err);
     CHECK(st == SC_COMPILE && fn == NULL && strstr(err.msg, "-fsanitize=thread") != NULL &&
-          strstr(err.msg, "libtsan.so") != NULL);
+          strstr(err.msg, "cc -print-file-name=libtsan.so") != NULL);
     CHECK(counts(jit).compiles == 0);
+    sc_jit_free(jit);
+    /* a sanitizer turned off again later in the flags needs no runtime */
+    sc_jit_config off = {"cc", "-O1 -fsanitize=thread -fno-sanitize=all", cache, "runtime"};
+    jit = sc_jit_new(&ctx, &off, &err);
+    CHECK(jit != NULL);
+    if (!jit)
+        return;
+    st = sc_jit_get(jit, ADD1, strlen(ADD1), "add1", &fn, &err);
+    CHECK(st == SC_OK && fn != NULL);
     sc_jit_free(jit);
 }
 

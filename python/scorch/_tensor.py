@@ -234,6 +234,29 @@ class SparseTensor(torch.Tensor):
                 return _HANDLERS.get(_MATMUL, _MATMUL)(self, other)
         return _MATMUL(self, other)
 
+    # Augmented assignments as their methods (torch.compile traces these; torch's own
+    # dunders sent it into a recursion): in place where the result keeps the entries.
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    def __ifloordiv__(self, other):
+        return self.floor_divide_(other)
+
+    def __imod__(self, other):
+        return self.remainder_(other)
+
+    def __ipow__(self, other):
+        return self.pow_(other)
+
     def __rmatmul__(self, other):
         """``X @ A``: defining __matmul__ makes Python ask A first; the same short cut, or
         NotImplemented so that Python goes on to ``torch.Tensor.__matmul__(X, A)`` (the
@@ -521,7 +544,7 @@ class SparseTensor(torch.Tensor):
 # SparseLinear.weight's tensors carry): the rest are its user's.
 _OWN_ATTRIBUTES = frozenset(("_format", "_pos", "_crd", "_vals", "_index_dtype", "_shape",
                              "_desc", "_transposed", "_kernels", "_has_dups",
-                             "_pattern_owner"))
+                             "_pattern_owner", "_piece_of"))
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
 _SPARSE_DENSE_MATMUL = None   # SparseTensor @ plain tensor without autograd: _torch_ops
 _NO_SUBCLASS_TF = torch._C.DisableTorchFunctionSubclass

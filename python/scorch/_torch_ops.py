@@ -885,7 +885,7 @@ _UNARY = {
 def _unary_handler(fn):
     def handler(a, *args, out=None, **kwargs):
         refuse_out(f"torch.{fn.__name__}", out, a)
-        return _map_values(a, lambda v: fn(v, *args, **kwargs))
+        return _map_values(a, lambda v: fn(v, *args, **kwargs), linear=fn is torch.neg)
     return handler
 
 
@@ -899,15 +899,17 @@ _register(torch.Tensor.__abs__)(_unary_handler(torch.abs))
 
 @_register(F.relu)
 def _f_relu(a, inplace=False):
-    r = _map_values(a, torch.relu)
-    return write_in_place("F.relu(inplace=True)", a, r) if inplace else r
+    if inplace:
+        return in_place("F.relu(inplace=True)", a, lambda s: _map_values(s, torch.relu))
+    return _map_values(a, torch.relu)
 
 
 @_register(F.dropout, torch.dropout)
 def _dropout(a, p=0.5, training=True, inplace=False):
     """Dropout on the stored values (zeros stay zeros), as sparse dropout in Kipf's GCN."""
-    r = _map_values(a, lambda v: F.dropout(v, p, training))
-    return write_in_place("F.dropout(inplace=True)", a, r) if inplace else r
+    if inplace:
+        return in_place("F.dropout(inplace=True)", a, lambda s: _dropout(s, p, training))
+    return _map_values(a, lambda v: F.dropout(v, p, training), linear=not training or p == 0)
 
 
 def _zero_checked(f, name):
@@ -920,7 +922,7 @@ def _zero_checked(f, name):
 
     def handler(a, *args, **kwargs):
         if kwargs.pop("inplace", False):
-            return write_in_place(f"{name}(inplace=True)", a, handler(a, *args, **kwargs))
+            return in_place(f"{name}(inplace=True)", a, lambda s: handler(s, *args, **kwargs))
         args = tuple(number(x) for x in args)
         kwargs = {k: number(x) for k, x in kwargs.items()}
         if not _is_sparse(a) or any(isinstance(x, torch.Tensor)
@@ -1205,13 +1207,12 @@ def _dense_plus_sparse_(sign, original):
     """x.add_(A) / x.sub_(A) / x += A of a dense x and a SparseTensor A of x's shape: A's
     stored values (times alpha, duplicates summed) added at their coordinates in place,
     as the dense A would be.  A SparseTensor x takes the sum in place where it keeps x's
-    entries (``write_in_place``: B of x's pattern); other operands reach ``original``."""
+    entries (``in_place``: B of x's entries); other operands reach ``original``."""
     def handler(x, other, *, alpha=1):
         if _is_sparse(x):
-            name = f"torch.Tensor.{original.__name__}"
-            r = through(name, _add_handler if sign == 1 else _sub_handler, x, other,
-                        alpha=alpha)
-            return write_in_place(name, x, r, other)
+            add = _add_handler if sign == 1 else _sub_handler
+            return in_place(f"torch.Tensor.{original.__name__}", x,
+                            lambda s: add(s, other, alpha=alpha), other)
         if not _is_sparse(other) or x.layout is not torch.strided:
             return original(x, other, alpha=alpha)
         if tuple(other.shape) != tuple(x.shape):
@@ -1231,20 +1232,34 @@ _register(torch.Tensor.add_, torch.Tensor.__iadd__)(_dense_plus_sparse_(1, torch
 _register(torch.Tensor.sub_, torch.Tensor.__isub__)(_dense_plus_sparse_(-1, torch.Tensor.sub_))
 
 
-def write_in_place(name, a, r, *others):
-    """``a`` (a SparseTensor asked to change in place) takes the values of ``r``, the op's
-    out-of-place result, where ``r`` keeps a's stored entries: a scalar factor or divisor,
-    a zero-preserving map, a SparseTensor of a's pattern (optimizers' steps on a sparse
-    gradient, ``clip_grad_norm_``).  Written into a's values array (its version counter
-    moves, so what scorch kept of a is made again; views sharing the array see it); a
-    result with other entries is refused, as is one that would give a a gradient
-    history it does not have."""
+def in_place(name, a, compute, *others):
+    """``a`` (a SparseTensor asked to change in place) takes the values of ``compute(a)``,
+    the op's out-of-place result, where that keeps a's stored entries: a scalar factor or
+    divisor, a zero-preserving map, a SparseTensor of a's entries, a dense factor
+    (optimizers' steps on a sparse gradient, ``clip_grad_norm_``).  Written into a's
+    values array (its version counter moves, so what scorch kept of a is made again;
+    views sharing the array see it).  Where autograd records, the op reads a copy of the
+    values (it may save its input for backward, which the write would change).  Refused:
+    a result with other entries, one that would give a a gradient history it does not
+    have, and a piece of another tensor that torch's indexing would have made a view (a
+    copy here: the write would not reach that tensor)."""
     if not _is_sparse(a):
         refuse(name, a, *others, why="the tensor written in place must be the SparseTensor")
-    if not (_is_sparse(r) and _same_arrays(r, a)):
+    piece = a.__dict__.get("_piece_of")
+    if piece:
+        refuse(name, a, *others, why=f"the tensor is a piece another one gave ({piece}), "
+                                     "which in scorch holds a copy of its entries where "
+                                     "torch's would be a view: written in place, it would "
+                                     "not change the tensor it came from",
+               hint="write the whole tensor, or .clone() the piece to write the copy")
+    src = a
+    if a._vals.requires_grad and torch.is_grad_enabled():
+        src = a._rewrap(a._vals.clone(), requires_grad=True)
+    r = through(name, compute, src)
+    if not (_is_sparse(r) and _same_entries(r, a)):
         refuse(name, a, *others, why="in place, the result must keep the tensor's stored "
                                      "entries (a scalar factor, a zero-preserving map, a "
-                                     "SparseTensor of the same pattern)",
+                                     "SparseTensor of the same entries)",
                hint="use the op out of place (x = x + y) or .to_dense()")
     if not torch.can_cast(r.dtype, a.dtype):
         raise RuntimeError(f"result type {r.dtype} can't be cast to the desired output type "
@@ -1258,14 +1273,35 @@ def write_in_place(name, a, r, *others):
     return a
 
 
+def _same_entries(r: SparseTensor, a: SparseTensor) -> bool:
+    """Whether r stores a's entries in a's storage order (its values then line up with
+    a's): the same arrays, or the same coordinates in another format (a sum of two cd
+    tensors comes back cc, the dense level's positions kept)."""
+    if _same_arrays(r, a):
+        return True
+    if r._shape != a._shape or r.nnz != a.nnz or r._format.order != a._format.order:
+        return False
+    return all(torch.equal(x, y) for x, y in zip(dim_coords(r), dim_coords(a)))
+
+
+def _piece(r, a, name):
+    """r, a piece of a that torch's indexing would make a view of (a slice, a narrow, a
+    selection, a split, unbind's): marked where it holds a copy of a's values, so that
+    an in-place write to it, which would not reach a, is refused (``in_place``)."""
+    if _is_sparse(r) and r is not a and r._vals.numel() and \
+            r._vals.untyped_storage().data_ptr() != a._vals.untyped_storage().data_ptr():
+        r._piece_of = name
+    return r
+
+
 def _in_place(name, out_of_place):
+    full = name if name.startswith("F.") else f"torch.Tensor.{name}"
+
     def handler(a, *args, **kwargs):
         if not _is_sparse(a):   # (a dense tensor written with a sparse operand: refused)
-            refuse(f"torch.Tensor.{name}", a, *args, why="it would write the sparse "
-                   "operand's implicit zeros into the dense tensor")
-        return write_in_place(f"torch.Tensor.{name}", a,
-                              through(f"torch.Tensor.{name}", out_of_place, a, *args,
-                                      **kwargs), *args)
+            refuse(full, a, *args, why="it would write the sparse operand's implicit zeros "
+                   "into the dense tensor")
+        return in_place(full, a, lambda s: out_of_place(s, *args, **kwargs), *args)
     return handler
 
 
@@ -1276,26 +1312,28 @@ def through(name, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except NotImplementedError as e:
         op, sep, rest = str(e).removeprefix("scorch: ").partition(" is not supported")
-        if not sep:
+        if not sep or op.startswith(name):
             raise
         raise NotImplementedError(f"scorch: {name} (through {op}){sep}{rest}") from None
 
 
 # In-place ops whose out-of-place handler keeps a's entries for some arguments (the
-# handler refuses the others, or write_in_place does)
+# handler refuses the others, or in_place does): the methods, torch's function forms
+# where it has them, and the operators
 for _name in ("abs", "absolute", "arcsin", "arcsinh", "arctan", "arctanh", "asin", "asinh",
               "atan", "atanh", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "deg2rad",
               "div", "divide", "erf", "expm1", "fix", "floor", "floor_divide", "fmod",
               "frac", "log1p", "mul", "multiply", "nan_to_num", "neg", "negative", "pow",
               "rad2deg", "relu", "remainder", "round", "sgn", "sign", "sin", "sinh", "sqrt",
               "square", "tan", "tanh", "true_divide", "trunc"):
-    _register(getattr(torch.Tensor, _name + "_"))(
-        _in_place(_name + "_", _HANDLERS[getattr(torch.Tensor, _name)]))
+    _h = _in_place(_name + "_", _HANDLERS[getattr(torch.Tensor, _name)])
+    _register(*[f for f in (getattr(torch.Tensor, _name + "_"), getattr(torch, _name + "_", None))
+                if f is not None])(_h)
 for _dunder, _name in (("__imul__", "mul"), ("__itruediv__", "div"),
-                       ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder")):
+                       ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder"),
+                       ("__ipow__", "pow")):
     _register(getattr(torch.Tensor, _dunder))(
         _in_place(_dunder, _HANDLERS[getattr(torch.Tensor, _name)]))
-_register(torch.relu_)(_in_place("relu_", _HANDLERS[torch.relu]))
 _register(torch.Tensor.zero_)(_in_place(
     "zero_", lambda a: _map_values(a, torch.zeros_like, linear=True)))
 
@@ -1449,16 +1487,16 @@ def _sparse_mm(a, b, reduce="sum"):
         raise RuntimeError(f"torch.sparse.mm: mat1 and mat2 shapes cannot be multiplied "
                            f"({a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
     c = _coalesced(a)
-    rows, cols = dim_coords(c)
     if reduce == "mean":
         if not torch.promote_types(a.dtype, b.dtype).is_floating_point:
             raise TypeError(f"torch.sparse.mm(reduce='mean') needs floating-point values, "
                             f"got {a.dtype} and {b.dtype}")
-        count = torch.bincount(rows, minlength=a.shape[0]).clamp_(min=1)
+        count = torch.bincount(dim_coords(c)[0], minlength=a.shape[0]).clamp_(min=1)
         return _mm(c, b) / count[:, None]   # (the product's floating dtype, as promoted)
     dtype = torch.promote_types(c.dtype, b.dtype)
     if dtype.is_floating_point and c.nnz and b.numel():
         return _mm_extreme(c, b.to(dtype), reduce, dtype)
+    rows, cols = dim_coords(c)
     prod = c._vals[:, None] * b[cols]
     out = torch.zeros(a.shape[0], b.shape[1], dtype=prod.dtype)
     return out.scatter_reduce(0, rows[:, None].expand_as(prod), prod, reduce,
@@ -1468,8 +1506,8 @@ def _sparse_mm(a, b, reduce="sum"):
 def _mm_extreme(c: SparseTensor, b, reduce, dtype):
     """``torch.sparse.mm(c, b, reduce="amax" / "amin")`` of a coalesced matrix and a dense
     one of floating ``dtype``.  scorch's compiler has no max reduction yet, so the values
-    come from torch's CSR reduce kernel (handed c's arrays as a CSR, converted once where
-    c is in another format); the gradient is ``_MmExtreme``'s, split evenly among the
+    come from torch's CSR reduce kernel (handed c's arrays as a CSR; another format is
+    converted at each call); the gradient is ``_MmExtreme``'s, split evenly among the
     products that tie for a row's extreme, as dense ``amax`` splits it.  Before, every
     call formed the nnz x K products (1.6 GB and 10x torch's time on a graph of a million
     edges at K = 64)."""
@@ -1499,7 +1537,8 @@ class _MmExtreme(torch.autograd.Function):
     @staticmethod
     def forward(ctx, vals, b, pos, cols, shape, reduce):
         out = _torch_mm_extreme(vals, b, pos, cols, shape, reduce)
-        ctx.save_for_backward(vals, b, pos, cols, out)
+        # (a copy: the caller may write the result in place, nn.ReLU(inplace=True))
+        ctx.save_for_backward(vals, b, pos, cols, out.clone())
         return out
 
     @staticmethod
@@ -1517,15 +1556,15 @@ class _MmExtreme(torch.autograd.Function):
         for s in blocks:
             count.index_add_(0, rows[s], hits(s).to(out.dtype))
         share = g / count.clamp(min=1)
-        gv, gb = [], torch.zeros(b.shape, dtype=b.dtype)
+        gv = []
+        gb = torch.zeros(b.shape, dtype=b.dtype) if ctx.needs_input_grad[1] else None
         for s in blocks:
             w = hits(s) * share[rows[s]]
             if ctx.needs_input_grad[0]:
                 gv.append((w * b[cols[s]]).sum(1))
             if ctx.needs_input_grad[1]:
                 gb.index_add_(0, cols[s], w * vals[s, None])
-        return (torch.cat(gv) if gv else None, gb if ctx.needs_input_grad[1] else None,
-                None, None, None, None)
+        return torch.cat(gv) if gv else None, gb, None, None, None, None
 
 
 @_register(torch.matmul, torch.linalg.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
@@ -2289,7 +2328,8 @@ def _narrow(a, dim, start, length):
     if not (0 <= start and 0 <= length and start + length <= size):
         raise IndexError(f"narrow: start {start} and length {length} exceed dimension "
                          f"{dim} of size {size}")
-    return index_select(a, dim, range(start, start + length), "narrow")
+    return _piece(index_select(a, dim, range(start, start + length), "narrow"), a,
+                  "narrow")
 
 
 def _split_like(name, func):
@@ -2325,14 +2365,14 @@ for _f, _name in ((torch.split, "split"), (torch.Tensor.split, "split"),
 def _unbind(a, dim=0):
     """The selections along dim (each a view of a's entries there), as torch.unbind."""
     d = _dim_index("torch.unbind", dim, a.dim())
-    fmt = a._format
+    fmt, original = a._format, a
     if a.shape[d] > 1 and not (fmt.order[0] == d and fmt.kinds[0] == 0):
         # (each selection reads every entry but along a dense first level: one
         # conversion that puts dim d there first, so that the whole is O(nnz), not
         # O(nnz) per selection)
         rest = [k for k in fmt.order if k != d]
         a = a.to_format(Format("d" + "c" * len(rest), order=[d] + rest))
-    return tuple(select(a, d, i) for i in range(a.shape[d]))
+    return tuple(_piece(select(a, d, i), original, "unbind") for i in range(a.shape[d]))
 
 
 @_register(torch.Tensor.__iter__)
@@ -2544,7 +2584,7 @@ def _vstack(tensors, *, out=None):
 
 @_register(torch.select, torch.Tensor.select)
 def _select(a, dim, index):
-    return select(a, dim, int(index))
+    return _piece(select(a, dim, int(index)), a, "select")
 
 
 _INDEX_KINDS = ("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
@@ -2634,6 +2674,17 @@ def _as_torch_key(k):
 
 
 @_register(torch.Tensor.__getitem__)
+def _getitem_piece(a, key):
+    """A[key]; a piece where torch's would be a view (integers, slices, ``...``, None:
+    ``_piece``)."""
+    r = _getitem(a, key)
+    keys = key if isinstance(key, tuple) else (key,)
+    if all(k is None or k is Ellipsis or isinstance(k, (int, slice)) and not isinstance(k, bool)
+           for k in keys):
+        _piece(r, a, "A[...]")
+    return r
+
+
 def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j], A[r, c], as torch's indexing:
     an integer drops its dimension (select), a slice or one 1-D index tensor (or list, or
