@@ -263,6 +263,28 @@ def test_operator_and_function_forms():
         return T.sum()
     B = scorch.to_sparse(x, "csr")
     torch._dynamo.reset()
+
+    def bitwise(T):
+        T |= T
+        return T.sum()
+    with pytest.raises(Exception, match="bitwise_or_"):   # (a refusal, not a recursion)
+        torch.compile(bitwise, backend="eager")(scorch.to_sparse(torch.eye(3, dtype=torch.int64), "csr"))
+    torch._dynamo.reset()
     out = torch.compile(step, backend="eager")(B)
     torch.testing.assert_close(out, x.sum() * 0.5)
     torch.testing.assert_close(B.to_dense(), x * 0.5)
+
+
+def test_views_of_pieces_and_integer_keys_refuse_writes_too():
+    """A view of a piece (its transpose, detach, an added dimension), a squeeze (a copy
+    here, a view in torch) and pieces taken with NumPy or 0-D tensor integers share the
+    piece's values storage, which is what marks them: refused, A unchanged."""
+    import numpy as np
+    x = _sample((4, 5), torch.float32, "piece-views")
+    A = scorch.to_sparse(x, "csr")
+    for view in (lambda: A[1:3].t(), lambda: A[1:3].detach(), lambda: A[1:3][None],
+                 lambda: A[1:3].unsqueeze(0), lambda: A[1:2].squeeze(0),
+                 lambda: A[np.int64(1)], lambda: A[torch.tensor(1)], lambda: A.squeeze()[1:]):
+        with pytest.raises(NotImplementedError, match="a piece another one gave"):
+            view().mul_(2)
+    torch.testing.assert_close(A.to_dense(), x)

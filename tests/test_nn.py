@@ -178,6 +178,29 @@ def test_loads_a_checkpoint_of_another_density():
         SparseLinear(12, 8, density=0.8).load_state_dict(dense.state_dict())
 
 
+def test_another_density_keeps_the_optimizers_parameter_and_refuses_bad_patterns():
+    """The load resizes `values` in place: an optimizer built before it steps the loaded
+    weights.  A bad pattern of another size is an error that leaves the layer as it was
+    (it was left with arrays of the bad one)."""
+    layer = SparseLinear(16, 8, density=0.1, generator=gen(8))
+    opt = torch.optim.SGD(layer.parameters(), lr=1.0)
+    values = layer.values
+    layer.load_state_dict(SparseLinear(16, 8, density=0.3, generator=gen(9)).state_dict())
+    assert layer.values is values and values.numel() == SparseLinear(16, 8, 0.3).values.numel()
+    before = values.detach().clone()
+    layer(torch.randn(4, 16, generator=gen(10))).sum().backward()
+    opt.step()
+    assert not torch.equal(before, layer.values.detach())
+    x = torch.randn(3, 16, generator=gen(11))
+    want = layer(x).detach()
+    bad = SparseLinear(16, 8, density=0.6, generator=gen(12)).state_dict()
+    bad["col_idx"] = bad["col_idx"].clone()
+    bad["col_idx"][0] = 1000
+    with pytest.raises(RuntimeError, match="not one of a 8 x 16 weight"):
+        layer.load_state_dict(bad)
+    torch.testing.assert_close(layer(x), want)
+
+
 def test_weight_copy_writes_the_values_or_refuses_another_pattern():
     a = SparseLinear(6, 4, density=0.5, generator=gen(1))
     b = SparseLinear(6, 4, density=0.5, generator=gen(2))

@@ -1028,6 +1028,25 @@ def test_linear_sparse_weight_batched(shape, dtype, spmm_from, monkeypatch):
     torch.testing.assert_close(Wv.grad, wd.grad[mask], **tol)
 
 
+def test_linear_spmm_route_biases_broadcast_as_torch():
+    """On the SpMM route (16+ rows) a bias of the output's full shape, of its trailing
+    shape, or 0-D broadcasts as torch's (the one-pass add took the flattened rows), and
+    a 0-D bias does not promote the result (torch's rule for 0-D operands)."""
+    g = torch.Generator().manual_seed(8)
+    w = torch.randn(64, 64, generator=g)
+    w[torch.rand(64, 64, generator=g) < 0.5] = 0
+    W = scorch.to_sparse(w, "csr")
+    x = torch.randn(4, 8, 64, generator=g)
+    for b in (torch.randn(4, 8, 64, generator=g), torch.randn(8, 64, generator=g),
+              torch.randn(1, 8, 64, generator=g), torch.randn(64, generator=g),
+              torch.tensor(0.5)):
+        y = F.linear(x, W, b)
+        assert y.is_contiguous()
+        torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    b64 = torch.tensor(0.5, dtype=torch.float64)
+    assert F.linear(torch.randn(32, 64), W, b64).dtype == torch.float32
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
 @pytest.mark.parametrize("density", [0.3, 0.01])
@@ -1263,6 +1282,19 @@ def test_a_mask_times_more_dimensions_broadcasts(fmt, shape):
     ((Md * Dd) * w).sum().backward()
     torch.testing.assert_close(D.grad, Dd.grad)
     torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
+
+
+def test_a_mask_times_more_dimensions_edge_cases():
+    """An all-dense mask stays a SparseTensor (as the same-rank product); shapes that do
+    not broadcast, or would stretch the mask's dimension of 1, are named in full."""
+    m = torch.randn(5, 5, dtype=torch.float64)
+    r = scorch.to_sparse(m, "dd") * torch.ones(3, 5, 5, dtype=torch.float64)
+    assert isinstance(r, scorch.SparseTensor)
+    torch.testing.assert_close(r.to_dense(), m.expand(3, 5, 5))
+    with pytest.raises(RuntimeError, match=r"\(6, 6\) and \(2, 6, 7\) do not broadcast"):
+        scorch.to_sparse(torch.ones(6, 6), "csr") * torch.ones(2, 6, 7)
+    with pytest.raises(NotImplementedError, match=r"\(1, 6\) and \(3, 6, 6\) would stretch"):
+        scorch.to_sparse(torch.ones(1, 6), "csr") * torch.ones(3, 6, 6)
 
 
 def _same_attention(out, want, ours, dense):

@@ -257,6 +257,21 @@ class SparseTensor(torch.Tensor):
     def __ipow__(self, other):
         return self.pow_(other)
 
+    def __iand__(self, other):
+        return self.bitwise_and_(other)
+
+    def __ior__(self, other):
+        return self.bitwise_or_(other)
+
+    def __ixor__(self, other):
+        return self.bitwise_xor_(other)
+
+    def __ilshift__(self, other):
+        return self.bitwise_left_shift_(other)
+
+    def __irshift__(self, other):
+        return self.bitwise_right_shift_(other)
+
     def __rmatmul__(self, other):
         """``X @ A``: defining __matmul__ makes Python ask A first; the same short cut, or
         NotImplemented so that Python goes on to ``torch.Tensor.__matmul__(X, A)`` (the
@@ -544,7 +559,7 @@ class SparseTensor(torch.Tensor):
 # SparseLinear.weight's tensors carry): the rest are its user's.
 _OWN_ATTRIBUTES = frozenset(("_format", "_pos", "_crd", "_vals", "_index_dtype", "_shape",
                              "_desc", "_transposed", "_kernels", "_has_dups",
-                             "_pattern_owner", "_piece_of"))
+                             "_pattern_owner"))
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
 _SPARSE_DENSE_MATMUL = None   # SparseTensor @ plain tensor without autograd: _torch_ops
 _NO_SUBCLASS_TF = torch._C.DisableTorchFunctionSubclass

@@ -19,6 +19,7 @@ import functools
 import math
 import numbers
 import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -1115,10 +1116,18 @@ def _mul_leading(name, s: SparseTensor, d: torch.Tensor):
     ones, so each of those slices holds s's pattern (one 2-D mask times (h, n, n) scores):
     one einsum, whose output keeps them as dense levels over s's format."""
     extra = d.dim() - s.dim()
+    _broadcastable(name, s, d)
+    if any(x == 1 and y != 1 for x, y in zip(s.shape, d.shape[extra:])):
+        refuse(name, s, d, why=f"shapes {tuple(s.shape)} and {tuple(d.shape)} would stretch "
+                               "the sparse operand's dimension of 1")
     la, _, ld = _dense_for(s, torch.empty(d.shape[extra:], device="meta"), name)
     lx = "abcdefgh"[:extra]
     dd = d.reshape(*d.shape[:extra], *(s.shape[la.index(c)] for c in ld))
-    return einsum(f"{la},{lx}{ld}->{lx}{la}", s, dd)
+    r = einsum(f"{la},{lx}{ld}->{lx}{la}", s, dd)
+    if _is_sparse(r):
+        return r
+    from ._convert import to_sparse   # (an all-dense mask: the compiler's plain tensor)
+    return to_sparse(r, "d" * r.dim(), s.index_dtype)
 
 
 def _finite(x) -> bool:
@@ -1245,7 +1254,7 @@ def in_place(name, a, compute, *others):
     copy here: the write would not reach that tensor)."""
     if not _is_sparse(a):
         refuse(name, a, *others, why="the tensor written in place must be the SparseTensor")
-    piece = a.__dict__.get("_piece_of")
+    piece = _piece_of(a)
     if piece:
         refuse(name, a, *others, why=f"the tensor is a piece another one gave ({piece}), "
                                      "which in scorch holds a copy of its entries where "
@@ -1286,12 +1295,25 @@ def _same_entries(r: SparseTensor, a: SparseTensor) -> bool:
 
 def _piece(r, a, name):
     """r, a piece of a that torch's indexing would make a view of (a slice, a narrow, a
-    selection, a split, unbind's): marked where it holds a copy of a's values, so that
-    an in-place write to it, which would not reach a, is refused (``in_place``)."""
-    if _is_sparse(r) and r is not a and r._vals.numel() and \
-            r._vals.untyped_storage().data_ptr() != a._vals.untyped_storage().data_ptr():
-        r._piece_of = name
+    selection, a split, unbind's): where it holds a copy of a's values, their storage is
+    listed (``_PIECES``), so that an in-place write to it or to any view of it (``t()``,
+    ``detach()``, ``A[1:3][None]``, all sharing that storage), which would not reach a,
+    is refused (``in_place``)."""
+    if _is_sparse(r) and r is not a and r._vals.numel():
+        storage = r._vals.untyped_storage()
+        if storage is not a._vals.untyped_storage():
+            _PIECES[storage] = name
     return r
+
+
+def _piece_of(a: SparseTensor):
+    """The name of the op whose piece a's values are (or share storage with), or None."""
+    return _PIECES.get(a._vals.untyped_storage()) if a._vals.numel() else None
+
+
+# A piece's values storage -> the op's name (torch keeps one Python object per storage
+# while any tensor holds it: the entry lives as long as the storage)
+_PIECES = weakref.WeakKeyDictionary()
 
 
 def _in_place(name, out_of_place):
@@ -1709,7 +1731,8 @@ def _linear(inp, weight, bias=None):
         lead = inp.shape[:-1]
         xt = inp.reshape(-1, inp.shape[-1]).t().contiguous()
         y = _contract("kj,jb->kb", (weight, xt)).t()
-        if isinstance(bias, torch.Tensor) and not _is_sparse(bias):
+        if isinstance(bias, torch.Tensor) and not _is_sparse(bias) and \
+                (bias.dim() <= 1 or len(lead) == 1):
             y, bias = _plus_bias(y, bias), None
         else:
             y = y.contiguous()
@@ -1731,7 +1754,7 @@ def _plus_bias(y, bias):
     nothing is recorded (torch's add writes the layout of its input otherwise)."""
     if torch.is_grad_enabled() and (y.requires_grad or bias.requires_grad):
         return y.contiguous() + bias
-    out = torch.empty(y.shape, dtype=torch.promote_types(y.dtype, bias.dtype))
+    out = torch.empty(y.shape, dtype=torch.result_type(y, bias))
     return torch.add(y, bias, out=out)
 
 
@@ -2472,7 +2495,7 @@ def _squeeze(a, dim=None):
     out = a
     for d in sorted((d for d in dims if a.shape[d] == 1), reverse=True):
         out = select(out, d, 0)
-    return out
+    return _piece(out, a, "squeeze")
 
 
 @_register(torch.stack)
@@ -2679,10 +2702,20 @@ def _getitem_piece(a, key):
     ``_piece``)."""
     r = _getitem(a, key)
     keys = key if isinstance(key, tuple) else (key,)
-    if all(k is None or k is Ellipsis or isinstance(k, (int, slice)) and not isinstance(k, bool)
-           for k in keys):
+    if all(k is None or k is Ellipsis or isinstance(k, slice) or _int_key(k) for k in keys):
         _piece(r, a, "A[...]")
     return r
+
+
+def _int_key(k) -> bool:
+    """Whether an index key is an integer torch's indexing takes as a basic index (a
+    view): a Python or NumPy integer, or a 0-D integer tensor."""
+    if isinstance(k, bool):
+        return False
+    if isinstance(k, (int, np.integer)):
+        return True
+    return isinstance(k, torch.Tensor) and k.dim() == 0 and not k.dtype.is_floating_point \
+        and k.dtype is not torch.bool
 
 
 def _getitem(a, key):

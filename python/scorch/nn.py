@@ -131,15 +131,27 @@ class SparseLinear(nn.Module):
                     f"shape {shape} (out_features, in_features), the layer's is "
                     f"{(self.out_features, self.in_features)}")
                 return
-        # (a pattern of another size: the layer takes arrays of its size to copy into,
-        # as a SparseTensor parameter takes the loaded arrays; its shape is what must
-        # agree, and the loaded pattern is checked against it below)
-        for name in ("values", "col_idx"):
-            new, old = state_dict.get(prefix + name), getattr(self, name)
-            if isinstance(new, torch.Tensor) and new.dim() == 1 and new.shape != old.shape:
-                room = torch.empty(new.shape, dtype=old.dtype)
-                setattr(self, name, nn.Parameter(room, old.requires_grad)
-                        if isinstance(old, nn.Parameter) else room)
+        # (a pattern of another size: the layer's arrays take its size before torch
+        # copies into them, the values Parameter in place (``.data``), so that an
+        # optimizer holding it goes on stepping it; its shape is what must agree, and
+        # the loaded pattern is checked first, so that a bad one leaves the layer as it
+        # was)
+        arrays = {n: state_dict.get(prefix + n) for n in ("row_ptr", "col_idx", "values")}
+        if any(isinstance(t, torch.Tensor) and t.dim() == 1 and
+               t.shape != getattr(self, n).shape for n, t in arrays.items()):
+            pos, crd, vals = (t if isinstance(t, torch.Tensor) else getattr(self, n)
+                              for n, t in arrays.items())
+            try:
+                from_components((self.out_features, self.in_features), "csr",
+                                pos=[None, pos], crd=[None, crd], values=vals.detach())
+            except (ValueError, IndexError, TypeError) as e:
+                error_msgs.append(f"the pattern loaded into {prefix or 'the layer'} is not "
+                                  f"one of a {self.out_features} x {self.in_features} "
+                                  f"weight: {e}")
+                return
+            with torch.no_grad():
+                self.values.data = torch.empty(vals.shape, dtype=self.values.dtype)
+            self.col_idx = torch.empty(crd.shape, dtype=self.col_idx.dtype)
         errors = len(error_msgs)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
                                       missing_keys, unexpected_keys, error_msgs)
