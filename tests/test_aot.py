@@ -174,17 +174,22 @@ print("ok")
 """, tmp_path, SCORCH_CC="/nonexistent/cc")
 
 
-def test_sized_kernel_replaces_the_generic_one(tmp_path):
-    """The first SpMM with K = 16 runs the generic built-in kernel at once (no fixed
-    sizes) while the kernel written for K = 16 compiles on a thread; a later call runs
-    that one, and every result equals the dense product."""
-    run_code(r"""
-import time, torch, scorch
+# A child's first SpMM with K = 16 (the built-in table's kernel is generic in K)
+_SPMM_16 = r"""
+import torch, scorch
 from scorch import _C, _compiler
 d = (torch.rand(200, 150) < 0.05) * torch.rand(200, 150)
 A = scorch.to_sparse(d, "csr")
 X = torch.rand(150, 16)
 assert torch.allclose(A @ X, d @ X, atol=1e-5)
+"""
+
+
+def test_sized_kernel_replaces_the_generic_one(tmp_path):
+    """The first SpMM with K = 16 runs the generic built-in kernel at once (no fixed
+    sizes) while the kernel written for K = 16 compiles on a thread; a later call runs
+    that one, and every result equals the dense product."""
+    run_code("import time\n" + _SPMM_16 + r"""
 (entry,) = [e for e in _compiler._KERNELS.values()]
 assert _C.kernel_times(entry[0])[2] and entry[5] == () and entry[6] is not None
 assert A._kernels is None   # (not remembered while the generic kernel stands in)
@@ -208,27 +213,14 @@ def test_a_process_that_exits_at_once_publishes_its_sized_kernel(tmp_path):
     the cache (no compile) and no temporary file of the compile is left behind.  (The
     interpreter used to exit first: the compiler ran on as an orphan, its files stayed,
     and every start compiled the kernel again.)"""
-    first = r"""
-import torch, scorch
-from scorch import _compiler
-d = (torch.rand(200, 150) < 0.05) * torch.rand(200, 150)
-A = scorch.to_sparse(d, "csr")
-X = torch.rand(150, 16)
-assert torch.allclose(A @ X, d @ X, atol=1e-5)
+    run_code(_SPMM_16 + r"""
 assert [e for e in _compiler._KERNELS.values() if e[6] is not None]   # still compiling
 print("ok")
-"""
-    run_code(first, tmp_path)
+""", tmp_path)
     names = sorted(os.listdir(tmp_path))
     assert not [n for n in names if "-" in n and not n.startswith("gathers-")], names
     assert len([n for n in names if n.endswith(".so")]) == 1, names
-    run_code(r"""
-import torch, scorch
-from scorch import _C, _compiler
-d = (torch.rand(200, 150) < 0.05) * torch.rand(200, 150)
-A = scorch.to_sparse(d, "csr")
-X = torch.rand(150, 16)
-assert torch.allclose(A @ X, d @ X, atol=1e-5)
+    run_code(_SPMM_16 + r"""
 (entry,) = [e for e in _compiler._KERNELS.values()]
 assert entry[6] is None and entry[5] == ((1, 1, 16),), entry
 assert _C.jit_stats()["compiles"] == 0, _C.jit_stats()
