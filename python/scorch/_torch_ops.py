@@ -1374,31 +1374,25 @@ def _einsum_handler(expr, *ops):
     return einsum(expr, *ops)
 
 
-class _MatmulForms(dict):
-    """torch.matmul's einsum text for operands of (a.dim(), b.dim()) dimensions: the table,
-    and beyond it torch's rule, batch dimensions aligned from the right and a 1-D operand
-    a vector (4-D scores times 4-D values "abij,abjk->abik", "abij,bjk->abik", a batch
-    times a vector "aij,j->ai"); made once per pair."""
-
-    def get(self, key, default=None):
-        expr = super().get(key)
-        if expr is None and 1 <= min(key) and max(key) <= 10:
-            expr = self[key] = _matmul_form(*key)
-            _PRODUCT_KEY[expr] = "product " + expr
-        return default if expr is None else expr
-
-
 def _matmul_form(da, db):
+    """torch.matmul's einsum text for operands of da and db dimensions beyond _MATMUL's
+    table, by torch's rule: batch dimensions aligned from the right, a 1-D operand a
+    vector (4-D scores times 4-D values "abij,abjk->abik", "abij,bjk->abik", a batch
+    times a vector "aij,j->ai"); made once per pair and kept in the table (the hot
+    route's plain dict lookup misses it until then: the general route makes it)."""
+    if not (1 <= min(da, db) and max(da, db) <= 10):
+        return None
     ba, bb = max(da - 2, 0), max(db - 2, 0)
     batch = "abcdefgh"[:max(ba, bb)]
     a = batch[len(batch) - ba:] + ("j" if da == 1 else "ij")
     b = batch[len(batch) - bb:] + ("j" if db == 1 else "jk")
-    return f"{a},{b}->{batch}{'i' if da > 1 else ''}{'k' if db > 1 else ''}"
+    expr = f"{a},{b}->{batch}{'i' if da > 1 else ''}{'k' if db > 1 else ''}"
+    _MATMUL[(da, db)], _PRODUCT_KEY[expr] = expr, "product " + expr
+    return expr
 
 
-_MATMUL = _MatmulForms({(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k",
-                        (1, 1): "i,i->", (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik",
-                        (2, 3): "ij,bjk->bik"})
+_MATMUL = {(2, 2): "ij,jk->ik", (2, 1): "ij,j->i", (1, 2): "j,jk->k", (1, 1): "i,i->",
+           (3, 3): "bij,bjk->bik", (3, 2): "bij,jk->bik", (2, 3): "ij,bjk->bik"}
 _MM, _MV, _BMM = ({k: _MATMUL[k]} for k in ((2, 2), (2, 1), (3, 3)))
 
 
@@ -1460,6 +1454,8 @@ def _product(name, exprs, a, b):
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
     expr = exprs.get((a.dim(), b.dim()))
+    if expr is None and exprs is _MATMUL:
+        expr = _matmul_form(a.dim(), b.dim())
     if expr is None:
         refuse(name, a, b, why=f"operands of {a.dim()} and {b.dim()} dimensions")
     if a.layout is not torch.strided or b.layout is not torch.strided:
