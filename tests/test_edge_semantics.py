@@ -167,3 +167,26 @@ def test_elementwise_corners_follow_torch():
     torch.testing.assert_close(B.divide(2).to_dense(), y / 2)
     with pytest.raises(NotImplementedError, match="elementwise maximum"):
         torch.max(B, B)
+
+
+@pytest.mark.parametrize("dense_fmt", ["dense", "dd"])
+def test_an_all_dense_operand_keeps_the_others_stored_zeros(dense_fmt):
+    """P + D with D in an all-dense format (it stores every position): the sum's entries
+    are every position, in P's format, so P's explicit stored zero keeps its gradient
+    (converting the compiler's dense result dropped it: the gradient there was 0)."""
+    x = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    A = scorch.to_sparse(x, "dense").requires_grad_()
+    B = scorch.to_sparse(torch.tensor([[0.0, 2.0], [0.0, 0.0]], dtype=torch.float64), "csr")
+    D = scorch.to_sparse(torch.tensor([[0.0, 0.0], [5.0, 0.0]], dtype=torch.float64),
+                         dense_fmt)
+    P = A * B                                   # csr: (0, 1) stored, value 0 * 2
+    assert P.nnz == 1 and P.values().item() == 0
+    S = P + D
+    assert S.format == P.format and S.nnz == 4
+    torch.testing.assert_close(S.to_dense(), torch.tensor([[0.0, 0.0], [5.0, 0.0]],
+                                                          dtype=torch.float64))
+    w = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    g, = torch.autograd.grad((S.to_dense() * w).sum(), A)
+    xd = x.clone().requires_grad_()
+    gd, = torch.autograd.grad(((xd * B.to_dense() + D.to_dense()) * w).sum(), xd)
+    torch.testing.assert_close(g.to_dense(), gd)

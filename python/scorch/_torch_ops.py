@@ -1142,12 +1142,18 @@ def _float_of(x) -> float:
 
 
 def _kept_sparse(r, a: SparseTensor):
-    """An elementwise product in a's format: the compiler gives a plain tensor where that
-    format is all dense (its output is), and this wraps it back (differentiably)."""
+    """An elementwise result in a's format: the compiler gives a plain tensor where an
+    operand's format is all dense (it stores every position, so the result's entries
+    are every position), and this wraps it back (differentiably), every position an
+    entry: dropping the zeros lost another operand's explicit zeros (P + D with D of
+    format "dense": P's stored zero, and with it its gradient)."""
     if _is_sparse(r):
         return r
     from ._convert import to_sparse
-    return to_sparse(r, a.format, a.index_dtype)
+    full = to_sparse(r, "d" * r.dim(), a.index_dtype)
+    if all(k == "dense" for k in a.format.levels):
+        return full if a.format == full.format else full.to_format(a.format)
+    return full.to_format(a.format, drop_zeros=False)
 
 
 @_register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.multiply,
