@@ -359,18 +359,16 @@ sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
                          size_t len, sc_error *err)
 {
     int san = missing_sanitizer(jit);
-    if (san >= 0 && runtimes[san][2])
+    if (san >= 0) {
+        char preload[256] = "";
+        if (runtimes[san][2])
+            snprintf(preload, sizeof preload, ", or start the process with the runtime first "
+                     "(LD_PRELOAD=$(%s -print-file-name=%s))", jit->argv[0], runtimes[san][2]);
         return sc_fail(err, SC_COMPILE, SC_JIT_STAGE,
                        "the compiler flags build kernels with -fsanitize=%s, whose runtime "
                        "this process has not loaded (a kernel built so would end it): drop "
-                       "it from SCORCH_CFLAGS, or start the process with the runtime first "
-                       "(LD_PRELOAD=$(%s -print-file-name=%s))", runtimes[san][0],
-                       jit->argv[0], runtimes[san][2]);
-    if (san >= 0)
-        return sc_fail(err, SC_COMPILE, SC_JIT_STAGE,
-                       "the compiler flags build kernels with -fsanitize=%s, whose runtime "
-                       "this process has not loaded (a kernel built so would end it): drop "
-                       "it from SCORCH_CFLAGS", runtimes[san][0]);
+                       "it from SCORCH_CFLAGS%s", runtimes[san][0], preload);
+    }
     paths p = {0};
     sc_status st = paths_make(jit, hex, &p, err);
     if (st == SC_OK)

@@ -1323,7 +1323,7 @@ _PIECES = weakref.WeakKeyDictionary()
 
 
 def _in_place(name, out_of_place):
-    full = name if name.startswith("F.") else f"torch.Tensor.{name}"
+    full = f"torch.Tensor.{name}"
 
     def handler(a, *args, **kwargs):
         if not _is_sparse(a):   # (a dense tensor written with a sparse operand: refused)
@@ -2699,27 +2699,6 @@ def _as_torch_key(k):
 
 
 @_register(torch.Tensor.__getitem__)
-def _getitem_piece(a, key):
-    """A[key]; a piece where torch's would be a view (integers, slices, ``...``, None:
-    ``_piece``)."""
-    r = _getitem(a, key)
-    keys = key if isinstance(key, tuple) else (key,)
-    if all(k is None or k is Ellipsis or isinstance(k, slice) or _int_key(k) for k in keys):
-        _piece(r, a, "A[...]")
-    return r
-
-
-def _int_key(k) -> bool:
-    """Whether an index key is an integer torch's indexing takes as a basic index (a
-    view): a Python or NumPy integer, or a 0-D integer tensor."""
-    if isinstance(k, bool):
-        return False
-    if isinstance(k, (int, np.integer)):
-        return True
-    return isinstance(k, torch.Tensor) and k.dim() == 0 and not k.dtype.is_floating_point \
-        and k.dtype is not torch.bool
-
-
 def _getitem(a, key):
     """A[rows], A[a:b:s], A[:, cols], A[mask], A[i], A[i, j], A[r, c], as torch's indexing:
     an integer drops its dimension (select), a slice or one 1-D index tensor (or list, or
@@ -2837,7 +2816,8 @@ def _getitem(a, key):
             out = _unsqueeze(out, p)
             if empty:
                 out = index_select(out, p, torch.zeros(0, dtype=torch.int64), "indexing")
-    return out
+    # (integers, slices, ... and None only: torch's result is a view, scorch's a piece)
+    return out if adv else _piece(out, a, "A[...]")
 
 
 @_register(torch.Tensor.to)

@@ -145,9 +145,7 @@ class SparseLinear(nn.Module):
                 from_components((self.out_features, self.in_features), "csr",
                                 pos=[None, pos], crd=[None, crd], values=vals.detach())
             except (ValueError, IndexError, TypeError) as e:
-                error_msgs.append(f"the pattern loaded into {prefix or 'the layer'} is not "
-                                  f"one of a {self.out_features} x {self.in_features} "
-                                  f"weight: {e}")
+                error_msgs.append(self._not_its_pattern(prefix, e))
                 return
             with torch.no_grad():
                 self.values.data = torch.empty(vals.shape, dtype=self.values.dtype)
@@ -161,9 +159,11 @@ class SparseLinear(nn.Module):
             try:
                 self.weight   # (checks the loaded pattern against the layer's shape)
             except (ValueError, IndexError) as e:
-                error_msgs.append(f"the pattern loaded into {prefix or 'the layer'} is not "
-                                  f"one of a {self.out_features} x {self.in_features} "
-                                  f"weight: {e}")
+                error_msgs.append(self._not_its_pattern(prefix, e))
+
+    def _not_its_pattern(self, prefix, e) -> str:
+        return (f"the pattern loaded into {prefix or 'the layer'} is not one of a "
+                f"{self.out_features} x {self.in_features} weight: {e}")
 
     @property
     def density(self) -> float:
