@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import sys
 import warnings
 import weakref
 
@@ -1661,7 +1662,25 @@ def _addmv(inp, mat, vec, *, beta=1, alpha=1, out=None):
 @_register(torch.baddbmm, torch.Tensor.baddbmm)
 def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
     refuse_out("torch.baddbmm", out, inp, batch1, batch2)
+    if _is_sparse(inp) and _called_from("multi_head_attention_forward", 4):
+        refuse("nn.MultiheadAttention", inp, why="a sparse attn_mask with need_weights=True "
+               "(its weights add the mask to the dense scores)",
+               hint="pass need_weights=False: the attention then goes through "
+                    "F.scaled_dot_product_attention, which attends the mask's stored entries")
     return _added_product("torch.baddbmm", _bmm, inp, batch1, batch2, beta, alpha)
+
+
+def _called_from(function: str, depth: int) -> bool:
+    """Whether a caller within ``depth`` frames above the handler is ``function`` (only
+    to name what a refusal's user called)."""
+    f = sys._getframe(2)
+    for _ in range(depth):
+        if f is None:
+            return False
+        if f.f_code.co_name == function:
+            return True
+        f = f.f_back
+    return False
 
 
 def _added_product(name, product, inp, m1, m2, beta, alpha):
@@ -2113,6 +2132,87 @@ def _softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
            torch.sparse.log_softmax)
 def _log_softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
     return _softmax("torch.log_softmax", a, dim, dtype, log=True)
+
+
+# ---- attention with a sparse mask ----------------------------------------------------------
+
+@_register(F.scaled_dot_product_attention)
+def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                  scale=None, enable_gqa=False):
+    """Attention over a SparseTensor mask's stored positions: the scores there are an SDDMM
+    (``scale * q·k``) plus the mask's stored value, as a float mask is added; the positions
+    not stored take no part (a dense float mask's -inf, a bool mask's False).  A row with
+    none attended gives 0, as torch's does.  The n x n scores are never formed."""
+    name = "F.scaled_dot_product_attention"
+    M = attn_mask
+    if not _is_sparse(M) or any(_is_sparse(t) for t in (query, key, value)):
+        refuse(name, query, key, value, M, why="only attn_mask may be a SparseTensor")
+    q, k, v = query, key, value
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        raise TypeError(f"{name}: query, key and value must be tensors")
+    if is_causal:
+        raise RuntimeError(f"{name}: an explicit attn_mask should not be set when "
+                           f"is_causal=True (a causal sparse mask: attn_mask.tril())")
+    if min(q.dim(), k.dim(), v.dim()) < 2 or k.shape[-1] != q.shape[-1] \
+            or v.shape[-2] != k.shape[-2]:
+        raise RuntimeError(f"{name}: query (..., L, E), key (..., S, E) and value "
+                           f"(..., S, Ev) expected; got {tuple(q.shape)}, {tuple(k.shape)} "
+                           f"and {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: query, key and value must have one floating dtype; "
+                           f"got {q.dtype}, {k.dtype} and {v.dtype}")
+    if M._vals.dtype != q.dtype:
+        raise RuntimeError(f"{name}: the sparse attn_mask's values must have the query's "
+                           f"dtype {q.dtype}, not {M._vals.dtype}")
+    L, S = q.shape[-2], k.shape[-2]
+    if M.dim() < 2 or tuple(M.shape[-2:]) != (L, S):
+        raise RuntimeError(f"{name}: a sparse attn_mask must end in (L, S) = ({L}, {S}); "
+                           f"got shape {tuple(M.shape)}")
+    if enable_gqa and q.dim() >= 3 and k.dim() >= 3 and q.shape[-3] != k.shape[-3]:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hk == 0 or hq % hk or v.dim() < 3 or v.shape[-3] != hk:
+            raise RuntimeError(f"{name}: enable_gqa needs the query's {hq} heads to be a "
+                               f"multiple of the key's and value's ({hk})")
+        k, v = k.repeat_interleave(hq // hk, -3), v.repeat_interleave(hq // hk, -3)
+    shapes = [tuple(t.shape[:-2]) for t in (M, q, k, v)]
+    batch = torch.broadcast_shapes(*shapes)
+    if len(batch) > 8:
+        refuse(name, M, why=f"{len(batch)} batch dimensions (at most 8)")
+    letters = _LETTERS[:len(batch)]
+
+    def own(t, sub):   # t without its size-1 batch dims, and its subscript
+        nb = t.dim() - 2
+        keep = [d for d in range(nb) if t.shape[d] != 1]
+        for d in reversed(range(nb)) if len(keep) < nb else ():
+            t = t if d in keep else (_squeeze(t, d) if _is_sparse(t) else t.squeeze(d))
+        return t, "".join(letters[len(batch) - nb + d] for d in keep) + sub
+
+    M, ms = own(_coalesced(M), "ij")
+    q, qs = own(q, "ik")
+    k, ks = own(k, "jk")
+    v, vs = own(v, "jz")
+    scores = "".join(c for c in letters if c in ms + qs + ks)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    pattern = M._rewrap(torch.full_like(M._vals, scale, requires_grad=False))
+    s = einsum(f"{ms},{qs},{ks}->{scores}ij", pattern, q, k)
+    mv = M._vals
+    if M.requires_grad or mv.numel() and not (bool(mv.isfinite().all())
+                                                and bool((mv == mv[0]).all())):
+        # (a mask of one finite value shifts every score alike: softmax cancels it)
+        extra = [c for c in scores if c not in ms]
+        if extra:
+            ones = torch.ones([batch[letters.index(c)] for c in extra], dtype=mv.dtype)
+            M = einsum(f"{ms},{''.join(extra)}->{scores}ij", M, ones)
+        s = _add("torch.add", s, M)
+    p = _softmax(name, s, -1, None, log=False)
+    if bool(torch.isneginf(mv).any()):   # (a row all -inf: 0, as torch's safe softmax)
+        p = p._rewrap(torch.where(torch.isneginf(s._vals), 0, p._vals),
+                      requires_grad=p.requires_grad)
+    if dropout_p > 0:
+        p = _dropout(p, dropout_p)
+    out = "".join(c for c in letters if c in scores + vs)
+    r = einsum(f"{scores}ij,{vs}->{out}iz", p, v)
+    return r.reshape(*batch, L, r.shape[-1])
 
 
 def _item(kind):

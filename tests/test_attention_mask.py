@@ -1,0 +1,216 @@
+"""F.scaled_dot_product_attention with a SparseTensor attn_mask: the positions stored
+attend, with the stored value added to the score as a float mask is; the positions not
+stored take no part (-inf, as torch.sparse.softmax reads them).  Checked against torch's
+dense SDPA with that float mask, forward and gradients of query, key, value and mask."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scorch
+
+FORMATS_2D = ["csr", "csc", "coo", "dcsr"]
+
+
+def _sparse(m, fmt):
+    if m.dim() > 2 and fmt not in ("coo", "csf"):
+        fmt = "d" * (m.dim() - 2) + {"csr": "dc", "csc": "dc", "dcsr": "cc"}[fmt]
+    return scorch.to_sparse(m, fmt)
+
+
+def _dense_mask(M):
+    """The float mask torch's SDPA takes for M: its values where stored, else -inf."""
+    stored = torch.ones_like(M).to_dense() != 0
+    return torch.where(stored, M.to_dense(), -math.inf)
+
+
+def _mask(shape, dtype, density=0.3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.rand(shape, generator=g) < density
+    return torch.where(keep, torch.randn(shape, generator=g, dtype=dtype), 0)
+
+
+def _compare(q, k, v, M, atol=1e-10, **kw):
+    """Forward and every gradient (mask values included when M requires grad)."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=M, **kw)
+    D = _dense_mask(M.detach()).requires_grad_(M.requires_grad)
+    qe, ke, ve = q, k, v
+    if not kw.get("enable_gqa"):   # (torch's SDPA does not broadcast the query to a
+        batch = torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v, D)))  # mask
+        qe, ke, ve = (t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))  # of more dims)
+    ref = F.scaled_dot_product_attention(qe, ke, ve, attn_mask=D, **kw)
+    assert type(out) is torch.Tensor and out.shape == ref.shape and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, atol=atol, rtol=atol)
+    if out.numel() == 0:
+        return
+    g = torch.randn_like(ref)
+    ins = (q, k, v) + ((M.values(),) if M.requires_grad else ())
+    got = torch.autograd.grad(out, ins, g, allow_unused=True)
+    want = torch.autograd.grad(ref, (q, k, v) + ((D,) if M.requires_grad else ()), g,
+                               allow_unused=True)
+    for a, b in zip(got[:3], want[:3]):
+        torch.testing.assert_close(a, b, atol=atol, rtol=atol)
+    if M.requires_grad:
+        stored = torch.ones_like(M.detach()).to_dense() != 0
+        dm = torch.zeros_like(D).masked_scatter(stored, want[3][stored])
+        M_grad = M.detach().with_values(got[3]).to_dense()
+        torch.testing.assert_close(M_grad.masked_fill(~stored, 0), dm, atol=atol, rtol=atol)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_dense_float_mask(fmt, dtype):
+    torch.manual_seed(0)
+    L, S, E, Ev = 9, 7, 5, 3
+    q, k, v = torch.randn(L, E, dtype=dtype), torch.randn(S, E, dtype=dtype), \
+        torch.randn(S, Ev, dtype=dtype)
+    m = _mask((L, S), dtype)
+    m[4] = 0   # (a row attending nothing: 0, as torch's)
+    m[0, 0] = 0.0
+    M = _sparse(m, fmt)
+    atol = 1e-5 if dtype == torch.float32 else 1e-10
+    _compare(q, k, v, M, atol=atol)
+    _compare(q, k, v, M.requires_grad_(), atol=atol)
+
+
+@pytest.mark.parametrize("shapes", [
+    ((2, 4, 6, 3), (2, 4, 5, 3), (2, 4, 5, 2), (6, 5)),         # one mask for all heads
+    ((2, 4, 6, 3), (2, 4, 5, 3), (2, 4, 5, 2), (4, 6, 5)),      # a mask per head
+    ((2, 4, 6, 3), (2, 4, 5, 3), (2, 4, 5, 2), (2, 1, 6, 5)),   # per batch, size-1 heads
+    ((2, 4, 6, 3), (1, 4, 5, 3), (2, 1, 5, 2), (1, 6, 5)),      # broadcast q / k / v
+    ((6, 3), (5, 3), (5, 2), (3, 6, 5)),                        # batch from the mask only
+    ((3, 6, 3), (3, 5, 3), (3, 5, 2), (2, 3, 6, 5)),
+])
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_batched_and_broadcast(shapes, fmt):
+    torch.manual_seed(1)
+    qs, ks, vs, ms = shapes
+    q, k, v = (torch.randn(s, dtype=torch.float64) for s in (qs, ks, vs))
+    M = _sparse(_mask(ms, torch.float64, seed=2), fmt).requires_grad_()
+    _compare(q, k, v, M)
+
+
+def test_grouped_query_heads_and_scale():
+    torch.manual_seed(2)
+    q = torch.randn(2, 6, 5, 4, dtype=torch.float64)
+    k, v = torch.randn(2, 3, 7, 4, dtype=torch.float64), torch.randn(2, 3, 7, 2, dtype=torch.float64)
+    M = _sparse(_mask((5, 7), torch.float64), "csr")
+    _compare(q, k, v, M, enable_gqa=True)
+    _compare(q, k, v, M, enable_gqa=True, scale=0.3)
+    with pytest.raises(RuntimeError, match="enable_gqa"):
+        F.scaled_dot_product_attention(q[:, :5], k, v, attn_mask=M, enable_gqa=True)
+
+
+@pytest.mark.parametrize("value", [1.0, 0.0, -2.5])
+def test_a_mask_of_one_value_is_its_pattern(value):
+    """A mask of ones (``to_sparse(m.float())``) attends its pattern; so does any one
+    finite value, which shifts every score alike (and explicit zeros are stored)."""
+    torch.manual_seed(3)
+    q, k, v = torch.randn(8, 4), torch.randn(6, 4), torch.randn(6, 3)
+    pattern = torch.rand(8, 6) < 0.4
+    M = scorch.to_sparse(pattern.float(), "csr")
+    M = M.with_values(torch.full_like(M.values(), value))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=M)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=pattern)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    _compare(q, k, v, M.requires_grad_(), atol=1e-5)
+
+
+def test_duplicates_are_summed_and_negative_infinity_masks():
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(4, 3, dtype=torch.float64) for _ in range(3))
+    M = scorch.from_components(   # (0, 1) twice; rows 1 and 3 all -inf; (2, 3) -inf
+        (4, 4), "coo", pos=[torch.tensor([0, 6]), None],
+        crd=[torch.tensor([0, 0, 1, 2, 2, 3]), torch.tensor([1, 1, 2, 0, 3, 3])],
+        values=torch.tensor([0.5, 0.25, -math.inf, 1.0, -math.inf, -math.inf],
+                            dtype=torch.float64))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=M)
+    dense = torch.full((4, 4), -math.inf, dtype=torch.float64)
+    dense[0, 1], dense[2, 0] = 0.75, 1.0
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    torch.testing.assert_close(out, ref)
+    assert out[1].abs().max() == 0 and out[3].abs().max() == 0 and not out.isnan().any()
+
+
+@pytest.mark.parametrize("L,S", [(0, 4), (4, 0), (0, 0), (1, 1)])
+def test_empty_and_one_by_one(L, S):
+    q, k, v = torch.randn(L, 3), torch.randn(S, 3), torch.randn(S, 2)
+    M = scorch.to_sparse(torch.ones(L, S), "csr")
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=M)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(L, S, dtype=torch.bool))
+    assert out.shape == ref.shape == (L, 2)
+    torch.testing.assert_close(out, ref.nan_to_num(0.0))
+
+
+def test_nothing_stored_attends_nothing():
+    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
+    M = scorch.to_sparse(torch.zeros(3, 5), "csr")
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=M)
+    assert out.shape == (3, 2) and out.abs().max() == 0
+
+
+def test_half_types_compute_in_float32():
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(6, 4, dtype=torch.bfloat16) for _ in range(3))
+    M = _sparse(_mask((6, 6), torch.bfloat16, density=0.5), "csr")
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=M)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                         attn_mask=_dense_mask(M).float())
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_dropout_drops_attention_weights():
+    q, k, v = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5, 3)
+    M = scorch.to_sparse(torch.ones(5, 5), "csr")
+    assert F.scaled_dot_product_attention(q, k, v, attn_mask=M, dropout_p=1.0).abs().max() == 0
+    torch.manual_seed(6)
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=M, dropout_p=0.5)
+    torch.manual_seed(6)
+    b = F.scaled_dot_product_attention(q, k, v, attn_mask=M, dropout_p=0.5)
+    torch.testing.assert_close(a, b)
+    assert not torch.allclose(a, F.scaled_dot_product_attention(q, k, v, attn_mask=M))
+
+
+def test_the_callers_mask_is_not_changed():
+    m = _mask((5, 5), torch.float32)
+    M = scorch.to_sparse(m, "coo")
+    before = M.values().clone()
+    F.scaled_dot_product_attention(torch.randn(5, 3), torch.randn(5, 3), torch.randn(5, 3),
+                                   attn_mask=M)
+    assert torch.equal(M.values(), before) and not M.requires_grad
+
+
+def test_bad_calls_are_named():
+    q, k, v = torch.randn(4, 3), torch.randn(5, 3), torch.randn(5, 2)
+    M = scorch.to_sparse(torch.ones(4, 5), "csr")
+    with pytest.raises(RuntimeError, match="is_causal"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=M, is_causal=True)
+    with pytest.raises(RuntimeError, match=r"must end in \(L, S\) = \(4, 5\)"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=scorch.to_sparse(torch.ones(5, 4), "csr"))
+    with pytest.raises(RuntimeError, match="query's dtype torch.float32"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=M.double())
+    with pytest.raises(RuntimeError, match=r"key \(\.\.\., S, E\)"):
+        F.scaled_dot_product_attention(q, k[:, :2], v, attn_mask=M)
+    with pytest.raises(NotImplementedError, match="only attn_mask may be a SparseTensor"):
+        F.scaled_dot_product_attention(M, k, v)
+
+
+def test_multihead_attention_without_weights():
+    """nn.MultiheadAttention(need_weights=False) goes through SDPA and takes the mask;
+    with its weights (torch's default) it adds the mask to a dense product: refused,
+    naming need_weights=False."""
+    torch.manual_seed(7)
+    n, d = 10, 8
+    x = torch.randn(3, n, d)
+    pattern = (torch.rand(n, n) < 0.3) | torch.eye(n, dtype=torch.bool)
+    M = scorch.to_sparse(pattern.float(), "csr")
+    mha = torch.nn.MultiheadAttention(d, 2, batch_first=True)
+    out, w = mha(x, x, x, attn_mask=M, need_weights=False)
+    ref, _ = mha(x, x, x, attn_mask=~pattern, need_weights=False)
+    assert w is None
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    with pytest.raises(NotImplementedError, match="need_weights=False"):
+        mha(x, x, x, attn_mask=M)
