@@ -1285,6 +1285,30 @@ def test_a_mask_times_more_dimensions_broadcasts(fmt, shape):
     torch.testing.assert_close(M.grad.to_dense(), Md.grad * (m != 0))
 
 
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dense"])
+@pytest.mark.parametrize("shape", [(3, 5, 6), (2, 3, 1, 6)])
+def test_a_mask_divided_by_more_dimensions(fmt, shape):
+    """M / D with D of more dimensions broadcasts as M * D does (each slice holds M's
+    pattern, divided exactly as dense), with gradients into both; a D with a zero is
+    refused (the implicit zeros would be nan)."""
+    m = make_dense((5, 6), torch.float64, seed_of("mask-div", fmt))
+    M = scorch.to_sparse(m, fmt).requires_grad_()
+    D = (dn(shape, torch.float64, 6).abs() + 0.5).requires_grad_()
+    r = M / D
+    assert isinstance(r, scorch.SparseTensor) and r.shape == torch.broadcast_shapes(
+        (5, 6), shape)
+    assert torch.equal(r.to_dense(), m / D)
+    w = dn(r.shape, torch.float64, 7)
+    (r.to_dense() * w).sum().backward()
+    Md, Dd = m.clone().requires_grad_(), D.detach().clone().requires_grad_()
+    ((Md / Dd) * w).sum().backward()
+    torch.testing.assert_close(D.grad, Dd.grad)
+    stored = torch.ones_like(M.detach()).to_dense() != 0   # (format dense: every place)
+    torch.testing.assert_close(M.grad.to_dense(), Md.grad * stored)
+    with pytest.raises(NotImplementedError, match="divisor has zeros"):
+        M / torch.zeros(shape, dtype=torch.float64)
+
+
 def test_a_mask_times_more_dimensions_edge_cases():
     """An all-dense mask stays a SparseTensor (as the same-rank product); shapes that do
     not broadcast, or would stretch the mask's dimension of 1, are named in full."""

@@ -1177,6 +1177,11 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
             b.layout is torch.strided and rounding_mode is None and out is None:
         # A / D (D broadcast, e.g. a degree vector): each stored value divided by D at its
         # coordinates; the implicit zeros stay zeros unless D has a zero (0/0 is nan)
+        if b.dim() > a.dim():   # (a mask over each head's scores: a's pattern in every
+            if bool(((b == 0) | b.isnan()).any()):   # slice, then divided as below)
+                refuse("torch.div", a, b, why="the divisor has zeros or nans, which turn "
+                                              "the implicit zeros into nan")
+            a = _mul_leading("torch.div", a, torch.ones(b.shape, dtype=a.dtype))
         la, dd, ld = _dense_for(a, b, "torch.div")
         if bool(((dd == 0) | dd.isnan()).any()):
             refuse("torch.div", a, b, why="the divisor has zeros or nans, which turn the "
