@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import operator
 import sys
 import warnings
 import weakref
@@ -2603,6 +2604,120 @@ def _squeeze(a, dim=None):
     for d in sorted((d for d in dims if a.shape[d] == 1), reverse=True):
         out = select(out, d, 0)
     return _piece(out, a, "squeeze")
+
+
+# ---- reshape: the entries' coordinates renumbered --------------------------------------
+
+def _new_shape(name, a, shape):
+    """torch's reshape rule: ints (or one sequence of them), one -1 inferred, as many
+    elements as a."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    try:
+        shape = [operator.index(s) for s in shape]
+    except TypeError:
+        raise TypeError(f"{name}: the shape must be ints, got {shape!r}") from None
+    numel = math.prod(a.shape)
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise RuntimeError(f"{name}: invalid shape {shape} (at most one -1, no other "
+                           "negative size)")
+    if -1 in shape:
+        rest = math.prod(s for s in shape if s != -1)
+        if rest == 0:
+            raise RuntimeError(f"{name}: cannot reshape a tensor of {numel} elements into "
+                               f"shape {shape}: the size -1 is ambiguous")
+        shape[shape.index(-1)] = numel // rest
+    if math.prod(shape) != numel:
+        raise RuntimeError(f"{name}: shape {shape} is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def _reshaped_format(a: SparseTensor, shape):
+    """The result's format: a's own for as many dimensions; else the same family over the
+    new ones (all dense, coo, csr-like dense levels over one compressed, csf-like), where
+    its dense levels would not hold many more positions than a has entries or rows;
+    else coo."""
+    fmt, n = a._format, len(shape)
+    kinds = fmt.kinds
+    if all(k == 0 for k in kinds):
+        return fmt if len(kinds) == n else "d" * n
+    own_grid = math.prod(a.shape[d] for d, k in zip(fmt.order, kinds) if k == 0)
+    room = max(own_grid, a.nnz, 1)
+    if len(kinds) == n:
+        grid = math.prod(shape[d] for d, k in zip(fmt.order, kinds) if k == 0)
+        return fmt if grid <= room else "coo"
+    identity = fmt.order == tuple(range(len(kinds)))
+    if identity and kinds[-1] == 1 and all(k == 0 for k in kinds[:-1]) and \
+            math.prod(shape[:-1]) <= room:
+        return "d" * (n - 1) + "c"
+    if identity and all(k == 1 for k in kinds) and all(fmt.unique):
+        return "c" * n
+    return "coo"
+
+
+def _reshape(name, a, shape):
+    """a's entries at their coordinates in the new shape (row-major order, as torch's
+    reshape): a copy, differentiable w.r.t. the values, refusing in-place writes as
+    pieces do (torch's view would share the values)."""
+    if not _is_sparse(a):
+        refuse(name, a, *shape, why="only the SparseTensor is reshaped")
+    shape = _new_shape(name, a, shape)
+    if shape == tuple(a.shape):
+        return a
+    if math.prod(shape) > 2 ** 63 - 1:
+        refuse(name, a, why=f"shape {list(shape)} has more than 2^63 - 1 elements")
+    from ._convert import _from_coords
+    key = _linear_key(dim_coords(a), a.shape, a.nnz)
+    coords = []
+    for s in reversed(shape):
+        coords.append(key % s if s else key)
+        key = key // s if s else key
+    coords = torch.stack(coords[::-1]) if coords else torch.zeros(0, a.nnz, dtype=torch.int64)
+    wide = torch.int64 if a.index_dtype == torch.int64 else None
+    r = _from_coords(shape, coords, a._vals, _reshaped_format(a, shape), wide)
+    return _piece(r, a, name)
+
+
+@_register(torch.reshape, torch.Tensor.reshape)
+def _reshape_handler(a, *shape):
+    return _reshape("torch.reshape", a, shape)
+
+
+@_register(torch.Tensor.view)
+def _view_handler(a, *shape, dtype=None):
+    if dtype is not None or (len(shape) == 1 and isinstance(shape[0], torch.dtype)):
+        refuse("torch.Tensor.view(dtype)", a, why="the values' bits reinterpreted",
+               hint="convert with .to(dtype)")
+    return _reshape("torch.Tensor.view", a, shape)
+
+
+@_register(torch.Tensor.view_as, torch.Tensor.reshape_as)
+def _view_as_handler(a, other):
+    return _reshape("torch.Tensor.view_as", a, tuple(other.shape))
+
+
+@_register(torch.flatten, torch.Tensor.flatten)
+def _flatten(a, start_dim=0, end_dim=-1):
+    n = a.dim()
+    if n == 0:
+        return _reshape("torch.flatten", a, (1,))
+    s, e = _dim_index("torch.flatten", start_dim, n), _dim_index("torch.flatten", end_dim, n)
+    if s > e:
+        raise RuntimeError("torch.flatten: start_dim cannot come after end_dim")
+    sh = a.shape
+    return _reshape("torch.flatten", a, (*sh[:s], math.prod(sh[s:e + 1]), *sh[e + 1:]))
+
+
+@_register(torch.ravel, torch.Tensor.ravel)
+def _ravel(a):
+    return _reshape("torch.ravel", a, (-1,))
+
+
+@_register(torch.unflatten, torch.Tensor.unflatten)
+def _unflatten(a, dim, sizes):
+    d = _dim_index("torch.unflatten", dim, a.dim())   # (the other sizes fixed, a -1 in
+    return _reshape("torch.unflatten", a, (*a.shape[:d], *sizes, *a.shape[d + 1:]))  # sizes
+                                                     # is inferred as over dimension d)
 
 
 @_register(torch.stack)

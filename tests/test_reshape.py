@@ -1,0 +1,118 @@
+"""reshape / view / flatten / unflatten / ravel of a SparseTensor: the entries renumbered
+in row-major order, as dense reshape places elements, in the format family of the input
+(its own where the dimension count stays), differentiable w.r.t. the values; a copy,
+so in-place writes to it are refused as for other pieces."""
+import pytest
+import torch
+
+import scorch
+
+FORMATS = ["csr", "csc", "coo", "dcsr", "dense"]
+
+RESHAPES = {
+    "reshape(3, 8)": lambda t: t.reshape(3, 8),
+    "reshape((2, 3, 4))": lambda t: t.reshape((2, 3, 4)),
+    "torch.reshape(-1)": lambda t: torch.reshape(t, (-1,)),
+    "view(24, 1)": lambda t: t.view(24, 1),
+    "view(4, -1)": lambda t: t.view(4, -1),
+    "flatten": lambda t: t.flatten(),
+    "torch.flatten(0, 1)": lambda t: torch.flatten(t, 0, 1),
+    "unflatten(0, (2, -1))": lambda t: t.unflatten(0, (2, -1)),
+    "ravel": lambda t: t.ravel(),
+    "view_as": lambda t: t.view_as(torch.empty(8, 3)),
+}
+
+
+def _check(m, fmt, fn):
+    A = scorch.to_sparse(m, fmt).requires_grad_()
+    R, want = fn(A), fn(m)
+    assert isinstance(R, scorch.SparseTensor) and R.shape == want.shape
+    assert torch.equal(R.to_dense(), want)
+    g = torch.randn(want.shape, dtype=m.dtype)
+    (R.to_dense() * g).sum().backward()
+    md = m.clone().requires_grad_()
+    (fn(md) * g).sum().backward()
+    stored = torch.ones_like(A.detach()).to_dense() != 0
+    torch.testing.assert_close(A.grad.to_dense(), md.grad * stored)
+    return R
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", list(RESHAPES))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+def test_matches_dense_reshape(fmt, name, dtype):
+    g = torch.Generator().manual_seed(len(name) * 7 + FORMATS.index(fmt))
+    m = (torch.randn(6, 4, generator=g) * 4).to(dtype) * (torch.rand(6, 4, generator=g) < 0.4)
+    if dtype.is_floating_point:
+        _check(m, fmt, RESHAPES[name])
+    else:
+        A = scorch.to_sparse(m, fmt)
+        assert torch.equal(RESHAPES[name](A).to_dense(), RESHAPES[name](m))
+
+
+@pytest.mark.parametrize("fmt,shape,want", [
+    ("ddc", (2, 2, 3, 5), "dddc"), ("ddc", (12, 5), "csr"), ("csf", (12, 5), "dcsr"),
+    ("coo", (2, 2, 3, 5), "coo"), ("csf", (2, 2, 3, 5), "csf")])
+def test_three_dimensions_keep_their_family(fmt, shape, want):
+    m = torch.randn(4, 3, 5, dtype=torch.float64) * (torch.rand(4, 3, 5) < 0.4)
+    R = _check(m, fmt, lambda t: t.reshape(shape))
+    assert str(R.format) == want
+
+
+def test_a_tall_grid_goes_coo_not_dense_rows():
+    """A csr whose reshape would make far more dense rows than it has entries is coo."""
+    A = scorch.to_sparse(torch.eye(1000)[:, :1000], "csr")
+    R = A.reshape(500000, 2)
+    assert str(R.format) == "coo" and R.nnz == 1000
+    assert torch.equal(R.to_dense().reshape(1000, 1000), torch.eye(1000))
+
+
+@pytest.mark.parametrize("shape,new", [((0, 4), (4, 0)), ((0, 4), (-1,)), ((1, 1), (1,)),
+                                       ((3, 4), (3, 4)), ((2, 3), (3, 1, 2))])
+def test_edges(shape, new):
+    m = torch.ones(shape)
+    for fmt in ("csr", "coo"):
+        R = scorch.to_sparse(m, fmt).reshape(new)
+        assert torch.equal(R.to_dense(), m.reshape(new))
+    z = scorch.to_sparse(torch.zeros(shape), "csr").reshape(new)
+    assert z.nnz == 0 and torch.equal(z.to_dense(), torch.zeros(shape).reshape(new))
+
+
+def test_duplicates_are_summed():
+    A = scorch.from_components((2, 3), "coo", pos=[torch.tensor([0, 3]), None],
+                               crd=[torch.tensor([0, 0, 1]), torch.tensor([0, 0, 2])],
+                               values=torch.tensor([-2.0, 1.0, 3.0]))
+    assert torch.equal(A.reshape(3, 2).to_dense(), A.to_dense().reshape(3, 2))
+
+
+def test_a_copy_refusing_writes_and_bad_shapes():
+    A = scorch.to_sparse(torch.eye(4), "csr")
+    before = A.values().clone()
+    V = A.view(2, 8)
+    with pytest.raises(NotImplementedError, match="view"):
+        V.mul_(2)
+    assert torch.equal(A.values(), before)
+    assert A.reshape(4, 4) is A
+    with pytest.raises(RuntimeError, match=r"shape \[5, 3\] is invalid for input of size 16"):
+        A.reshape(5, 3)
+    with pytest.raises(RuntimeError, match="at most one -1"):
+        A.reshape(-1, -1)
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        scorch.to_sparse(torch.zeros(0, 4), "csr").reshape(0, -1)
+    with pytest.raises(NotImplementedError, match=r"view\(dtype\)"):
+        A.view(torch.int32)
+    with pytest.raises(TypeError):   # (torch's own argument parser)
+        A.reshape(2.0, 8)
+
+
+def test_multihead_attention_takes_a_per_head_mask():
+    """nn.MultiheadAttention reshapes a (batch * heads, L, S) mask with view."""
+    torch.manual_seed(0)
+    n, d, b, h = 7, 8, 2, 2
+    x = torch.randn(b, n, d)
+    pattern = (torch.rand(b * h, n, n) < 0.4) | torch.eye(n, dtype=torch.bool)
+    M = scorch.to_sparse(pattern.float(), "coo")
+    mha = torch.nn.MultiheadAttention(d, h, batch_first=True)
+    out, _ = mha(x, x, x, attn_mask=M, need_weights=False)
+    ref, _ = mha(x, x, x, attn_mask=~pattern, need_weights=False)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
