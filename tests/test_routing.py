@@ -457,7 +457,7 @@ def refusal(fmt):
     (lambda A: A ** -1, "torch.pow"),
     (lambda A: A ** 0, "torch.pow"),
     (lambda A: A / torch.arange(6.0), "the divisor has zeros"),
-    (lambda A: A / torch.ones(2, 5, 6), "torch.div"),
+    (lambda A: A / torch.zeros(2, 5, 6), "the divisor has zeros"),   # (more dimensions: a zero)
     (lambda A: 1 / A, "torch.div"),
     (lambda A: A / 0, "torch.div"),
     (lambda A: torch.div(A, 0, rounding_mode="floor"), "torch.div"),
@@ -506,14 +506,15 @@ def test_refusal_names_the_function_called(op, what):
 
 
 def test_refusal_names_formats_passed_by_keyword():
-    """An aten op given the SparseTensor by keyword (nn.MultiheadAttention's mask, through
-    scaled_dot_product_attention) names its format too (it said "formats: ")."""
-    mha = torch.nn.MultiheadAttention(4, 1, batch_first=True)
-    x = torch.ones(1, 5, 4)
+    """An aten op given the SparseTensor by keyword (SDPA's CPU kernel's attn_mask, which
+    nn.MultiheadAttention reached before SDPA took sparse masks) names its format too (it
+    said "formats: ")."""
+    q = torch.ones(1, 1, 5, 4)
     M = scorch.to_sparse(torch.eye(5), "csr")
-    with pytest.raises(NotImplementedError, match="scaled_dot_product_attention") as info:
-        mha(x, x, x, attn_mask=M, need_weights=False)
-    assert "(formats: )" not in str(info.value) and "(formats: d" in str(info.value)
+    with pytest.raises(NotImplementedError, match="scaled_dot_product_flash") as info:
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q, 0.0, False,
+                                                                   attn_mask=M)
+    assert "(formats: csr)" in str(info.value)
 
 
 def test_batched_product_refuses_out():
