@@ -613,6 +613,28 @@ def test_values_written_without_a_version_bump_are_read_fresh(fmt, write):
         assert not torch.equal(p.detach(), before)
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_sent_to_a_child_process_being_started(method):
+    """A SparseTensor among a spawned (or forkserver) child's arguments: its arrays go as
+    shared-memory copies whose descriptors the launch passes later; the copies were freed
+    first ("bad value(s) in fds_to_keep", or a child dying unheard).  The child sends it
+    its product back through a queue."""
+    import multiprocessing as mp
+    ctx = mp.get_context(method)
+    A = scorch.to_sparse(make_dense((6, 5), torch.float32, seed_of("spawn")), "csr")
+    q = ctx.Queue()
+    child = ctx.Process(target=_product_sum_into, args=(A, q))
+    child.start()
+    got = q.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert got == ("csr", (A.to_dense() @ torch.arange(5.0)).tolist())
+
+
+def _product_sum_into(A, q):
+    q.put((str(A.format), (A @ torch.arange(5.0)).tolist()))
+
+
 @pytest.mark.parametrize("workers", [0, 1])
 def test_dataloader_batches_sparse_items_in_workers_too(workers):
     """DataLoader's default collate stacks SparseTensor items as torch.stack does; inside

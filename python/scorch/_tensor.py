@@ -536,9 +536,23 @@ class SparseTensor(torch.Tensor):
         they are, the others as shared-memory copies.  torch's reducer would move them
         into shared memory in place, freeing the blocks a kernel running in another
         thread of the sender may be reading (a queue pickles on its feeder thread, while
-        the program goes on computing with the tensor)."""
+        the program goes on computing with the tensor).
+        While a child process is being started (spawn, forkserver), the copies' file
+        descriptors are only noted, to be passed at the launch: the copies stay alive on
+        the starting process object (its ``Popen``) until then, or the descriptors would
+        be closed first ("bad value(s) in fds_to_keep")."""
+        from multiprocessing.context import get_spawning_popen
+        popen = get_spawning_popen()
+
         def shared(a):
-            return a if a is None or a.is_shared() else a.clone().share_memory_()
+            if a is None or a.is_shared():
+                return a
+            copy = a.clone().share_memory_()
+            if popen is not None:
+                if not hasattr(popen, "_scorch_arrays"):
+                    popen._scorch_arrays = []
+                popen._scorch_arrays.append(copy)
+            return copy
 
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(),
                            [shared(p) for p in self._pos], [shared(c) for c in self._crd],
