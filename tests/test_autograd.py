@@ -674,3 +674,40 @@ def test_gradient_joins_an_operand_whose_pattern_the_output_shares(fmt, monkeypa
     (dense[mask] * w).sum().backward()
     torch.testing.assert_close(Q.grad, Qd.grad)
     torch.testing.assert_close(K.grad, Kd.grad)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csc", "dense"])
+def test_a_dense_gradient_of_a_sparse_output_is_read_at_its_entries(fmt):
+    """S.backward(G) with G dense of S's shape (as torch.sparse takes it): each stored
+    entry's gradient is G at its coordinates. G was taken as the values' gradient: a
+    shape error quoting nnz, or, where the shapes happened to agree, wrong gradients."""
+    x = make_dense((4, 5), torch.float64, seed_of("dense-grad", fmt))
+    G = torch.randn(4, 5, dtype=torch.float64)
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    (A * 3).backward(G)
+    stored = torch.ones_like(A.detach()).to_dense() != 0
+    torch.testing.assert_close(A.grad.to_dense(), 3 * G * stored)
+    g, = torch.autograd.grad(A * 3, A, G)
+    torch.testing.assert_close(g.to_dense(), 3 * G * stored)
+    with pytest.raises(RuntimeError, match=r"grad_output\[0\] has a shape of \[5, 4\]"):
+        (A * 3).backward(G.T)
+
+
+def test_repeated_coordinates_each_get_the_gradient_at_their_place():
+    v = torch.tensor([1., 2., 3.], requires_grad=True)
+    A = scorch.from_components((3,), "coo", pos=[torch.tensor([0, 3])],
+                               crd=[torch.tensor([0, 0, 2])], values=v)   # 0, 0 and 2
+    (A * 2).backward(torch.tensor([10., 20., 30.]))
+    assert v.grad.tolist() == [20., 20., 60.]
+
+
+def test_an_implicit_gradient_needs_one_element():
+    """backward() without a gradient: a SparseTensor of one element (stored or not) takes
+    1, as a scalar does; any other shape is refused as torch refuses it (a 2 x 2 result
+    storing one entry passed as a scalar)."""
+    C = scorch.to_sparse(torch.tensor([[0., 0], [0, 5]]), "csr").requires_grad_()
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar outputs"):
+        (C * 2).backward()
+    D = scorch.to_sparse(torch.tensor([[5.]]), "coo").requires_grad_()
+    (D * 3).backward()
+    assert D.grad.to_dense().tolist() == [[3.]]

@@ -3436,18 +3436,35 @@ def _values_of(ts):
 
 def _gradients_of(outputs, grads, name):
     """The values of gradients given for ``outputs``: a SparseTensor gradient of a sparse
-    output must have its pattern (its values pair with the output's entry by entry)."""
-    if grads is None or grads == (None,):
+    output must have its pattern (its values pair with the output's entry by entry); a
+    dense one, of the output's shape, is read at the output's stored coordinates (the
+    gradient of each entry, repeated ones alike); none, for a sparse output of one
+    element, is ones (torch's implicit gradient: of a scalar output only)."""
+    if all(g is None for g in grads) and not any(_is_sparse(o) for o in outputs):
         return grads
+    if len(grads) == 1 and grads[0] is None:
+        grads = (None,) * len(outputs)
     if len(grads) != len(outputs):
         return _values_of(grads)   # (torch names the mismatch)
     out = []
-    for o, g in zip(outputs, grads):
+    for i, (o, g) in enumerate(zip(outputs, grads)):
         if isinstance(g, SparseTensor):
             if not isinstance(o, SparseTensor) or not _same_arrays(o, g):
                 raise ValueError(f"{name}: a SparseTensor gradient must have its output's "
                                  f"pattern (shape, format and stored coordinates)")
             g = g._vals
+        elif _is_sparse(o) and g is None:
+            if math.prod(o.shape) != 1:
+                raise RuntimeError(f"{name}: grad can be implicitly created only for "
+                                   f"scalar outputs (output {i} is a SparseTensor of shape "
+                                   f"{tuple(o.shape)})")
+            g = torch.ones_like(o._vals)
+        elif _is_sparse(o) and isinstance(g, torch.Tensor):
+            if tuple(g.shape) != tuple(o.shape):
+                raise RuntimeError(f"{name}: Mismatch in shape: grad_output[{i}] has a shape "
+                                   f"of {list(g.shape)} and output[{i}] has a shape of "
+                                   f"{list(o.shape)}")
+            g = g[tuple(dim_coords(o))] if o.dim() else g.expand(o._vals.shape)
         out.append(g)
     return tuple(out)
 
