@@ -131,7 +131,7 @@ def test_like_factories(fmt):
         torch.ones_like(A, layout=torch.sparse_csr)
 
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin", "max", "min"])
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr", "cd"])
 @pytest.mark.parametrize("shape", [(7, 5), (1, 1), (0, 3), (4, 0)])
 def test_sparse_mm_reduce_as_torch_csr(shape, fmt, reduce):

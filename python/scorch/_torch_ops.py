@@ -1507,6 +1507,7 @@ def _sparse_mm(a, b, reduce="sum"):
     A row with no entries gives 0; differentiable."""
     if reduce == "sum":
         return _mm(a, b)
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)   # (torch's aliases)
     if reduce not in ("mean", "amax", "amin"):
         raise ValueError(f"torch.sparse.mm: reduce must be 'sum', 'mean', 'amax' or 'amin', "
                          f"not {reduce!r}")
