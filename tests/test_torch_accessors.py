@@ -200,3 +200,27 @@ def test_format_orders_are_ints():
     for order in ((1.5, 0), "10", 5):
         with pytest.raises(TypeError, match="sequence of ints"):
             scorch.Format("dc", order=order)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
+def test_sparse_mask_reads_a_dense_tensor_at_the_pattern(fmt):
+    """``x.sparse_mask(M)``, torch.sparse's idiom: x at M's stored positions, in M's
+    format, with x's gradient; repeated coordinates of M are one position."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    M = scorch.to_sparse(torch.rand(4, 5, generator=g) * (torch.rand(4, 5, generator=g) < 0.5),
+                         fmt)
+    R = x.sparse_mask(M)
+    stored = torch.ones_like(M).to_dense() != 0
+    assert isinstance(R, scorch.SparseTensor) and R.format == M.format
+    assert torch.equal(R.to_dense(), x.detach() * stored)
+    w = torch.randn(4, 5, dtype=torch.float64, generator=g)
+    (R.to_dense() * w).sum().backward()
+    assert torch.equal(x.grad, w * stored)
+    with pytest.raises(RuntimeError, match=r"mask's shape \(4, 5\) must be x's \(5, 4\)"):
+        x.detach().T.sparse_mask(M)
+    D = scorch.from_components((2, 2), "coo", pos=[torch.tensor([0, 2]), None],
+                               crd=[torch.tensor([1, 1]), torch.tensor([0, 0])],
+                               values=torch.ones(2))
+    assert torch.equal(torch.tensor([[1., 2.], [3., 4.]]).sparse_mask(D).to_dense(),
+                       torch.tensor([[0., 0.], [3., 0.]]))

@@ -1498,6 +1498,24 @@ def _mm(a, b, *args, out=None, out_dtype=None):
     return _product("torch.mm", _MM, a, b)
 
 
+@_register(torch.Tensor.sparse_mask)
+def _sparse_mask(x, mask):
+    """``x.sparse_mask(M)``: x's elements at M's stored positions, in M's pattern and
+    format (M's values unread; repeated coordinates summed first, as torch coalesces),
+    differentiable w.r.t. x."""
+    name = "torch.Tensor.sparse_mask"
+    if _is_sparse(x) or not _is_sparse(mask):
+        refuse(name, x, mask, why="x must be dense and the mask a SparseTensor")
+    if tuple(x.shape) != tuple(mask.shape):
+        raise RuntimeError(f"{name}: the mask's shape {tuple(mask.shape)} must be x's "
+                           f"{tuple(x.shape)}")
+    from ._convert import _check_values_dtype
+    _check_values_dtype(x.dtype, f"values ({name})")
+    m = _coalesced(mask)
+    v = x[tuple(dim_coords(m))] if m.dim() else x.reshape(1).expand(m.nnz)
+    return m._rewrap(v, requires_grad=v.requires_grad)
+
+
 @_register(torch.sparse.mm)
 def _sparse_mm(a, b, reduce="sum"):
     """torch.sparse.mm, with ``reduce`` over each row's stored entries as torch's for a
