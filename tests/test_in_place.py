@@ -288,3 +288,26 @@ def test_views_of_pieces_and_integer_keys_refuse_writes_too():
         with pytest.raises(NotImplementedError, match="a piece another one gave"):
             view().mul_(2)
     torch.testing.assert_close(A.to_dense(), x)
+
+
+def test_grad_scaler_unscales_a_sparse_parameters_gradient():
+    """torch.amp.GradScaler on a Parameter(SparseTensor): unscale_ divides the gradient's
+    values in place (it was refused), so a scaled step is the plain step, and an inf in
+    the gradient skips the step and lowers the scale."""
+    x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))
+    base = scorch.to_sparse(torch.eye(20) + torch.diag(torch.ones(19), 1), "csr")
+    P, Q = torch.nn.Parameter(base.clone()), torch.nn.Parameter(base.clone())
+    sp, sq = torch.optim.SGD([P], 0.1), torch.optim.SGD([Q], 0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale((P @ x).pow(2).mean()).backward()
+    scaler.step(sp)
+    scaler.update()
+    (Q @ x).pow(2).mean().backward()
+    sq.step()
+    torch.testing.assert_close(P.detach().to_dense(), Q.detach().to_dense())
+    before = P.detach().to_dense().clone()
+    sp.zero_grad()
+    scaler.scale((P @ x).sum() * float("inf")).backward()
+    scaler.step(sp)
+    scaler.update()
+    assert torch.equal(P.detach().to_dense(), before) and scaler.get_scale() == 512.0

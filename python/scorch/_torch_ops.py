@@ -1498,6 +1498,14 @@ def _mm(a, b, *args, out=None, out_dtype=None):
     return _product("torch.mm", _MM, a, b)
 
 
+@_register(torch._amp_foreach_non_finite_check_and_unscale_)
+def _amp_unscale(grads, found_inf, inv_scale):
+    """GradScaler's unscale of gradients, a SparseTensor's (a ``Parameter(SparseTensor)``'s
+    gradient) by its values, in place: scaling keeps the stored entries."""
+    torch._amp_foreach_non_finite_check_and_unscale_(
+        [g._vals if _is_sparse(g) else g for g in grads], found_inf, inv_scale)
+
+
 @_register(torch.Tensor.sparse_mask)
 def _sparse_mask(x, mask):
     """``x.sparse_mask(M)``: x's elements at M's stored positions, in M's pattern and
