@@ -145,3 +145,27 @@ def test_torch_export_of_a_sparse_linear_layer_is_refused_by_name():
     with pytest.raises(NotImplementedError, match="torch.export cannot trace scorch"):
         torch.export.export(layer, (x,))
     assert torch.allclose(layer(x), F.linear(x, layer.weight.to_dense(), layer.bias))
+
+
+def test_scorch_entry_frames_are_never_compiled():
+    """After a graph break at a scorch call, dynamo compiled the frame of scorch's entry
+    point (the wrapper of every public function, one code object for all of them, and
+    SparseTensor.__torch_function__ / __matmul__), guarding on the function and shapes:
+    enough models in one process hit its recompile limit, with a warning.  Those frames
+    are now skipped, recursively: no compiled entries for their code."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from scorch import _tensor
+
+    def f(x, X):
+        A = scorch.to_sparse(x, "csr")
+        return (A @ X).relu().sum() + torch.mm(A, X).sum()
+
+    for n in range(2, 5):
+        x, X = torch.eye(n), torch.randn(n, 3)
+        torch.testing.assert_close(torch.compile(f, backend="eager", dynamic=False)(x, X),
+                                   f(x, X))
+    for code in (_tensor._WRAPPER_CODE, _tensor.outside.__code__,
+                 _tensor.SparseTensor.__matmul__.__code__,
+                 _tensor.SparseTensor.__torch_function__.__func__.__code__):
+        assert _debug_get_cache_entry_list(code) == [], code.co_name

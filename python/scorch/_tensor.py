@@ -116,14 +116,35 @@ def _arm_compile_checks():
 
 
 class _DynamoWatch:
-    """A sys.meta_path finder that finds nothing: it arms the torch.compile checks when
-    torch._dynamo is first imported."""
+    """A sys.meta_path finder: it arms the torch.compile checks when torch._dynamo is
+    first imported, and hands back the spec the other finders give, its loader set to
+    skip scorch's entry frames once the module has run (_skip_call_frames)."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name == "torch._dynamo":
-            _arm_compile_checks()
-        return None
+        if name != "torch._dynamo":
+            return None
+        _arm_compile_checks()
+        for finder in sys.meta_path:
+            spec = None if finder is _DynamoWatch or not hasattr(finder, "find_spec") \
+                else finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            _skip_call_frames()
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            pass
+        return spec
 
 
 def watch_for_dynamo():
@@ -131,6 +152,7 @@ def watch_for_dynamo():
     (the package calls this once its modules are imported)."""
     if "torch._dynamo" in sys.modules:
         _arm_compile_checks()
+        _skip_call_frames()
     elif _DynamoWatch not in sys.meta_path:
         sys.meta_path.insert(0, _DynamoWatch)
 
@@ -155,6 +177,25 @@ def outside(fn):
 _OUTSIDE: dict = {}
 
 
+def _skip_call_frames():
+    """torch.compile never compiles the frames of scorch's entry points (``outside_graph``'s
+    wrapper, ``outside``, ``SparseTensor.__torch_function__`` and ``__matmul__``), nor
+    those they call.  After a graph break at one, dynamo compiled its frame and guarded on
+    the function it was given: one code object for every wrapped function, so each
+    function, shape and grad mode recompiled it until dynamo's recompile limit warned.
+    Those frames call scorch eagerly anyway.  (torch's own mechanism behind ``skip_code``,
+    made recursive; where this torch lacks it, the frames compile as before.)"""
+    try:
+        from torch._C._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+        skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+        for code in (_WRAPPER_CODE, outside.__code__, SparseTensor.__matmul__.__code__,
+                     SparseTensor.__torch_function__.__func__.__code__):
+            set_code_exec_strategy(code, skip)
+    except Exception:   # (not this torch's API: the frames compile as before)
+        pass
+
+
 def outside_graph(fn):
     """``fn``, which torch.compile runs outside the graph it traces (a graph break) and
     everything else calls as it is (the check costs ~0.05 us a call)."""
@@ -162,6 +203,9 @@ def outside_graph(fn):
     def call(*args, **kwargs):
         return outside(fn)(*args, **kwargs) if _compiling() else fn(*args, **kwargs)
     return call
+
+
+_WRAPPER_CODE = outside_graph(len).__code__   # (the code object every wrapper shares)
 
 
 class SparseTensor(torch.Tensor):
