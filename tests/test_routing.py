@@ -459,6 +459,8 @@ def refusal(fmt):
     (lambda A: A / torch.arange(6.0), "the divisor has zeros"),
     (lambda A: A / torch.zeros(2, 5, 6), "the divisor has zeros"),   # (more dimensions: a zero)
     (lambda A: 1 / A, "torch.div"),
+    (lambda A: torch.smm(A, torch.ones(6, 2)), "a sparse result of a product"),
+    (lambda A: torch.sspaddmm(A, A, torch.ones(6, 6)), "torch.sspaddmm is not"),
     (lambda A: A / 0, "torch.div"),
     (lambda A: torch.div(A, 0, rounding_mode="floor"), "torch.div"),
     (lambda A: A + torch.ones(6), "torch.add"),

@@ -212,6 +212,18 @@ def test_copies_of_a_tensor_that_requires_grad_are_leaves_that_require_it():
     assert A.grad is None
 
 
+def test_a_deepcopy_keeps_the_gradient():
+    """copy.deepcopy of a leaf with a gradient copies the gradient too, as torch's does
+    for a dense leaf (it came back None): a copy of its own."""
+    import copy
+    A = scorch.to_sparse(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), "csr").requires_grad_()
+    (A @ torch.ones(2, 1)).sum().backward()
+    B = copy.deepcopy(A)
+    torch.testing.assert_close(B.grad.to_dense(), torch.eye(2))
+    B.grad.values().mul_(3)
+    torch.testing.assert_close(A.grad.to_dense(), torch.eye(2))
+
+
 def test_loaded_arrays_are_checked():
     """A file is input like any other: a bad position or coordinate array is an error at
     load (a SparseLinear's too), never a crash at first use."""

@@ -546,6 +546,8 @@ class SparseTensor(torch.Tensor):
                                           self.requires_grad),
                            requires_grad=self.requires_grad, index_dtype=self.index_dtype)
         memo[id(self)] = new
+        if self._vals.grad is not None:   # (a copied tensor keeps its gradient, as torch's)
+            new._vals.grad = copy.deepcopy(self._vals.grad, memo)
         new.__dict__.update(copy.deepcopy(self._user_state(), memo))
         return new
 

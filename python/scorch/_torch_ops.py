@@ -1506,6 +1506,16 @@ def _amp_unscale(grads, found_inf, inv_scale):
         [g._vals if _is_sparse(g) else g for g in grads], found_inf, inv_scale)
 
 
+@_register(torch.smm, torch.Tensor.smm, torch.sspaddmm, torch.Tensor.sspaddmm)
+def _sparse_result_products(*args, **kwargs):
+    """torch.smm / sspaddmm give torch's sparse layout a sparse product of a sparse and a
+    dense matrix; scorch's is dense (``A @ X``, ``torch.addmm``).  Refused by name (they
+    reached aten.sspaddmm.out, which read as an in-place write)."""
+    name = "torch.smm" if len(args) == 2 else "torch.sspaddmm"
+    refuse(name, *args, why="a sparse result of a product with a dense matrix",
+           hint="use A @ X or torch.addmm, whose result is dense, or .to_dense()")
+
+
 @_register(torch.Tensor.sparse_mask)
 def _sparse_mask(x, mask):
     """``x.sparse_mask(M)``: x's elements at M's stored positions, in M's pattern and
