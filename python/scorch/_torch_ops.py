@@ -2550,6 +2550,10 @@ def _iter(a):
     return iter(_unbind(a, 0))
 
 
+_NOT_ALL_SPARSE = ("every tensor must be a SparseTensor (convert the others, dense or "
+                   "torch.sparse, with scorch.to_sparse)")
+
+
 @_register(torch.cat, torch.concat, torch.concatenate)
 def _cat(tensors, dim=0, *, axis=None, out=None):
     """Sparse tensors joined along dim (or axis, its alias) (PyG's block batching joins
@@ -2560,8 +2564,7 @@ def _cat(tensors, dim=0, *, axis=None, out=None):
     name = "torch.cat"
     refuse_out(name, out, *tensors)
     if not tensors or not all(_is_sparse(t) for t in tensors):
-        refuse(name, *tensors, why="every tensor must be a SparseTensor (convert the dense "
-                                   "ones with scorch.to_sparse)")
+        refuse(name, *tensors, why=_NOT_ALL_SPARSE)
     first = tensors[0]
     n = first.dim()
     dim = _dim_index(name, dim, n)
@@ -2763,8 +2766,7 @@ def _stack(tensors, dim=0, *, axis=None, out=None):
     tensors = list(tensors)
     refuse_out("torch.stack", out, *tensors)
     if not tensors or not all(_is_sparse(t) for t in tensors):
-        refuse("torch.stack", *tensors, why="every tensor must be a SparseTensor (convert the "
-                                            "dense ones with scorch.to_sparse)")
+        refuse("torch.stack", *tensors, why=_NOT_ALL_SPARSE)
     dim = _dim_index("torch.stack", dim, tensors[0].dim(), 1)
     if any(t.shape != tensors[0].shape for t in tensors):
         raise RuntimeError("torch.stack expects each tensor to be equal size, got "
