@@ -118,6 +118,34 @@ def test_a_mask_of_one_value_is_its_pattern(value):
     _compare(q, k, v, M.requires_grad_(), atol=1e-5)
 
 
+def test_rows_of_only_negative_infinity_give_zero_and_finite_gradients():
+    """A row whose stored values are all -inf attends nothing: 0, and no nan in any
+    gradient (the softmax's -inf - -inf had made every gradient of q and k nan)."""
+    torch.manual_seed(8)
+    q, k, v = (torch.randn(3, 4, dtype=torch.float64) for _ in range(3))
+    ninf = -math.inf
+    vals = torch.tensor([0.0, 0.5, 0.0, ninf, ninf, ninf, 0.0, ninf, 1.0], dtype=torch.float64)
+    M = scorch.to_sparse(torch.ones(3, 3, dtype=torch.float64), "csr").with_values(vals)
+    _compare(q, k, v, M.requires_grad_())
+    out = F.scaled_dot_product_attention(q.requires_grad_(), k, v, attn_mask=M.detach())
+    out.sum().backward()
+    assert out[1].abs().max() == 0 and q.grad.isfinite().all()
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.float32, torch.float64])
+def test_a_mask_of_another_float_dtype_is_converted(mask_dtype):
+    """torch's SDPA takes a float mask with a bfloat16 query (autocast gives one)."""
+    torch.manual_seed(9)
+    q, k, v = (torch.randn(2, 5, 4).bfloat16() for _ in range(3))
+    allowed = torch.rand(5, 5) < 0.5
+    allowed[:, 0] = True
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=scorch.to_sparse(allowed.to(mask_dtype), "csr"))
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
 def test_duplicates_are_summed_and_negative_infinity_masks():
     torch.manual_seed(4)
     q, k, v = (torch.randn(4, 3, dtype=torch.float64) for _ in range(3))
@@ -190,8 +218,8 @@ def test_bad_calls_are_named():
         F.scaled_dot_product_attention(q, k, v, attn_mask=M, is_causal=True)
     with pytest.raises(RuntimeError, match=r"must end in \(L, S\) = \(4, 5\)"):
         F.scaled_dot_product_attention(q, k, v, attn_mask=scorch.to_sparse(torch.ones(5, 4), "csr"))
-    with pytest.raises(RuntimeError, match="query's dtype torch.float32"):
-        F.scaled_dot_product_attention(q, k, v, attn_mask=M.double())
+    with pytest.raises(RuntimeError, match="must be floating"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=M.to(torch.int32))
     with pytest.raises(RuntimeError, match=r"key \(\.\.\., S, E\)"):
         F.scaled_dot_product_attention(q, k[:, :2], v, attn_mask=M)
     with pytest.raises(NotImplementedError, match="only attn_mask may be a SparseTensor"):

@@ -2204,9 +2204,9 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
         raise RuntimeError(f"{name}: query, key and value must have one floating dtype; "
                            f"got {q.dtype}, {k.dtype} and {v.dtype}")
-    if M._vals.dtype != q.dtype:
-        raise RuntimeError(f"{name}: the sparse attn_mask's values must have the query's "
-                           f"dtype {q.dtype}, not {M._vals.dtype}")
+    if not M._vals.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: a sparse attn_mask's values must be floating (added to "
+                           f"the scores), not {M._vals.dtype}")
     L, S = q.shape[-2], k.shape[-2]
     if M.dim() < 2 or tuple(M.shape[-2:]) != (L, S):
         raise RuntimeError(f"{name}: a sparse attn_mask must end in (L, S) = ({L}, {S}); "
@@ -2230,6 +2230,8 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
             t = t if d in keep else (_squeeze(t, d) if _is_sparse(t) else t.squeeze(d))
         return t, "".join(letters[len(batch) - nb + d] for d in keep) + sub
 
+    if M._vals.dtype != q.dtype:   # (a float32 mask with a bfloat16 query, as torch's)
+        M = _map_values(M, lambda x: x.to(q.dtype))
     M, ms = own(_coalesced(M), "ij")
     q, qs = own(q, "ik")
     k, ks = own(k, "jk")
@@ -2247,10 +2249,14 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
             ones = torch.ones([batch[letters.index(c)] for c in extra], dtype=mv.dtype)
             M = einsum(f"{ms},{''.join(extra)}->{scores}ij", M, ones)
         s = _add("torch.add", s, M)
+    neg = torch.isneginf(s._vals) if bool(torch.isneginf(mv).any()) else None
+    if neg is not None:   # (-inf scores as the dtype's lowest: a row of only those has a
+        sv = torch.where(neg, torch.finfo(s.dtype).min, s._vals)   # finite maximum, so
+        s = s._rewrap(sv, requires_grad=sv.requires_grad)   # no -inf - -inf: nan gradients)
     p = _softmax(name, s, -1, None, log=False)
-    if bool(torch.isneginf(mv).any()):   # (a row all -inf: 0, as torch's safe softmax)
-        p = p._rewrap(torch.where(torch.isneginf(s._vals), 0, p._vals),
-                      requires_grad=p.requires_grad)
+    if neg is not None:   # (and their weights 0: a row all -inf gives 0, as torch's)
+        w = torch.where(neg, 0, p._vals)
+        p = p._rewrap(w, requires_grad=w.requires_grad)
     if dropout_p > 0:
         p = _dropout(p, dropout_p)
     out = "".join(c for c in letters if c in scores + vs)
