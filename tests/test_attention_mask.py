@@ -242,3 +242,22 @@ def test_multihead_attention_without_weights():
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
     with pytest.raises(NotImplementedError, match="need_weights=False"):
         mha(x, x, x, attn_mask=M)
+
+
+def test_transformer_encoder_and_decoder_take_a_sparse_mask():
+    """nn.TransformerEncoder / Decoder compare the mask with a causal one (==) to detect
+    causality: a sparse mask compares as the dense tensor it stands for, so it is not
+    taken for torch's causal mask and is used as given (it raised at aten.eq)."""
+    torch.manual_seed(10)
+    pattern = torch.ones(6, 6).tril().bool()
+    pattern[5, 1] = False
+    M = scorch.to_sparse(pattern.float(), "csr")
+    dense = torch.where(pattern, 0.0, -math.inf)
+    x = torch.randn(2, 6, 16)
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(
+        16, 4, 32, dropout=0.0, batch_first=True), 2, enable_nested_tensor=False)
+    torch.testing.assert_close(enc(x, mask=M), enc(x, mask=dense), atol=1e-5, rtol=1e-5)
+    dec = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(
+        16, 4, 32, dropout=0.0, batch_first=True), 2)
+    torch.testing.assert_close(dec(x, x, tgt_mask=M), dec(x, x, tgt_mask=dense),
+                               atol=1e-5, rtol=1e-5)

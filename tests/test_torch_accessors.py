@@ -224,3 +224,27 @@ def test_sparse_mask_reads_a_dense_tensor_at_the_pattern(fmt):
                                values=torch.ones(2))
     assert torch.equal(torch.tensor([[1., 2.], [3., 4.]]).sparse_mask(D).to_dense(),
                        torch.tensor([[0., 0.], [3., 0.]]))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
+def test_equality_with_a_dense_tensor_or_a_scalar_is_dense_bool(fmt):
+    """A == D, D == A, A != D, A == 0 as the dense tensor A stands for (the unstored places
+    are zeros); repeated coordinates are summed first; two SparseTensors, or a dense
+    operand of more dimensions, are refused."""
+    x = torch.tensor([[1., 0, 2], [0, 0, 0], [4, 0, 5]])
+    D = torch.tensor([[1., 0, 3], [0, 1, 0], [4, 0, 5]])
+    A = scorch.to_sparse(x, fmt)
+    for f in (lambda t: t == D, lambda t: D == t, lambda t: t != D, lambda t: t == 0,
+              lambda t: t != 2, lambda t: t == D[0], lambda t: torch.eq(t, D),
+              lambda t: torch.ne(t, 5.0)):
+        got = f(A)
+        assert type(got) is torch.Tensor and got.dtype == torch.bool
+        assert torch.equal(got, f(x))
+    C = scorch.from_components((1, 2), "coo", pos=[torch.tensor([0, 2]), None],
+                               crd=[torch.tensor([0, 0]), torch.tensor([1, 1])],
+                               values=torch.tensor([1.0, 2.0]))
+    assert (C == torch.tensor([[0.0, 3.0]])).tolist() == [[True, True]]
+    with pytest.raises(NotImplementedError, match="torch.eq"):
+        A == A
+    with pytest.raises(NotImplementedError, match="does not broadcast"):
+        A == torch.ones(2, 3, 3)

@@ -1516,6 +1516,45 @@ def _sparse_result_products(*args, **kwargs):
            hint="use A @ X or torch.addmm, whose result is dense, or .to_dense()")
 
 
+def _compare(name, a, b, equal):
+    """``a == b`` / ``a != b`` with one side a SparseTensor and the other dense (of a shape
+    that broadcasts to the sparse one's, or a scalar): a dense bool tensor, as torch's,
+    the unstored places compared as the zeros they stand for (nn.Transformer compares a
+    mask with a causal one)."""
+    if _is_sparse(b):
+        a, b = b, a
+    if _is_sparse(b) or not (_is_scalar(b) or isinstance(b, (bool, torch.Tensor))):
+        refuse(name, a, b, why="one SparseTensor compared with a dense tensor or a scalar")
+    d = torch.as_tensor(b) if not isinstance(b, torch.Tensor) else b
+    if d.layout is not _STRIDED:
+        refuse(name, a, b, why=f"a {d.layout} operand; convert it with scorch.to_sparse")
+    if d.dim() > a.dim() or torch.broadcast_shapes(tuple(a.shape), tuple(d.shape)) != a.shape:
+        refuse(name, a, b, why=f"a dense operand of shape {tuple(d.shape)} that does not "
+                               f"broadcast to the sparse one's {tuple(a.shape)}")
+    c = _coalesced(a)
+    full = d.expand(a.shape)
+    zero = torch.zeros((), dtype=torch.promote_types(c.dtype, d.dtype))
+    out = (full == zero) if equal else (full != zero)
+    if c.nnz:
+        at = tuple(dim_coords(c)) if c.dim() else ()
+        v = c._vals.detach()
+        out[at] = (v == full[at]) if equal else (v != full[at])
+    return out
+
+
+@_register(torch.eq, torch.Tensor.eq, torch.Tensor.__eq__)
+def _eq(a, b, *, out=None):
+    refuse_out("torch.eq", out, a, b)
+    return _compare("torch.eq", a, b, True)
+
+
+@_register(torch.ne, torch.not_equal, torch.Tensor.ne, torch.Tensor.not_equal,
+           torch.Tensor.__ne__)
+def _ne(a, b, *, out=None):
+    refuse_out("torch.ne", out, a, b)
+    return _compare("torch.ne", a, b, False)
+
+
 @_register(torch.Tensor.sparse_mask)
 def _sparse_mask(x, mask):
     """``x.sparse_mask(M)``: x's elements at M's stored positions, in M's pattern and
