@@ -3,6 +3,7 @@ attend, with the stored value added to the score as a float mask is; the positio
 stored take no part (-inf, as torch.sparse.softmax reads them).  Checked against torch's
 dense SDPA with that float mask, forward and gradients of query, key, value and mask."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -261,3 +262,28 @@ def test_transformer_encoder_and_decoder_take_a_sparse_mask():
         16, 4, 32, dropout=0.0, batch_first=True), 2)
     torch.testing.assert_close(dec(x, x, tgt_mask=M), dec(x, x, tgt_mask=dense),
                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("L", [1, 4])
+@pytest.mark.parametrize("per_head", [False, True])
+def test_multihead_attention_with_a_key_padding_mask(L, per_head):
+    """attn_mask + key_padding_mask, as torch merges them, keeps the sparse mask's
+    entries with the padding's -inf added: the unstored places stay unattended (the
+    tensor sum attended them, silently wrong where the shapes agreed, L = 1 with a
+    per-head mask; refused elsewhere)."""
+    torch.manual_seed(11)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    q, kv = torch.randn(2, L, 8), torch.randn(2, 5, 8)
+    allowed = torch.rand(L, 5) < 0.6
+    allowed[:, 0] = True
+    dense = torch.where(allowed, 0.0, -math.inf)
+    M = scorch.to_sparse(allowed.float(), "csr")
+    if per_head:
+        dense = dense.expand(4, L, 5)
+        M = scorch.to_sparse(allowed.float().expand(4, L, 5).contiguous(), "csf")
+    kpm = torch.tensor([[0, 0, 0, 0, 1], [0, 1, 0, 0, 0]], dtype=torch.bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (torch's: a bool padding mask, a float mask)
+        got = mha(q, kv, kv, attn_mask=M, key_padding_mask=kpm, need_weights=False)[0]
+        want = mha(q, kv, kv, attn_mask=dense, key_padding_mask=kpm, need_weights=False)[0]
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)

@@ -827,6 +827,9 @@ def _add(name, a, b, sign=1):
         refuse(name, a, b, why="adding a nonzero scalar is not zero-preserving")
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
+    if sign > 0 and _is_sparse(a) and not _is_sparse(b) and \
+            _called_from("multi_head_attention_forward", 4):
+        return _padded_mask(a, b)
     if a.shape != b.shape:
         _broadcastable(name, a, b)
         refuse(name, a, b, why=f"shapes {tuple(a.shape)} and {tuple(b.shape)} differ "
@@ -855,6 +858,31 @@ def _add(name, a, b, sign=1):
     # (two sparse operands: a's format, which the compiler gives as a plain tensor where
     # it is all dense)
     return _kept_sparse(res, a) if pa is not None and pb is not None else res
+
+
+def _padded_mask(m: SparseTensor, pad: torch.Tensor) -> SparseTensor:
+    """nn.MultiheadAttention's ``attn_mask + key_padding_mask`` for a sparse attn_mask m:
+    a mask is what it attends, so the sum keeps m's stored entries (m broadcast over the
+    batch and heads the padding mask has), each plus the padding's value there (-inf
+    for a padded key); the places m does not store stay unattended.  (The tensor sum
+    would attend them: m's unstored zeros plus the padding's zeros.)"""
+    name = "nn.MultiheadAttention"
+    try:
+        shape = torch.broadcast_shapes(tuple(m.shape), tuple(pad.shape))
+    except RuntimeError:
+        _broadcastable(name, m, pad)
+    if len(shape) != m.dim() or any(x not in (1, y) for x, y in zip(m.shape, shape)):
+        refuse(name, m, pad, why=f"an attn_mask of shape {tuple(m.shape)} with a "
+                                 f"key_padding_mask of shape {tuple(pad.shape)}")
+    m = _coalesced(m)
+    lead = [d for d in range(m.dim() - 2) if m.shape[d] == 1 and shape[d] != 1]
+    if lead:   # (one mask for every batch and head: its pattern in each slice)
+        for d in reversed(lead):
+            m = _squeeze(m, d)
+        m = _mul_leading(name, m, torch.ones(shape, dtype=m.dtype))
+    at = tuple(dim_coords(m))
+    v = m._vals + pad.to(m.dtype).expand(shape)[at]
+    return m._rewrap(v, requires_grad=v.requires_grad)
 
 
 # ---- value maps -------------------------------------------------------------------------
