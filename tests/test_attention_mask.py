@@ -287,3 +287,30 @@ def test_multihead_attention_with_a_key_padding_mask(L, per_head):
         got = mha(q, kv, kv, attn_mask=M, key_padding_mask=kpm, need_weights=False)[0]
         want = mha(q, kv, kv, attn_mask=dense, key_padding_mask=kpm, need_weights=False)[0]
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("padding", [False, True])
+def test_encoder_layer_inference_path(norm_first, padding):
+    """In eval without grad, nn.TransformerEncoderLayer takes torch's fused path: it
+    expands the mask to (batch, heads, L, L), adds the padding mask, and calls one fused
+    op, which scorch writes out with the sparse-mask SDPA (each step was refused)."""
+    torch.manual_seed(12)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True,
+                                             norm_first=norm_first, activation="gelu").eval()
+    pattern = torch.ones(6, 6).tril().bool()
+    pattern[5, 2] = False
+    M = scorch.to_sparse(pattern.float(), "csr")
+    dense = torch.where(pattern, 0.0, -math.inf)
+    x = torch.randn(2, 6, 16)
+    kpm = torch.zeros(2, 6, dtype=torch.bool)
+    kpm[1, 4:] = True
+    kpm = kpm if padding else None
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = layer(x, src_mask=M, src_key_padding_mask=kpm)
+        want = layer(x, src_mask=dense, src_key_padding_mask=kpm)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        M3 = scorch.to_sparse(pattern.float().expand(8, 6, 6).contiguous(), "coo")
+        torch.testing.assert_close(layer(x, src_mask=M3), layer(x, src_mask=dense.expand(8, 6, 6)),
+                                   atol=1e-5, rtol=1e-5)

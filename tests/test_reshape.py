@@ -116,3 +116,30 @@ def test_multihead_attention_takes_a_per_head_mask():
     out, _ = mha(x, x, x, attn_mask=M, need_weights=False)
     ref, _ = mha(x, x, x, attn_mask=~pattern, need_weights=False)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fmt,shape,sizes", [
+    ("csr", (4, 5), (3, 4, 5)), ("csr", (4, 5), (2, 3, -1, -1)), ("coo", (4, 5), (3, 4, 5)),
+    ("csc", (4, 5), (2, 3, -1, -1)), ("dense", (4, 5), (3, 4, 5)), ("csr", (1, 5), (4, 5)),
+    ("coo", (1, 5), (2, 4, 5)), ("coo", (4, 1, 5), (4, 3, 5)), ("csf", (4, 1, 5), (2, 4, 3, 5)),
+    ("ddc", (4, 1, 5), (4, 3, 5)), ("csr", (4, 5), (4, 5))])
+def test_expand_repeats_size_one_and_new_dimensions(fmt, shape, sizes):
+    """A.expand as dense broadcasting places the elements (each slice holds A's entries),
+    with gradients summed back over the copies; a copy refusing in-place writes."""
+    g = torch.Generator().manual_seed(len(shape) * 10 + len(sizes))
+    x = torch.randn(shape, dtype=torch.float64, generator=g) * (torch.rand(shape, generator=g) < 0.6)
+    R = _check(x, fmt, lambda t: t.expand(*sizes))
+    if tuple(R.shape) != shape:
+        with pytest.raises(NotImplementedError, match="expand"):
+            R.mul_(2)
+
+
+def test_expand_errors_as_torch():
+    A = scorch.to_sparse(torch.eye(3), "csr")
+    with pytest.raises(RuntimeError, match="non-singleton dimension 1"):
+        A.expand(3, 4)
+    with pytest.raises(RuntimeError, match="must be greater or equal"):
+        A.expand(3)
+    with pytest.raises(RuntimeError, match="-1 is not allowed"):
+        A.expand(-1, 3, 3)
+    assert torch.equal(A.expand_as(torch.empty(2, 3, 3)).to_dense(), torch.eye(3).expand(2, 3, 3))

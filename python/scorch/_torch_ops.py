@@ -828,7 +828,7 @@ def _add(name, a, b, sign=1):
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return NotImplemented
     if sign > 0 and _is_sparse(a) and not _is_sparse(b) and \
-            _called_from("multi_head_attention_forward", 4):
+            _called_from(("multi_head_attention_forward", "merge_masks"), 4):
         return _padded_mask(a, b)
     if a.shape != b.shape:
         _broadcastable(name, a, b)
@@ -1780,14 +1780,15 @@ def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
     return _added_product("torch.baddbmm", _bmm, inp, batch1, batch2, beta, alpha)
 
 
-def _called_from(function: str, depth: int) -> bool:
-    """Whether a caller within ``depth`` frames above the handler is ``function`` (only
-    to name what a refusal's user called)."""
+def _called_from(functions, depth: int) -> bool:
+    """Whether a caller within ``depth`` frames above the handler is one of ``functions``
+    (names: torch's attention code, whose mask arithmetic means masking)."""
+    functions = (functions,) if isinstance(functions, str) else functions
     f = sys._getframe(2)
     for _ in range(depth):
         if f is None:
             return False
-        if f.f_code.co_name == function:
+        if f.f_code.co_name in functions:
             return True
         f = f.f_back
     return False
@@ -2719,6 +2720,43 @@ def _squeeze(a, dim=None):
     return _piece(out, a, "squeeze")
 
 
+@_register(torch._transformer_encoder_layer_fwd)
+def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                   use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                   norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
+                   mask=None, mask_type=None):
+    """nn.TransformerEncoderLayer's fused inference path (eval, no grad) given a sparse
+    mask: the same layer written out (torch's fused kernel reads a dense mask), its
+    attention through the sparse-mask SDPA."""
+    if _is_sparse(src) or not _is_sparse(mask) or src.dim() != 3:
+        refuse("nn.TransformerEncoderLayer", src, mask,
+               why="a sparse mask with a dense (batch, seq, feature) input only")
+    b, n, e = src.shape
+    h = num_heads
+
+    def attend(x):
+        q, k, v = F.linear(x, qkv_weight, qkv_bias).split(embed_dim, dim=-1)
+        q, k, v = (t.reshape(b, n, h, e // h).transpose(1, 2) for t in (q, k, v))
+        a = _sdpa_handler(q, k, v, attn_mask=mask)
+        return F.linear(a.transpose(1, 2).reshape(b, n, e), proj_weight, proj_bias)
+
+    def feed(x):
+        act = F.gelu if use_gelu else F.relu
+        return F.linear(act(F.linear(x, ffn_weight_1, ffn_bias_1)), ffn_weight_2, ffn_bias_2)
+
+    def norm1(x):
+        return F.layer_norm(x, (e,), norm_weight_1, norm_bias_1, eps)
+
+    def norm2(x):
+        return F.layer_norm(x, (e,), norm_weight_2, norm_bias_2, eps)
+
+    if norm_first:
+        x = src + attend(norm1(src))
+        return x + feed(norm2(x))
+    x = norm1(src + attend(src))
+    return norm2(x + feed(x))
+
+
 # ---- reshape: the entries' coordinates renumbered --------------------------------------
 
 def _new_shape(name, a, shape):
@@ -2789,6 +2827,66 @@ def _reshape(name, a, shape):
     wide = torch.int64 if a.index_dtype == torch.int64 else None
     r = _from_coords(shape, coords, a._vals, _reshaped_format(a, shape), wide)
     return _piece(r, a, name)
+
+
+@_register(torch.Tensor.expand)
+def _expand(a, *sizes, implicit=False):
+    """``A.expand(*sizes)``: dimensions of size 1 (and new leading ones) repeated, as
+    dense broadcasting places them: each slice holds a's entries.  A copy (torch's is a
+    view), refusing in-place writes as pieces do."""
+    name = "torch.Tensor.expand"
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    n, m = a.dim(), len(sizes)
+    if m < n:
+        raise RuntimeError(f"{name}: the number of sizes provided ({m}) must be greater or "
+                           f"equal to the number of dimensions in the tensor ({n})")
+    shape = []
+    for d, s in enumerate(sizes):
+        s = operator.index(s)
+        own = a.shape[d - (m - n)] if d >= m - n else None
+        if s == -1:
+            if own is None:
+                raise RuntimeError(f"{name}: the expanded size -1 is not allowed in a "
+                                   f"leading, new dimension")
+            s = own
+        if own is not None and own != s and own != 1:
+            raise RuntimeError(f"{name}: the expanded size of the tensor ({s}) must match "
+                               f"the existing size ({own}) at non-singleton dimension {d}")
+        shape.append(s)
+    shape = tuple(shape)
+    if shape == tuple(a.shape):
+        return a
+    c = _coalesced(a)
+    grown = [d for d in range(m) if d < m - n or c.shape[d - (m - n)] != shape[d]]
+    if all(d < m - n or c.shape[d - (m - n)] == 1 for d in grown) and \
+            all(shape[d] == c.shape[d - (m - n)] for d in range(m - n, m) if d not in grown):
+        lead = [d for d in range(m - n, m) if d in grown]
+        if all(d < m - n + len(lead) for d in lead):   # (only leading dims grow: one
+            core = c                                   # einsum, dense levels over them)
+            for d in reversed(range(len(lead))):
+                core = _squeeze(core, d)
+            r = _mul_leading(name, core, torch.ones(shape, dtype=c.dtype)) \
+                if core.dim() < m else core
+            return _piece(r, a, "expand")
+    from ._convert import _from_coords
+    coords = [None] * (m - n) + list(dim_coords(c))
+    idx = torch.arange(c.nnz)
+    for d in grown:   # (each entry once per position of the dimension it grows along)
+        k = shape[d]
+        coords = [None if x is None else x.repeat(k) for x in coords]
+        coords[d] = torch.arange(k).repeat_interleave(idx.numel())
+        idx = idx.repeat(k)
+    coords = [torch.zeros_like(idx) if x is None else x for x in coords]
+    stacked = torch.stack(coords) if coords else torch.zeros(0, idx.numel(), dtype=torch.int64)
+    r = _from_coords(shape, stacked, c._vals[idx], _reshaped_format(c, shape),
+                     torch.int64 if c.index_dtype == torch.int64 else None)
+    return _piece(r, a, "expand")
+
+
+@_register(torch.Tensor.expand_as)
+def _expand_as(a, other):
+    return _expand(a, tuple(other.shape))
 
 
 @_register(torch.reshape, torch.Tensor.reshape)
