@@ -173,6 +173,17 @@ def test_empty_and_one_by_one(L, S):
     torch.testing.assert_close(out, ref.nan_to_num(0.0))
 
 
+@pytest.mark.parametrize("shape", [(4, 5), (3, 4, 5)])
+def test_a_mask_in_an_all_dense_format_attends_everywhere(shape):
+    """A mask of format dense stores every position (the SDDMM over it comes back from
+    the compiler as a plain tensor, which the softmax refused)."""
+    torch.manual_seed(13)
+    q, k, v = torch.randn(3, 4, 3), torch.randn(3, 5, 3), torch.randn(3, 5, 2)
+    m = torch.randn(shape)
+    got = F.scaled_dot_product_attention(q, k, v, attn_mask=scorch.to_sparse(m, "dense"))
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+
+
 def test_nothing_stored_attends_nothing():
     q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
     M = scorch.to_sparse(torch.zeros(3, 5), "csr")

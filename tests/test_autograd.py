@@ -711,3 +711,15 @@ def test_an_implicit_gradient_needs_one_element():
     D = scorch.to_sparse(torch.tensor([[5.]]), "coo").requires_grad_()
     (D * 3).backward()
     assert D.grad.to_dense().tolist() == [[3.]]
+
+
+def test_batched_gradients_are_refused_by_name():
+    """autograd.grad(is_grads_batched=True) through a SparseTensor: refused naming it (a
+    sparse output read the batch as a shape mismatch; a sparse input came back as a
+    malformed SparseTensor)."""
+    A = scorch.to_sparse(torch.eye(3), "csr").requires_grad_()
+    with pytest.raises(NotImplementedError, match="is_grads_batched"):
+        torch.autograd.grad(A * 2, A, torch.ones(4, 3, 3), is_grads_batched=True)
+    with pytest.raises(NotImplementedError, match="is_grads_batched"):
+        torch.autograd.grad((A @ torch.ones(3, 2)), A, torch.ones(4, 3, 2),
+                            is_grads_batched=True)

@@ -143,3 +143,18 @@ def test_expand_errors_as_torch():
     with pytest.raises(RuntimeError, match="-1 is not allowed"):
         A.expand(-1, 3, 3)
     assert torch.equal(A.expand_as(torch.empty(2, 3, 3)).to_dense(), torch.eye(3).expand(2, 3, 3))
+
+
+def test_dense_tensors_shaped_as_a_sparse_one_and_keyword_shapes():
+    """dense.reshape_as(S) / view_as(S) / expand_as(S) are torch's own (the reshape
+    handlers refused a dense self); torch.reshape(S, shape=...) takes the keyword;
+    unflatten checks the sizes against the dimension even with no elements."""
+    S = scorch.to_sparse(torch.eye(4), "csr")
+    assert torch.zeros(16).reshape_as(S).shape == (4, 4)
+    assert torch.zeros(16).view_as(S).shape == (4, 4)
+    assert torch.zeros(1, 4).expand_as(S).shape == (4, 4)
+    assert torch.equal(torch.reshape(S, shape=(2, 8)).to_dense(), torch.eye(4).reshape(2, 8))
+    E = scorch.to_sparse(torch.zeros(0, 4), "csr")
+    with pytest.raises(RuntimeError, match="don't multiply up"):
+        E.unflatten(1, (2, 3))
+    assert E.unflatten(1, (2, -1)).shape == (0, 2, 2)

@@ -583,22 +583,17 @@ class SparseTensor(torch.Tensor):
         into shared memory in place, freeing the blocks a kernel running in another
         thread of the sender may be reading (a queue pickles on its feeder thread, while
         the program goes on computing with the tensor).
-        While a child process is being started (spawn, forkserver), the copies' file
-        descriptors are only noted, to be passed at the launch: the copies stay alive on
-        the starting process object (its ``Popen``) until then, or the descriptors would
-        be closed first ("bad value(s) in fds_to_keep")."""
+        A child being started (spawn, forkserver) is sent the arrays moved into shared
+        memory in place, as torch's reducer moves a dense tensor's storage then: the
+        launch passes their file descriptors after pickling (multiprocessing notes them
+        without a duplicate), so a copy would have to outlive the call, one per child.
+        Pickling for a launch runs in the thread that starts the child."""
         from multiprocessing.context import get_spawning_popen
-        popen = get_spawning_popen()
+        if get_spawning_popen() is not None:
+            self._share_arrays()
 
         def shared(a):
-            if a is None or a.is_shared():
-                return a
-            copy = a.clone().share_memory_()
-            if popen is not None:
-                if not hasattr(popen, "_scorch_arrays"):
-                    popen._scorch_arrays = []
-                popen._scorch_arrays.append(copy)
-            return copy
+            return a if a is None or a.is_shared() else a.clone().share_memory_()
 
         return (_rebuild, (tuple(self.shape), self._format.as_tuple(),
                            [shared(p) for p in self._pos], [shared(c) for c in self._crd],

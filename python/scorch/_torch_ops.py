@@ -2307,7 +2307,11 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     scores = "".join(c for c in letters if c in ms + qs + ks)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     pattern = M._rewrap(torch.full_like(M._vals, scale, requires_grad=False))
-    s = einsum(f"{ms},{qs},{ks}->{scores}ij", pattern, q, k)
+    def wrapped(r):   # (an all-dense mask: the compiler's plain tensor, every place)
+        from ._convert import to_sparse
+        return r if _is_sparse(r) else to_sparse(r, "d" * r.dim(), M.index_dtype)
+
+    s = wrapped(einsum(f"{ms},{qs},{ks}->{scores}ij", pattern, q, k))
     mv = M._vals
     if M.requires_grad or mv.numel() and not (bool(mv.isfinite().all())
                                                 and bool((mv == mv[0]).all())):
@@ -2315,7 +2319,7 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
         extra = [c for c in scores if c not in ms]
         if extra:
             ones = torch.ones([batch[letters.index(c)] for c in extra], dtype=mv.dtype)
-            M = einsum(f"{ms},{''.join(extra)}->{scores}ij", M, ones)
+            M = wrapped(einsum(f"{ms},{''.join(extra)}->{scores}ij", M, ones))
         s = _add("torch.add", s, M)
     neg = torch.isneginf(s._vals) if bool(torch.isneginf(mv).any()) else None
     if neg is not None:   # (-inf scores as the dtype's lowest: a row of only those has a
@@ -2886,11 +2890,18 @@ def _expand(a, *sizes, implicit=False):
 
 @_register(torch.Tensor.expand_as)
 def _expand_as(a, other):
+    if not _is_sparse(a):
+        return a.expand(tuple(other.shape))
     return _expand(a, tuple(other.shape))
 
 
 @_register(torch.reshape, torch.Tensor.reshape)
-def _reshape_handler(a, *shape):
+def _reshape_handler(a, *shape, **kwargs):
+    if "shape" in kwargs:   # (torch.reshape(input, shape=...))
+        shape = (kwargs.pop("shape"),) + shape
+    if kwargs:
+        raise TypeError(f"torch.reshape got an unexpected keyword argument "
+                        f"{next(iter(kwargs))!r}")
     return _reshape("torch.reshape", a, shape)
 
 
@@ -2902,9 +2913,18 @@ def _view_handler(a, *shape, dtype=None):
     return _reshape("torch.Tensor.view", a, shape)
 
 
-@_register(torch.Tensor.view_as, torch.Tensor.reshape_as)
+@_register(torch.Tensor.view_as)
 def _view_as_handler(a, other):
+    if not _is_sparse(a):   # (a dense tensor shaped as a SparseTensor: torch's own)
+        return a.view(tuple(other.shape))
     return _reshape("torch.Tensor.view_as", a, tuple(other.shape))
+
+
+@_register(torch.Tensor.reshape_as)
+def _reshape_as_handler(a, other):
+    if not _is_sparse(a):
+        return a.reshape(tuple(other.shape))
+    return _reshape("torch.Tensor.reshape_as", a, tuple(other.shape))
 
 
 @_register(torch.flatten, torch.Tensor.flatten)
@@ -2926,9 +2946,16 @@ def _ravel(a):
 
 @_register(torch.unflatten, torch.Tensor.unflatten)
 def _unflatten(a, dim, sizes):
-    d = _dim_index("torch.unflatten", dim, a.dim())   # (the other sizes fixed, a -1 in
-    return _reshape("torch.unflatten", a, (*a.shape[:d], *sizes, *a.shape[d + 1:]))  # sizes
-                                                     # is inferred as over dimension d)
+    d = _dim_index("torch.unflatten", dim, a.dim())
+    sizes = [operator.index(x) for x in sizes]
+    known = math.prod(x for x in sizes if x != -1)
+    if (math.prod(sizes) != a.shape[d] if -1 not in sizes else
+            known == 0 or a.shape[d] % known):
+        raise RuntimeError(f"torch.unflatten: sizes {sizes} don't multiply up to the size of "
+                           f"dim {dim} ({a.shape[d]}) in the input tensor")
+    if -1 in sizes:   # (inferred over dimension d: the whole may have no elements)
+        sizes[sizes.index(-1)] = a.shape[d] // known
+    return _reshape("torch.unflatten", a, (*a.shape[:d], *sizes, *a.shape[d + 1:]))
 
 
 @_register(torch.stack)
@@ -3684,6 +3711,10 @@ def _autograd_grad(outputs, inputs, grad_outputs=None, *args, **kwargs):
     """torch.autograd.grad where outputs or inputs are SparseTensors: the graph runs through
     their values, and the gradient of a sparse input comes back in its pattern."""
     outputs, inputs = _seq(outputs), _seq(inputs)
+    if kwargs.get("is_grads_batched") or (len(args) > 4 and args[4]):
+        refuse("torch.autograd.grad(is_grads_batched=True)", *outputs, *inputs,
+               why="batched gradients through a SparseTensor's values",
+               hint="loop over the gradients, or use .to_dense()")
     grads = torch.autograd.grad(_values_of(outputs), _values_of(inputs),
                                 _gradients_of(outputs, _seq(grad_outputs),
                                               "torch.autograd.grad"), *args, **kwargs)
