@@ -226,7 +226,7 @@ def test_sparse_mm_reduce_with_duplicates_sums_them_first():
 def test_sparse_mm_reduce_errors():
     A = scorch.to_sparse(make_dense((3, 4), torch.float32, 23), "csr")
     with pytest.raises(ValueError, match="reduce must be"):
-        torch.sparse.mm(A, torch.ones(4, 2), reduce="max")
+        torch.sparse.mm(A, torch.ones(4, 2), reduce="prod")
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         torch.sparse.mm(A, torch.ones(3, 2), reduce="mean")
     with pytest.raises(NotImplementedError, match="a dense matrix"):
