@@ -239,9 +239,7 @@ def test_bad_calls_are_named():
 
 
 def test_multihead_attention_without_weights():
-    """nn.MultiheadAttention(need_weights=False) goes through SDPA and takes the mask;
-    with its weights (torch's default) it adds the mask to a dense product: refused,
-    naming need_weights=False."""
+    """nn.MultiheadAttention(need_weights=False) goes through SDPA and takes the mask."""
     torch.manual_seed(7)
     n, d = 10, 8
     x = torch.randn(3, n, d)
@@ -252,8 +250,36 @@ def test_multihead_attention_without_weights():
     ref, _ = mha(x, x, x, attn_mask=~pattern, need_weights=False)
     assert w is None
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
-    with pytest.raises(NotImplementedError, match="need_weights=False"):
-        mha(x, x, x, attn_mask=M)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("padding", [False, True])
+@pytest.mark.parametrize("average", [True, False])
+def test_multihead_attention_with_its_weights(batch_first, padding, average):
+    """need_weights=True (torch's default) adds the mask to the scores with baddbmm: for
+    a sparse mask, the scores at its entries plus its values (refused before); the
+    weights are the dense mean over heads, or a SparseTensor per head; gradients too."""
+    torch.manual_seed(14)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first)
+    x = torch.randn(2, 4, 8) if batch_first else torch.randn(4, 2, 8)
+    x.requires_grad_()
+    allowed = torch.rand(4, 4) < 0.6
+    allowed[:, 0] = True
+    kpm = torch.tensor([[0, 0, 0, 1], [0, 1, 0, 0]], dtype=torch.bool) if padding else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, w = mha(x, x, x, attn_mask=scorch.to_sparse(allowed.float(), "csr"),
+                     key_padding_mask=kpm, average_attn_weights=average)
+        (out.sum() + w.sum()).backward()
+        g = x.grad.clone()
+        x.grad = None
+        ref, rw = mha(x, x, x, attn_mask=torch.where(allowed, 0.0, -math.inf),
+                      key_padding_mask=kpm, average_attn_weights=average)
+        (ref.sum() + rw.sum()).backward()
+    assert isinstance(w, scorch.SparseTensor) != average
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(w.to_dense() if not average else w, rw, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(g, x.grad, atol=1e-5, rtol=1e-5)
 
 
 def test_transformer_encoder_and_decoder_take_a_sparse_mask():

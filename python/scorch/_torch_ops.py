@@ -1773,10 +1773,7 @@ def _addmv(inp, mat, vec, *, beta=1, alpha=1, out=None):
 def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
     refuse_out("torch.baddbmm", out, inp, batch1, batch2)
     if _is_sparse(inp) and _called_from("multi_head_attention_forward", 4):
-        refuse("nn.MultiheadAttention", inp, why="a sparse attn_mask with need_weights=True "
-               "(its weights add the mask to the dense scores)",
-               hint="pass need_weights=False: the attention then goes through "
-                    "F.scaled_dot_product_attention, which attends the mask's stored entries")
+        return _mha_weights_scores(inp, batch1, batch2, beta, alpha)
     return _added_product("torch.baddbmm", _bmm, inp, batch1, batch2, beta, alpha)
 
 
@@ -2247,6 +2244,51 @@ def _log_softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
 
 # ---- attention with a sparse mask ----------------------------------------------------------
 
+def _masked_scores(M, ms, q, qs, k, ks, out, sizes, scale, shifts_cancel=False):
+    """Attention scores over a sparse mask: ``scale`` times the products of q and k at
+    M's stored entries (one SDDMM, M's pattern holding ``scale``) plus M's values, over
+    the batch letters ``out`` (``sizes``: their extents) and then i, j: a SparseTensor
+    with M's pattern in each slice.  The values are not added where ``shifts_cancel``
+    (a softmax follows) and they are one finite value that does not require grad."""
+    def wrapped(r):   # (an all-dense mask: the compiler's plain tensor, every place)
+        from ._convert import to_sparse
+        return r if _is_sparse(r) else to_sparse(r, "d" * r.dim(), M.index_dtype)
+
+    pattern = M._rewrap(torch.full_like(M._vals, scale, requires_grad=False))
+    s = wrapped(einsum(f"{ms},{qs},{ks}->{out}ij", pattern, q, k))
+    mv = M._vals
+    if shifts_cancel and not M.requires_grad and (
+            not mv.numel() or bool(mv.isfinite().all()) and bool((mv == mv[0]).all())):
+        return s
+    extra = "".join(c for c in out if c not in ms)
+    if extra:
+        ones = torch.ones([sizes[c] for c in extra], dtype=mv.dtype)
+        M = wrapped(einsum(f"{ms},{extra}->{out}ij", M, ones))
+    return _add("torch.add", s, M)
+
+
+def _mha_weights_scores(m: SparseTensor, b1, b2, beta, alpha):
+    """nn.MultiheadAttention's ``baddbmm(attn_mask, q_scaled, k.mT)`` (its path that
+    returns the attention weights) for a sparse attn_mask m: the scores at m's stored
+    entries plus m's values, as SDPA's (unstored places unattended; the tensor sum would
+    attend them)."""
+    name = "nn.MultiheadAttention"
+    if _is_sparse(b1) or _is_sparse(b2) or m.dim() != 3 or b1.dim() != 3 or b2.dim() != 3 \
+            or tuple(m.shape[1:]) != (b1.shape[1], b2.shape[2]) \
+            or m.shape[0] not in (1, b1.shape[0]):
+        refuse(name, m, b1, b2, why=f"an attn_mask of shape {tuple(m.shape)} with scores of "
+                                    f"({b1.shape[0]}, {b1.shape[1]}, {b2.shape[-1]})")
+    m = _coalesced(m)
+    if m._vals.dtype != b1.dtype:
+        m = _map_values(m, lambda x: x.to(b1.dtype))
+    if beta != 1:
+        m = _mul(m, beta)
+    ms = "bij"
+    if m.shape[0] == 1 and b1.shape[0] != 1:
+        m, ms = _squeeze(m, 0), "ij"
+    return _masked_scores(m, ms, b1, "bik", b2, "bkj", "b", {"b": b1.shape[0]}, alpha)
+
+
 @_register(F.scaled_dot_product_attention)
 def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                   scale=None, enable_gqa=False):
@@ -2306,22 +2348,9 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     v, vs = own(v, "jz")
     scores = "".join(c for c in letters if c in ms + qs + ks)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    pattern = M._rewrap(torch.full_like(M._vals, scale, requires_grad=False))
-    def wrapped(r):   # (an all-dense mask: the compiler's plain tensor, every place)
-        from ._convert import to_sparse
-        return r if _is_sparse(r) else to_sparse(r, "d" * r.dim(), M.index_dtype)
-
-    s = wrapped(einsum(f"{ms},{qs},{ks}->{scores}ij", pattern, q, k))
-    mv = M._vals
-    if M.requires_grad or mv.numel() and not (bool(mv.isfinite().all())
-                                                and bool((mv == mv[0]).all())):
-        # (a mask of one finite value shifts every score alike: softmax cancels it)
-        extra = [c for c in scores if c not in ms]
-        if extra:
-            ones = torch.ones([batch[letters.index(c)] for c in extra], dtype=mv.dtype)
-            M = wrapped(einsum(f"{ms},{''.join(extra)}->{scores}ij", M, ones))
-        s = _add("torch.add", s, M)
-    neg = torch.isneginf(s._vals) if bool(torch.isneginf(mv).any()) else None
+    s = _masked_scores(M, ms, q, qs, k, ks, scores,
+                       {c: batch[letters.index(c)] for c in scores}, scale, True)
+    neg = torch.isneginf(s._vals) if bool(torch.isneginf(M._vals).any()) else None
     if neg is not None:   # (-inf scores as the dtype's lowest: a row of only those has a
         sv = torch.where(neg, torch.finfo(s.dtype).min, s._vals)   # finite maximum, so
         s = s._rewrap(sv, requires_grad=sv.requires_grad)   # no -inf - -inf: nan gradients)
