@@ -246,5 +246,17 @@ def test_equality_with_a_dense_tensor_or_a_scalar_is_dense_bool(fmt):
     assert (C == torch.tensor([[0.0, 3.0]])).tolist() == [[True, True]]
     with pytest.raises(NotImplementedError, match="torch.eq"):
         A == A
+    assert (A == None) is False and (A != None) is True   # noqa: E711 (as a dense tensor's)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64])
+def test_equality_promotes_scalars_as_torch(dtype):
+    """A Python number or a 0-D tensor compares in A's dtype kind (0.1 as float64 for a
+    float64 A), as torch promotes; it compared with float32(0.1)."""
+    x = torch.tensor([[0.1, 0.0, 0.3], [1.0, 0.0, 2.0]]).to(dtype)
+    A = scorch.to_sparse(x, "csr")
+    for other in (0.1, 1, 0.3, torch.tensor(0.1, dtype=torch.float64), torch.tensor(1)):
+        assert torch.equal(A == other, x == other), other
+        assert torch.equal(A != other, x != other), other
     with pytest.raises(NotImplementedError, match="does not broadcast"):
         A == torch.ones(2, 3, 3)

@@ -1553,34 +1553,49 @@ def _compare(name, a, b, equal):
         a, b = b, a
     if _is_sparse(b) or not (_is_scalar(b) or isinstance(b, (bool, torch.Tensor))):
         refuse(name, a, b, why="one SparseTensor compared with a dense tensor or a scalar")
-    d = torch.as_tensor(b) if not isinstance(b, torch.Tensor) else b
+    # (torch's promotion: a Python number or a 0-D tensor takes the tensor's dtype kind)
+    dt = torch.result_type(torch.empty(1, dtype=a.dtype), b)
+    d = torch.as_tensor(b, dtype=dt) if not isinstance(b, torch.Tensor) else b
     if d.layout is not _STRIDED:
         refuse(name, a, b, why=f"a {d.layout} operand; convert it with scorch.to_sparse")
     if d.dim() > a.dim() or torch.broadcast_shapes(tuple(a.shape), tuple(d.shape)) != a.shape:
         refuse(name, a, b, why=f"a dense operand of shape {tuple(d.shape)} that does not "
                                f"broadcast to the sparse one's {tuple(a.shape)}")
     c = _coalesced(a)
-    full = d.expand(a.shape)
-    zero = torch.zeros((), dtype=torch.promote_types(c.dtype, d.dtype))
+    full = d.to(dt).expand(a.shape)
+    zero = torch.zeros((), dtype=dt)
     out = (full == zero) if equal else (full != zero)
     if c.nnz:
         at = tuple(dim_coords(c)) if c.dim() else ()
-        v = c._vals.detach()
+        v = c._vals.detach().to(dt)
         out[at] = (v == full[at]) if equal else (v != full[at])
     return out
 
 
-@_register(torch.eq, torch.Tensor.eq, torch.Tensor.__eq__)
+@_register(torch.eq, torch.Tensor.eq)
 def _eq(a, b, *, out=None):
     refuse_out("torch.eq", out, a, b)
     return _compare("torch.eq", a, b, True)
 
 
-@_register(torch.ne, torch.not_equal, torch.Tensor.ne, torch.Tensor.not_equal,
-           torch.Tensor.__ne__)
+@_register(torch.ne, torch.not_equal, torch.Tensor.ne, torch.Tensor.not_equal)
 def _ne(a, b, *, out=None):
     refuse_out("torch.ne", out, a, b)
     return _compare("torch.ne", a, b, False)
+
+
+def _comparable(x):
+    return isinstance(x, (torch.Tensor, bool)) or _is_scalar(x)
+
+
+@_register(torch.Tensor.__eq__)
+def _eq_operator(a, b):   # (A == None is False, as a dense tensor's: Python's fallback)
+    return _compare("torch.eq", a, b, True) if _comparable(b) else NotImplemented
+
+
+@_register(torch.Tensor.__ne__)
+def _ne_operator(a, b):
+    return _compare("torch.ne", a, b, False) if _comparable(b) else NotImplemented
 
 
 @_register(torch.Tensor.sparse_mask)
@@ -2892,16 +2907,14 @@ def _expand(a, *sizes, implicit=False):
         return a
     c = _coalesced(a)
     grown = [d for d in range(m) if d < m - n or c.shape[d - (m - n)] != shape[d]]
-    if all(d < m - n or c.shape[d - (m - n)] == 1 for d in grown) and \
-            all(shape[d] == c.shape[d - (m - n)] for d in range(m - n, m) if d not in grown):
-        lead = [d for d in range(m - n, m) if d in grown]
-        if all(d < m - n + len(lead) for d in lead):   # (only leading dims grow: one
-            core = c                                   # einsum, dense levels over them)
-            for d in reversed(range(len(lead))):
-                core = _squeeze(core, d)
-            r = _mul_leading(name, core, torch.ones(shape, dtype=c.dtype)) \
-                if core.dim() < m else core
-            return _piece(r, a, "expand")
+    lead = [d for d in range(m - n, m) if d in grown]   # (a's own dims that grow: size 1)
+    if len(lead) < n and all(d < m - n + len(lead) for d in lead):
+        # (only leading dims grow, not all of a's: one einsum, dense levels over them)
+        core = c
+        for d in reversed(range(len(lead))):
+            core = _squeeze(core, d)
+        return _piece(_mul_leading(name, core, torch.ones(shape, dtype=c.dtype)), a,
+                      "expand")
     from ._convert import _from_coords
     coords = [None] * (m - n) + list(dim_coords(c))
     idx = torch.arange(c.nnz)
