@@ -184,6 +184,17 @@ def test_a_mask_in_an_all_dense_format_attends_everywhere(shape):
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=m))
 
 
+def test_a_size_one_dimension_stored_by_a_sparse_level_keeps_the_pattern():
+    """A mask whose size-1 batch dimension a compressed level stores under a dense one:
+    dropping it by select kept the dense level, storing (and attending) every place of
+    its rows (off by 1.5)."""
+    torch.manual_seed(15)
+    m2 = torch.tensor([[1., 0, 2], [0, 3, 0], [4, 0, 0], [0, 0, 0], [5, 6, 0]])
+    M = scorch.to_sparse(m2.T.unsqueeze(-1).contiguous(), "cdc").permute(2, 1, 0)
+    q, k, v = torch.randn(1, 5, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 2)
+    _compare(q.double(), k.double(), v.double(), M.double())
+
+
 def test_nothing_stored_attends_nothing():
     q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
     M = scorch.to_sparse(torch.zeros(3, 5), "csr")
@@ -351,3 +362,14 @@ def test_encoder_layer_inference_path(norm_first, padding):
         M3 = scorch.to_sparse(pattern.float().expand(8, 6, 6).contiguous(), "coo")
         torch.testing.assert_close(layer(x, src_mask=M3), layer(x, src_mask=dense.expand(8, 6, 6)),
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_mask_merging_is_torchs_attention_code_only():
+    """The mask merge applies inside torch's attention functions only: a user's function
+    of the same name adds as tensors do."""
+    A = scorch.to_sparse(torch.tensor([[1., 0], [0, 2.]]), "csr")
+    D = torch.tensor([[10., 20], [30, 40]])
+
+    def merge_masks(a, b):
+        return a + b
+    assert torch.equal(merge_masks(A, D), A.to_dense() + D)

@@ -159,3 +159,32 @@ def test_dense_tensors_shaped_as_a_sparse_one_and_keyword_shapes():
     with pytest.raises(RuntimeError, match="don't multiply up"):
         E.unflatten(1, (2, 3))
     assert E.unflatten(1, (2, -1)).shape == (0, 2, 2)
+
+
+@pytest.mark.parametrize("fmt,shape,new", [("cd", (3, 4), (4, 3)), ("dcd", (5, 3, 5), (1, 25, 3)),
+                                           ("cd", (3, 4), (2, 6))])
+def test_reshape_stores_exactly_the_stored_places(fmt, shape, new):
+    """A format with a dense level below a sparse one would store whole rows around the
+    renumbered entries (a cd's 8 stored places became 12), which softmax reads: the
+    result stores the same places (explicit zeros included), renumbered."""
+    x = torch.zeros(shape)
+    x.view(-1)[::3] = torch.arange(1.0, x.numel() // 3 + 2)[:x.view(-1)[::3].numel()]
+    x.view(-1)[4] = 0.0
+    A = scorch.to_sparse(x, fmt)
+    R = A.reshape(new)
+    stored = torch.ones_like(A).to_dense() != 0
+    assert R.nnz == A.nnz
+    assert torch.equal(torch.ones_like(R).to_dense() != 0, stored.reshape(new))
+    assert torch.equal(R.to_dense(), x.reshape(new))
+
+
+def test_expand_costs_the_entries_not_the_shape():
+    """Leading dimensions grown over a huge sparse tensor: ones of the leading shape
+    only (a dense tensor of the whole output's size was allocated: 80 GB here)."""
+    n = 100_000
+    A = scorch.from_components((1, n, n), "coo", pos=[torch.tensor([0, 1]), None, None],
+                               crd=[torch.tensor([0]), torch.tensor([7]), torch.tensor([9])],
+                               values=torch.tensor([1.0]))
+    R = A.expand(2, n, n)
+    assert R.nnz == 2 and R.shape == (2, n, n)
+    assert R.indices().tolist() == [[0, 1], [7, 7], [9, 9]]

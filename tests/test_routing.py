@@ -1628,3 +1628,24 @@ def test_a_dense_tensor_adds_a_sparse_one_in_place(fmt):
         torch.ones(2, 4, 5).add_(A)
     with pytest.raises(NotImplementedError, match="in place, the result must keep"):
         A.add_(torch.ones(4, 5))
+
+
+def test_more_dimensions_with_leading_ones_and_wrapping_integer_duplicates():
+    """M / D and M * D where D has leading dimensions of 1 and 8 dimensions in all (the
+    einsum over a leading 1 failed to compile); an integer coo whose repeated entries
+    wrap when summed is summed first, then scaled, as its dense tensor is."""
+    x = torch.zeros(2, 3, 4, 5, 6, 7)
+    x.view(-1)[7] = 1.0
+    x.view(-1)[1000] = 2.0
+    C = scorch.to_sparse(x, "csf")
+    D = torch.rand(1, 2, 2, 3, 4, 5, 6, 7, generator=torch.Generator().manual_seed(0)) + 1
+    torch.testing.assert_close((C / D).to_dense(), x / D)
+    torch.testing.assert_close((C * D).to_dense(), x * D)
+    A = scorch.from_components((1, 2), "coo", pos=[torch.tensor([0, 2]), None],
+                               crd=[torch.tensor([0, 0]), torch.tensor([1, 1])],
+                               values=torch.tensor([-56, -85], dtype=torch.int8))
+    d = A.to_dense()
+    assert d[0, 1] == 115
+    for f in (lambda t: t / -1.5, lambda t: t * 1.5, lambda t: t * 2,
+              lambda t: t / torch.tensor([[2.0, 4.0]])):
+        assert torch.equal(f(A).to_dense(), f(d))

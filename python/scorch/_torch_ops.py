@@ -879,7 +879,7 @@ def _padded_mask(m: SparseTensor, pad: torch.Tensor) -> SparseTensor:
     if lead:   # (one mask for every batch and head: its pattern in each slice)
         for d in reversed(lead):
             m = _squeeze(m, d)
-        m = _mul_leading(name, m, torch.ones(shape, dtype=m.dtype))
+        m = _broadcast_leading(name, m, shape[:len(lead)])
     at = tuple(dim_coords(m))
     v = m._vals + pad.to(m.dtype).expand(shape)[at]
     return m._rewrap(v, requires_grad=v.requires_grad)
@@ -1115,9 +1115,9 @@ def _no_complex(name, a, b):
 def _mul(a, b, name="torch.mul"):
     _no_complex(name, a, b)
     if (_is_scalar(b) or isinstance(b, bool)) and _is_sparse(a):
-        return _map_values(a, lambda v: v * b, linear=_finite(b))
+        return _map_values(a, lambda v: v * b, linear=_scales_linearly(a, b))
     if (_is_scalar(a) or isinstance(a, bool)) and _is_sparse(b):
-        return _map_values(b, lambda v: a * v, linear=_finite(a))
+        return _map_values(b, lambda v: a * v, linear=_scales_linearly(b, a))
     if _is_scalar(a) or _is_scalar(b):        # scalar * dense (from addmm's alpha/beta)
         return a * b
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
@@ -1141,6 +1141,12 @@ def _mul(a, b, name="torch.mul"):
     return _kept_sparse(einsum(f"{la},{ld}->{la}", s, dd), s)
 
 
+def _broadcast_leading(name, s: SparseTensor, lead) -> SparseTensor:
+    """s repeated along new leading dimensions of sizes ``lead``, s's pattern in each
+    slice (ones only of the leading shape: none of s's size)."""
+    return _mul_leading(name, s, torch.ones(*lead, *[1] * s.dim(), dtype=s.dtype))
+
+
 def _mul_leading(name, s: SparseTensor, d: torch.Tensor):
     """s * d where d has more dimensions than s: torch broadcasts s along d's leading
     ones, so each of those slices holds s's pattern (one 2-D mask times (h, n, n) scores):
@@ -1150,6 +1156,13 @@ def _mul_leading(name, s: SparseTensor, d: torch.Tensor):
     if any(x == 1 and y != 1 for x, y in zip(s.shape, d.shape[extra:])):
         refuse(name, s, d, why=f"shapes {tuple(s.shape)} and {tuple(d.shape)} would stretch "
                                "the sparse operand's dimension of 1")
+    unit = [k for k in range(extra) if d.shape[k] == 1]
+    if unit:   # (leading dims of 1: computed without, then dense levels of one position)
+        rest = d.reshape([x for k, x in enumerate(d.shape) if k not in unit])
+        r = _mul_leading(name, s, rest) if rest.dim() > s.dim() else _mul(s, rest, name)
+        for k in unit:
+            r = _unsqueeze(r, k)
+        return r
     la, _, ld = _dense_for(s, torch.empty(d.shape[extra:], device="meta"), name)
     lx = "abcdefgh"[:extra]
     dd = d.reshape(*d.shape[:extra], *(s.shape[la.index(c)] for c in ld))
@@ -1158,6 +1171,14 @@ def _mul_leading(name, s: SparseTensor, d: torch.Tensor):
         return r
     from ._convert import to_sparse   # (an all-dense mask: the compiler's plain tensor)
     return to_sparse(r, "d" * r.dim(), s.index_dtype)
+
+
+def _scales_linearly(a: SparseTensor, x) -> bool:
+    """Whether a's repeated coordinates may be scaled by x one by one (summed after):
+    x finite, and a's values floating or x an integer (a float factor of summed integers
+    that wrapped differs from the sum of the factors' products)."""
+    return _finite(x) and (a.dtype.is_floating_point or not (
+        isinstance(x, float) or isinstance(x, torch.Tensor) and x.dtype.is_floating_point))
 
 
 def _finite(x) -> bool:
@@ -1201,7 +1222,7 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
         _refuse_zero_divisor("torch.div", a, b)
         if rounding_mode is not None:   # (floor / trunc of 0 / s is 0: not linear)
             return _map_values(a, lambda v: torch.div(v, b, rounding_mode=rounding_mode))
-        return _map_values(a, lambda v: v / b, linear=True)
+        return _map_values(a, lambda v: v / b, linear=a.dtype.is_floating_point)
     if _is_sparse(a) and isinstance(b, torch.Tensor) and not _is_sparse(b) and \
             b.layout is torch.strided and rounding_mode is None and out is None:
         # A / D (D broadcast, e.g. a degree vector): each stored value divided by D at its
@@ -1210,7 +1231,9 @@ def _div_handler(a, b, *, rounding_mode=None, out=None):
             if bool(((b == 0) | b.isnan()).any()):   # slice, then divided as below)
                 refuse("torch.div", a, b, why="the divisor has zeros or nans, which turn "
                                               "the implicit zeros into nan")
-            a = _mul_leading("torch.div", a, torch.ones(b.shape, dtype=a.dtype))
+            a = _broadcast_leading("torch.div", a, b.shape[:b.dim() - a.dim()])
+        if not a.dtype.is_floating_point:   # (summed integers may wrap: sum, then divide)
+            a = _coalesced(a)
         la, dd, ld = _dense_for(a, b, "torch.div")
         if bool(((dd == 0) | dd.isnan()).any()):
             refuse("torch.div", a, b, why="the divisor has zeros or nans, which turn the "
@@ -1794,13 +1817,15 @@ def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
 
 def _called_from(functions, depth: int) -> bool:
     """Whether a caller within ``depth`` frames above the handler is one of ``functions``
-    (names: torch's attention code, whose mask arithmetic means masking)."""
+    of torch's own modules (torch's attention code, whose mask arithmetic means
+    masking; a user's function of the same name is not it)."""
     functions = (functions,) if isinstance(functions, str) else functions
     f = sys._getframe(2)
     for _ in range(depth):
         if f is None:
             return False
-        if f.f_code.co_name in functions:
+        if f.f_code.co_name in functions and \
+                str(f.f_globals.get("__name__", "")).startswith("torch."):
             return True
         f = f.f_back
     return False
@@ -2259,6 +2284,19 @@ def _log_softmax_handler(a, dim=None, dtype=None, _stacklevel=None):
 
 # ---- attention with a sparse mask ----------------------------------------------------------
 
+def _units_dropped(a: SparseTensor, dims) -> SparseTensor:
+    """a without its dimensions ``dims`` (each of size 1), storing exactly its stored
+    places: a select where they are dense levels above every sparse one (the levels
+    below stay as they are), else a reshape (a squeeze of a dimension a sparse level
+    stores, or of a dense one below it, keeps dense levels that would store every place
+    of their rows)."""
+    fmt = a._format
+    first = next((k for k, x in enumerate(fmt.kinds) if x != 0), len(fmt.kinds))
+    if all(fmt.order.index(d) < first for d in dims):
+        return _squeeze(a, tuple(dims))
+    return _reshape("squeeze", a, [x for d, x in enumerate(a.shape) if d not in dims])
+
+
 def _masked_scores(M, ms, q, qs, k, ks, out, sizes, scale, shifts_cancel=False):
     """Attention scores over a sparse mask: ``scale`` times the products of q and k at
     M's stored entries (one SDDMM, M's pattern holding ``scale``) plus M's values, over
@@ -2351,8 +2389,9 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     def own(t, sub):   # t without its size-1 batch dims, and its subscript
         nb = t.dim() - 2
         keep = [d for d in range(nb) if t.shape[d] != 1]
-        for d in reversed(range(nb)) if len(keep) < nb else ():
-            t = t if d in keep else (_squeeze(t, d) if _is_sparse(t) else t.squeeze(d))
+        if len(keep) < nb:
+            units = [d for d in range(nb) if d not in keep]
+            t = _units_dropped(t, units) if _is_sparse(t) else t.squeeze(units)
         return t, "".join(letters[len(batch) - nb + d] for d in keep) + sub
 
     if M._vals.dtype != q.dtype:   # (a float32 mask with a bfloat16 query, as torch's)
@@ -2832,19 +2871,23 @@ def _new_shape(name, a, shape):
 
 
 def _reshaped_format(a: SparseTensor, shape):
-    """The result's format: a's own for as many dimensions; else the same family over the
-    new ones (all dense, coo, csr-like dense levels over one compressed, csf-like), where
-    its dense levels would not hold many more positions than a has entries or rows;
-    else coo."""
+    """The result's format, storing exactly a's stored places renumbered (a dense level
+    below a sparse one would store whole rows around them, a pattern softmax and SDPA
+    read): a's own for as many dimensions where its dense levels are all above its
+    sparse ones; else the same family over the new ones (all dense, coo, csr-like dense
+    levels over one compressed, csf-like); where dense levels would hold many more
+    positions than a has entries or rows, or for other formats, coo."""
     fmt, n = a._format, len(shape)
     kinds = fmt.kinds
     if all(k == 0 for k in kinds):
         return fmt if len(kinds) == n else "d" * n
     own_grid = math.prod(a.shape[d] for d, k in zip(fmt.order, kinds) if k == 0)
     room = max(own_grid, a.nnz, 1)
-    if len(kinds) == n:
-        grid = math.prod(shape[d] for d, k in zip(fmt.order, kinds) if k == 0)
-        return fmt if grid <= room else "coo"
+    first = next(k for k, x in enumerate(kinds) if x != 0)
+    if len(kinds) == n and all(x != 0 for x in kinds[first:]):   # (dense levels only
+        grid = math.prod(shape[d] for d, k in zip(fmt.order, kinds) if k == 0)   # above:
+        if grid <= room:                        # it stores the entries, no place more)
+            return fmt
     identity = fmt.order == tuple(range(len(kinds)))
     if identity and kinds[-1] == 1 and all(k == 0 for k in kinds[:-1]) and \
             math.prod(shape[:-1]) <= room:
@@ -2913,8 +2956,7 @@ def _expand(a, *sizes, implicit=False):
         core = c
         for d in reversed(range(len(lead))):
             core = _squeeze(core, d)
-        return _piece(_mul_leading(name, core, torch.ones(shape, dtype=c.dtype)), a,
-                      "expand")
+        return _piece(_broadcast_leading(name, core, shape[:m - core.dim()]), a, "expand")
     from ._convert import _from_coords
     coords = [None] * (m - n) + list(dim_coords(c))
     idx = torch.arange(c.nnz)
