@@ -188,3 +188,15 @@ def test_expand_costs_the_entries_not_the_shape():
     R = A.expand(2, n, n)
     assert R.nnz == 2 and R.shape == (2, n, n)
     assert R.indices().tolist() == [[0, 1], [7, 7], [9, 9]]
+
+
+def test_squeeze_of_a_dimension_a_sparse_level_stores_keeps_the_pattern():
+    """Squeezing the size-1 dimension a ddc's compressed level stores: a select kept the
+    dense levels above, so every place was stored and softmax spread over the zeros."""
+    x = torch.zeros(2, 2, 1)
+    x[0, 1, 0], x[1, 0, 0] = 3.0, -1.0
+    S = scorch.to_sparse(x, "ddc").squeeze(-1)
+    assert S.nnz == 2
+    assert torch.equal(torch.softmax(S, -1).to_dense(), torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+    B = scorch.to_sparse(torch.eye(3)[None], "ddc").squeeze(0)   # (a dense level on top: free)
+    assert B.nnz == 3 and torch.equal(B.to_dense(), torch.eye(3))

@@ -2293,7 +2293,10 @@ def _units_dropped(a: SparseTensor, dims) -> SparseTensor:
     fmt = a._format
     first = next((k for k, x in enumerate(fmt.kinds) if x != 0), len(fmt.kinds))
     if all(fmt.order.index(d) < first for d in dims):
-        return _squeeze(a, tuple(dims))
+        out = a
+        for d in sorted(dims, reverse=True):
+            out = select(out, d, 0)
+        return out
     return _reshape("squeeze", a, [x for d, x in enumerate(a.shape) if d not in dims])
 
 
@@ -2798,13 +2801,14 @@ def _unsqueeze(a, dim):
 
 @_register(torch.squeeze, torch.Tensor.squeeze)
 def _squeeze(a, dim=None):
-    """Dimensions of size 1 dropped (all of them, or those named that have size 1)."""
+    """Dimensions of size 1 dropped (all of them, or those named that have size 1),
+    storing exactly a's stored places (_units_dropped)."""
     n = a.dim()
     dims = range(n) if dim is None else _norm_dims(dim, n)
-    out = a
-    for d in sorted((d for d in dims if a.shape[d] == 1), reverse=True):
-        out = select(out, d, 0)
-    return _piece(out, a, "squeeze")
+    units = sorted(d for d in dims if a.shape[d] == 1)
+    if not units:
+        return a
+    return _piece(_units_dropped(a, units), a, "squeeze")
 
 
 @_register(torch._transformer_encoder_layer_fwd)
