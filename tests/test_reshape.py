@@ -200,3 +200,12 @@ def test_squeeze_of_a_dimension_a_sparse_level_stores_keeps_the_pattern():
     assert torch.equal(torch.softmax(S, -1).to_dense(), torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
     B = scorch.to_sparse(torch.eye(3)[None], "ddc").squeeze(0)   # (a dense level on top: free)
     assert B.nnz == 3 and torch.equal(B.to_dense(), torch.eye(3))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsr", "dense"])
+def test_squeezing_every_dimension_gives_the_value(fmt):
+    """A (1, 1) tensor squeezed to 0-D is its value as a plain tensor, as before."""
+    A = scorch.to_sparse(torch.tensor([[2.0]]), fmt)
+    for r in (A.squeeze(), A.squeeze((0, 1))):
+        assert type(r) is torch.Tensor and r.shape == () and r.item() == 2.0
+    assert scorch.to_sparse(torch.tensor([2.0]), "coo").squeeze(0).item() == 2.0

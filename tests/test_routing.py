@@ -1646,6 +1646,9 @@ def test_more_dimensions_with_leading_ones_and_wrapping_integer_duplicates():
                                values=torch.tensor([-56, -85], dtype=torch.int8))
     d = A.to_dense()
     assert d[0, 1] == 115
+    import numpy as np
     for f in (lambda t: t / -1.5, lambda t: t * 1.5, lambda t: t * 2,
-              lambda t: t / torch.tensor([[2.0, 4.0]])):
+              lambda t: t / torch.tensor([[2.0, 4.0]]), lambda t: t * np.float32(0.5),
+              lambda t: t * torch.tensor([[0.5, 0.5]]), lambda t: torch.tensor([[0.5, 1.5]]) * t,
+              lambda t: t * torch.full((2, 1, 2), 0.5)):
         assert torch.equal(f(A).to_dense(), f(d))

@@ -1132,6 +1132,8 @@ def _mul(a, b, name="torch.mul"):
     if d.layout is not torch.strided:
         refuse(name, a, b, why=f"a {d.layout} operand; convert it with "
                                "scorch.to_sparse")
+    if not s.dtype.is_floating_point and d.dtype.is_floating_point:
+        s = _coalesced(s)   # (summed integers may wrap: sum, then scale)
     if d.dim() > s.dim():   # (a mask times each head's scores: s's pattern in every slice)
         return _mul_leading(name, s, d)
     la, dd, ld = _dense_for(s, d, name)
@@ -1177,8 +1179,8 @@ def _scales_linearly(a: SparseTensor, x) -> bool:
     """Whether a's repeated coordinates may be scaled by x one by one (summed after):
     x finite, and a's values floating or x an integer (a float factor of summed integers
     that wrapped differs from the sum of the factors' products)."""
-    return _finite(x) and (a.dtype.is_floating_point or not (
-        isinstance(x, float) or isinstance(x, torch.Tensor) and x.dtype.is_floating_point))
+    return _finite(x) and (a.dtype.is_floating_point or not torch.result_type(
+        torch.empty(0, dtype=a.dtype), x).is_floating_point)
 
 
 def _finite(x) -> bool:
@@ -2292,8 +2294,8 @@ def _units_dropped(a: SparseTensor, dims) -> SparseTensor:
     of their rows)."""
     fmt = a._format
     first = next((k for k, x in enumerate(fmt.kinds) if x != 0), len(fmt.kinds))
-    if all(fmt.order.index(d) < first for d in dims):
-        out = a
+    if len(dims) == a.dim() or all(fmt.order.index(d) < first for d in dims):
+        out = a   # (every dim dropped: the 0-D value, as a plain tensor)
         for d in sorted(dims, reverse=True):
             out = select(out, d, 0)
         return out
