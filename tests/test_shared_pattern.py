@@ -91,3 +91,16 @@ def test_transposed_pattern_is_taken_over():
     assert S.format.name == "csr"
     torch.testing.assert_close(S.to_dense(), d * (U @ V.T))
     assert not _same_memory(S._crd[1], A._crd[1])
+
+
+def test_one_array_given_as_two_levels_coordinates():
+    """A coo whose two levels' crd are one tensor: a result sharing the pattern took the
+    first level's pos for the singleton level (matched by the crd array alone), and the
+    next operation refused it ("level 1 (singleton) has no pos array")."""
+    i = torch.tensor([0, 1], dtype=torch.int32)
+    A = scorch.from_components((2, 2), "coo", pos=[torch.tensor([0, 2], dtype=torch.int32), None],
+                               crd=[i, i], values=torch.tensor([1.0, 2.0]))
+    R = A * torch.full((2, 2), 3.0)
+    assert R._pos[1] is None
+    assert torch.equal(R.to_dense(), torch.diag(torch.tensor([3.0, 6.0])))
+    assert torch.equal((R * torch.ones(2, 2)).to_dense(), R.to_dense())

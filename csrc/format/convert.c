@@ -324,11 +324,17 @@ int32_t sc_tensor_lender(const sc_tensor *const *ops, int32_t n, const sc_tensor
                          int32_t *level)
 {
     const void *pp = out->pos[l], *cp = out->crd[l];
-    for (int32_t t = 0; t < n && (pp || cp); t++)
-        for (int32_t j = 0; j < ops[t]->fmt.order; j++)
-            if ((pp && pp == ops[t]->pos[j]) || (cp && cp == ops[t]->crd[j])) {
-                *level = j;
-                return t;
+    /* A level whose pos and crd are both out's first: one array may serve two levels
+     * (a caller's coo given one tensor as both levels' crd), whose pos tell them apart. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t t = 0; t < n && (pp || cp); t++)
+            for (int32_t j = 0; j < ops[t]->fmt.order; j++) {
+                bool both = pp == ops[t]->pos[j] && cp == ops[t]->crd[j];
+                if (pass == 0 ? both
+                              : (pp && pp == ops[t]->pos[j]) || (cp && cp == ops[t]->crd[j])) {
+                    *level = j;
+                    return t;
+                }
             }
     return -1;
 }
