@@ -874,13 +874,8 @@ def _padded_mask(m: SparseTensor, pad: torch.Tensor) -> SparseTensor:
     if len(shape) != m.dim() or any(x not in (1, y) for x, y in zip(m.shape, shape)):
         refuse(name, m, pad, why=f"an attn_mask of shape {tuple(m.shape)} with a "
                                  f"key_padding_mask of shape {tuple(pad.shape)}")
-    m = _coalesced(m)
-    lead = [d for d in range(m.dim() - 2) if m.shape[d] == 1 and shape[d] != 1]
-    if lead:   # (one mask for every batch and head: its pattern in each slice)
-        for d in reversed(lead):
-            m = _squeeze(m, d)
-        m = _broadcast_leading(name, m, shape[:len(lead)])
-    at = tuple(dim_coords(m))
+    m = _expand(_coalesced(m), shape)   # (one mask for every batch and head: its
+    at = tuple(dim_coords(m))                 # pattern in each slice)
     v = m._vals + pad.to(m.dtype).expand(shape)[at]
     return m._rewrap(v, requires_grad=v.requires_grad)
 
@@ -1168,11 +1163,17 @@ def _mul_leading(name, s: SparseTensor, d: torch.Tensor):
     la, _, ld = _dense_for(s, torch.empty(d.shape[extra:], device="meta"), name)
     lx = "abcdefgh"[:extra]
     dd = d.reshape(*d.shape[:extra], *(s.shape[la.index(c)] for c in ld))
-    r = einsum(f"{la},{lx}{ld}->{lx}{la}", s, dd)
+    return _all_dense_wrapped(einsum(f"{la},{lx}{ld}->{lx}{la}", s, dd), s.index_dtype)
+
+
+def _all_dense_wrapped(r, index_dtype):
+    """r, or where the compiler gave a plain tensor (an operand in an all-dense format
+    stores every place, and so does the result), r as a SparseTensor of format dense,
+    every place an entry (differentiably)."""
     if _is_sparse(r):
         return r
-    from ._convert import to_sparse   # (an all-dense mask: the compiler's plain tensor)
-    return to_sparse(r, "d" * r.dim(), s.index_dtype)
+    from ._convert import to_sparse
+    return to_sparse(r, "d" * r.dim(), index_dtype)
 
 
 def _scales_linearly(a: SparseTensor, x) -> bool:
@@ -1202,8 +1203,7 @@ def _kept_sparse(r, a: SparseTensor):
     format "dense": P's stored zero, and with it its gradient)."""
     if _is_sparse(r):
         return r
-    from ._convert import to_sparse
-    full = to_sparse(r, "d" * r.dim(), a.index_dtype)
+    full = _all_dense_wrapped(r, a.index_dtype)
     if all(k == "dense" for k in a.format.levels):
         return full if a.format == full.format else full.to_format(a.format)
     return full.to_format(a.format, drop_zeros=False)
@@ -2308,12 +2308,8 @@ def _masked_scores(M, ms, q, qs, k, ks, out, sizes, scale, shifts_cancel=False):
     the batch letters ``out`` (``sizes``: their extents) and then i, j: a SparseTensor
     with M's pattern in each slice.  The values are not added where ``shifts_cancel``
     (a softmax follows) and they are one finite value that does not require grad."""
-    def wrapped(r):   # (an all-dense mask: the compiler's plain tensor, every place)
-        from ._convert import to_sparse
-        return r if _is_sparse(r) else to_sparse(r, "d" * r.dim(), M.index_dtype)
-
     pattern = M._rewrap(torch.full_like(M._vals, scale, requires_grad=False))
-    s = wrapped(einsum(f"{ms},{qs},{ks}->{out}ij", pattern, q, k))
+    s = _all_dense_wrapped(einsum(f"{ms},{qs},{ks}->{out}ij", pattern, q, k), M.index_dtype)
     mv = M._vals
     if shifts_cancel and not M.requires_grad and (
             not mv.numel() or bool(mv.isfinite().all()) and bool((mv == mv[0]).all())):
@@ -2321,7 +2317,7 @@ def _masked_scores(M, ms, q, qs, k, ks, out, sizes, scale, shifts_cancel=False):
     extra = "".join(c for c in out if c not in ms)
     if extra:
         ones = torch.ones([sizes[c] for c in extra], dtype=mv.dtype)
-        M = wrapped(einsum(f"{ms},{extra}->{out}ij", M, ones))
+        M = _all_dense_wrapped(einsum(f"{ms},{extra}->{out}ij", M, ones), M.index_dtype)
     return _add("torch.add", s, M)
 
 
@@ -2914,16 +2910,13 @@ def _reshape(name, a, shape):
         return a
     if math.prod(shape) > 2 ** 63 - 1:
         refuse(name, a, why=f"shape {list(shape)} has more than 2^63 - 1 elements")
-    from ._convert import _from_coords
     key = _linear_key(dim_coords(a), a.shape, a.nnz)
     coords = []
     for s in reversed(shape):
         coords.append(key % s if s else key)
         key = key // s if s else key
     coords = torch.stack(coords[::-1]) if coords else torch.zeros(0, a.nnz, dtype=torch.int64)
-    wide = torch.int64 if a.index_dtype == torch.int64 else None
-    r = _from_coords(shape, coords, a._vals, _reshaped_format(a, shape), wide)
-    return _piece(r, a, name)
+    return _piece(_entries_of(a, shape, coords, a._vals, _reshaped_format(a, shape)), a, name)
 
 
 @_register(torch.Tensor.expand)
@@ -2959,11 +2952,8 @@ def _expand(a, *sizes, implicit=False):
     lead = [d for d in range(m - n, m) if d in grown]   # (a's own dims that grow: size 1)
     if len(lead) < n and all(d < m - n + len(lead) for d in lead):
         # (only leading dims grow, not all of a's: one einsum, dense levels over them)
-        core = c
-        for d in reversed(range(len(lead))):
-            core = _squeeze(core, d)
+        core = _units_dropped(c, list(range(len(lead)))) if lead else c
         return _piece(_broadcast_leading(name, core, shape[:m - core.dim()]), a, "expand")
-    from ._convert import _from_coords
     coords = [None] * (m - n) + list(dim_coords(c))
     idx = torch.arange(c.nnz)
     for d in grown:   # (each entry once per position of the dimension it grows along)
@@ -2973,8 +2963,7 @@ def _expand(a, *sizes, implicit=False):
         idx = idx.repeat(k)
     coords = [torch.zeros_like(idx) if x is None else x for x in coords]
     stacked = torch.stack(coords) if coords else torch.zeros(0, idx.numel(), dtype=torch.int64)
-    r = _from_coords(shape, stacked, c._vals[idx], _reshaped_format(c, shape),
-                     torch.int64 if c.index_dtype == torch.int64 else None)
+    r = _entries_of(c, shape, stacked, c._vals[idx], _reshaped_format(c, shape))
     return _piece(r, a, "expand")
 
 
