@@ -402,8 +402,8 @@ def test_empty_slices_and_uint8_masks_as_torch():
 @pytest.mark.parametrize("fmt", FORMATS_2D)
 def test_integer_indexing_drops_the_dimension(fmt):
     """A[i], A[:, j], A[i, j], mixed with slices and an index tensor: against dense; a
-    row of a csr (a column of a csc) copies its segment; the rest keep their dense levels
-    dense and make the others compressed."""
+    row of a csr (a column of a csc) copies its segment; the rest store the input's
+    places at the position (test_select_stores_exactly_the_input_places)."""
     x = make_dense((5, 6), torch.float64, seed_of("select", fmt), "empty_rows")
     A = scorch.to_sparse(x, fmt).requires_grad_()
     snap = _snapshot(A)
@@ -528,3 +528,51 @@ def test_numpy_keys_index_as_torch_reads_them():
     torch.testing.assert_close(A[:, np.array([2, 0])].to_dense(), x[:, [2, 0]])
     torch.testing.assert_close(A[np.int32(0), np.int64(2)], x[0, 2])
     torch.testing.assert_close(A[np.array([True, False])].to_dense(), x[[True, False]])
+
+
+def _stored(A):
+    """A's stored places, as a set of coordinate tuples."""
+    return set(map(tuple, A.indices().t().tolist()))
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D + FORMATS_3D + ["ddc", "dcd", "cdd", "ccd"])
+def test_select_stores_exactly_the_input_places(fmt):
+    """select (A[:, j], A[i], unbind) stores exactly the input's stored places at that
+    position: a csr's column is a sparse vector, not a dense one holding every row's
+    zero (softmax and SDPA read the stored places), and a slice of a format whose
+    dense levels store whole rows keeps those rows."""
+    n = len(fmt) if fmt not in FORMATS_2D + FORMATS_3D else (2 if fmt in FORMATS_2D else 3)
+    shape = (5, 6) if n == 2 else (3, 4, 5)
+    x = make_dense(shape, torch.float32, seed_of("select-places", fmt), "empty_rows")
+    A = scorch.to_sparse(x, fmt)
+    places = _stored(A)
+    for d in range(n):
+        for i in range(shape[d]):
+            r = A.select(d, i)
+            want = {p[:d] + p[d + 1:] for p in places if p[d] == i}
+            assert _stored(r) == want, (d, i, r.format)
+            assert torch.equal(r.to_dense(), x.select(d, i))
+
+
+def test_softmax_of_a_column_reads_its_entries_only():
+    """torch.softmax of a csr's column (A[:, j]) is torch.sparse.softmax's: unstored
+    rows get nothing (a dense-format column once gave them weight)."""
+    x = torch.tensor([[1., 0, 2], [0, 0, 3], [0, 0, 0], [4, 0, 0]])
+    for fmt in ("csr", "csc", "coo", "dcsr"):
+        A = scorch.to_sparse(x, fmt)
+        for j in range(3):
+            got = torch.softmax(A[:, j], 0).to_dense()
+            want = torch.sparse.softmax(x.to_sparse().select(1, j).coalesce(), 0).to_dense()
+            torch.testing.assert_close(got, want)
+
+
+def test_diagonal_over_a_dropped_sparse_level_stores_its_entries():
+    """einsum's diagonal "iji->ij" of a tensor whose last (compressed) level is dropped
+    stores the places of the diagonal's entries only, not every j of their rows."""
+    y = torch.zeros(3, 4, 3)
+    y[0, 1, 0], y[2, 3, 2], y[1, 0, 2] = 1., 2., 5.
+    for fmt in ("ddc", "csf", "coo"):
+        B = scorch.to_sparse(y, fmt)
+        r = scorch.einsum("iji->ij", B)
+        assert torch.equal(r.to_dense(), torch.einsum("iji->ij", y))
+        assert _stored(r) <= {(0, 1), (2, 3)}, fmt

@@ -674,11 +674,27 @@ def _entries_of(a: SparseTensor, shape, cols, values, fmt) -> SparseTensor:
 
 def _format_of_dims(fmt: Format, dims, sparse) -> Format:
     """The format of a tensor of some of ``fmt``'s dimensions (``dims``, in their new
-    order): their levels in fmt's order, compressed where the dimension is in ``sparse``,
-    dense elsewhere (levels every order can assemble from coordinates)."""
+    order), storing exactly the places of its entries: their levels in fmt's order,
+    compressed where the dimension is in ``sparse``, dense elsewhere (levels every order
+    can assemble from coordinates), but for one.  Where a sparse level is dropped (a csr's
+    column selected, a diagonal over it), dense levels that no kept sparse level is below
+    would store every place of their rows: the lowest of them above the deepest dropped
+    sparse level is compressed instead (``A[:, j]`` of a csr is a sparse vector); where
+    none is above it, the first of them (they were below it, the whole of its stored
+    places, and stored only where it stored)."""
     levels = [k for k, d in enumerate(fmt.order) if d in dims]
-    return Format("".join("c" if fmt.order[k] in sparse else "d" for k in levels),
-                  order=[dims.index(fmt.order[k]) for k in levels])
+    kinds = ["c" if fmt.order[k] in sparse else "d" for k in levels]
+    dropped = [k for k, d in enumerate(fmt.order) if d not in dims and fmt.kinds[k] != 0]
+    tail = len(kinds)
+    while tail and kinds[tail - 1] == "d":
+        tail -= 1
+    if dropped and tail < len(kinds):
+        above = [p for p in range(tail, len(kinds)) if levels[p] < dropped[-1]]
+        if above:
+            kinds[above[-1]] = "c"
+        elif tail == 0:
+            kinds[0] = "c"
+    return Format("".join(kinds), order=[dims.index(fmt.order[k]) for k in levels])
 
 
 _SUMS_IN_INT64 = (torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -2753,8 +2769,8 @@ def _cat(tensors, dim=0, *, axis=None, out=None):
 
 def select(a: SparseTensor, dim: int, i: int):
     """``a`` at position i of dim, that dimension dropped: a SparseTensor whose levels are
-    a's others (a dense one stays dense, any other becomes compressed, which every level
-    order can assemble), or for a 1-D ``a`` the 0-D value; differentiable."""
+    a's others, storing exactly a's places at i (_format_of_dims), or for a 1-D ``a`` the
+    0-D value; differentiable."""
     n = a.dim()
     dim = _dim_index("select", dim, n)
     size = a.shape[dim]
