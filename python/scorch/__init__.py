@@ -53,5 +53,10 @@ import multiprocessing.reduction as _mp_reduction  # noqa: E402
 
 _mp_reduction.ForkingPickler.register(SparseTensor, SparseTensor._reduce_for_processes)
 
+# torch.optim: an optimizer's step on a SparseTensor parameter steps its values.
+from . import _optim  # noqa: E402
+
+_optim.install()
+
 # torch.compile: scorch's ops check whether Dynamo is tracing once torch._dynamo is loaded.
 _tensor.watch_for_dynamo()

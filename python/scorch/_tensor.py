@@ -333,13 +333,12 @@ class SparseTensor(torch.Tensor):
             return args[0]._rewrap(args[0]._vals)
         if func is torch.ops.aten.clone.default:
             return args[0].clone()
-        if func._schema.is_mutable:   # (an optimizer's step on a SparseTensor leaf, ...)
+        if func._schema.is_mutable:   # (A.add_(1), A.lerp_(B, w), ...)
             _ops().refuse_aten(func, *args, *kwargs.values(), why="it writes in place, which "
                           "scorch does only where the result keeps the tensor's stored entries "
-                          "(a scalar factor, a zero-preserving map)", hint="use the op out of place (x = "
-                          "x.relu()) or .to_dense(); to train a SparseTensor's values, make "
-                          "them the parameter: A.with_values(p) with p an nn.Parameter, or "
-                          "scorch.nn.SparseLinear")
+                          "(a scalar factor, a zero-preserving map)", hint="use the op out of "
+                          "place (x = x.relu()) or .to_dense(); a torch.optim optimizer steps "
+                          "a Parameter(SparseTensor)'s values itself")
         _ops().refuse_aten(func, *args, *kwargs.values())   # (formats named inside lists
                                                             # of operands too)
 
