@@ -576,3 +576,33 @@ def test_diagonal_over_a_dropped_sparse_level_stores_its_entries():
         r = scorch.einsum("iji->ij", B)
         assert torch.equal(r.to_dense(), torch.einsum("iji->ij", y))
         assert _stored(r) <= {(0, 1), (2, 3)}, fmt
+
+
+def test_products_and_slices_store_only_what_was_multiplied():
+    """A sparse output of one entry (1 x n times n x 1, a 1 x 1 product, a slice of one
+    column through the selection product) stores it only where products meet (the
+    schedule let a loop of one iteration store its entry regardless); a cdd read in
+    another level order (A[..., 0:1]) stores only the rows A stores (its transposed copy
+    kept a dense last level that stored every row)."""
+    E = scorch.to_sparse(torch.zeros(1, 1), "csr")
+    assert (E @ E).nnz == 0
+    a = scorch.to_sparse(torch.tensor([[0., 1]]), "csr")
+    b = scorch.to_sparse(torch.tensor([[1.], [0.]]), "csr")
+    assert (a @ b).nnz == 0 and torch.equal((a @ b).to_dense(), torch.zeros(1, 1))
+    assert _stored(a[:, 0:1]) == set() and _stored(a[:, 1:2]) == {(0, 0)}
+    x = torch.zeros(3, 2, 2)
+    x[0, 0, 0], x[2, 1, 1] = 1., 2.
+    for fmt in ("cdd", "ccd", "dcd", "ddc", "cdc"):
+        A = scorch.to_sparse(x, fmt)
+        for key in ((Ellipsis, slice(0, 1)), (Ellipsis, slice(None, None, 2)),
+                    (slice(None), slice(1, 2))):
+            r = A[key]
+            assert torch.equal(r.to_dense(), x[key])
+            stored_rows = {p[0] for p in _stored(A)}
+            assert {p[0] for p in _stored(r)} <= stored_rows, (fmt, key)
+    y = torch.zeros(4, 3)
+    y[1] = torch.tensor([1., 0, 2])
+    C = scorch.to_sparse(y, "cd")                   # (one stored row)
+    G = torch.ones(4, 2)
+    torch.testing.assert_close(C.t() @ G, y.t() @ G)
+    assert _stored(scorch.einsum("ij->ji", C)) == {(j, 1) for j in range(3)}

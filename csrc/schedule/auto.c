@@ -134,8 +134,9 @@ static bool is_output(const sc_lower_problem *p, sc_expr_var v)
  * order over a dcsc B stores an (i,k) for every stored column k of B, zero or not).
  * Either way the result is denser than the product, so such an order costs more than
  * any other (a penalty, not +inf, so that the least bad one still wins when all of them
- * do it).  A loop of one iteration under loops of one iteration stores one entry and is
- * left alone; one under the rows of A (A·B with one column in B) stored one per row.  A
+ * do it).  A loop of one iteration counts as any other: a 1 x n by n x 1 product in
+ * order i,k,j stored its one entry with nothing multiplied into it (it had been left
+ * alone; one under the rows of A, A·B with one column in B, stored one per row).  A
  * loop a compressed level drives, with only output indices or dense loops inside, stores
  * only the operand's coordinates: exempt (penalising it sent SDDMM over coo and dcsr to
  * order (k,i,j) with a workspace of every (i,j)). */
@@ -153,7 +154,6 @@ static double densified_output(const sc_lower_problem *p, const sc_sched *s,
         th[d] = thinned(&tp, tp.rhs, order[d], bound);
         bound |= 1u << order[d];
     }
-    bool single = true;   /* every loop so far has one iteration */
     for (int32_t d = 0; d < p->nvars; d++) {
         sc_expr_var v = order[d];
         bool exempt = th[d];
@@ -161,10 +161,8 @@ static double densified_output(const sc_lower_problem *p, const sc_sched *s,
             if (th[e] && !is_output(p, order[e]))
                 exempt = false;
         for (int32_t k = 0; k < p->out_order; k++)
-            if (p->out_lvar[k] == v && p->out_fmt.kind[k] != SC_LEVEL_DENSE &&
-                (p->extent[v] > 1 || !single) && !exempt)
+            if (p->out_lvar[k] == v && p->out_fmt.kind[k] != SC_LEVEL_DENSE && !exempt)
                 return 1e18;
-        single = single && p->extent[v] <= 1;
     }
     return 0;
 }

@@ -23,7 +23,12 @@ static sc_status bad(sc_error *err, const char *fmt, const char *a, const char *
     return SC_USER;
 }
 
-/* Concordant format of operand t for the loop order (its levels sorted by depth). */
+/* Concordant format of operand t for the loop order (its levels sorted by depth, each
+ * position keeping its level kind).  A sparse format whose last level becomes dense gets
+ * a compressed one there: a cdd read in order j,k,i as cdd (1,2,0) would store every i
+ * of each (j,k), places the operand never stored (zeros a sparse output then kept, and
+ * a copy far larger than the entries); with the last level compressed the copy stores
+ * exactly the operand's places. */
 static void concordant(const sc_format *f, const sc_lower_access *ac, const int32_t *depth,
                        sc_format *out)
 {
@@ -39,6 +44,11 @@ static void concordant(const sc_format *f, const sc_lower_access *ac, const int3
         }
     for (int32_t k = 0; k < f->order; k++)
         out->lvl2dim[k] = dims[k];
+    bool sparse = false;
+    for (int32_t k = 0; k < f->order; k++)
+        sparse |= f->kind[k] != SC_LEVEL_DENSE;
+    if (sparse && out->kind[f->order - 1] == SC_LEVEL_DENSE)
+        out->kind[f->order - 1] = SC_LEVEL_COMPRESSED;
 }
 
 /* Common analysis of an order: transposes, workspace depth; USER on illegal orders.
