@@ -71,7 +71,15 @@ def test_tril_triu(shape, fmt, dtype):
     A = scorch.to_sparse(x, fmt)
     for k in range(-6, 7):
         lo, up = torch.tril(A, k), A.triu(k)
-        assert lo.format == A.format and up.format == A.format
+        # (a's format; a dense last level becomes compressed: the kept places only)
+        want = A.format if A.format.kinds[-1] != 0 else scorch.Format(
+            A.format.text[:-1] + "c", order=A.format.order)
+        assert lo.format == want and up.format == want
+        for r, keep in ((lo, x.tril(k)), (up, x.triu(k))):
+            stored = set(map(tuple, r.indices().t().tolist()))
+            assert all(keep[p] != 0 or A.to_dense()[p] == 0 for p in stored)
+            assert stored == {p for p in map(tuple, A.indices().t().tolist())
+                              if (p[1] - p[0] <= k if r is lo else p[1] - p[0] >= k)}
         assert torch.equal(lo.to_dense(), x.tril(k)), k
         assert torch.equal(up.to_dense(), x.triu(k)), k
     assert torch.equal(A.tril(diagonal=1).to_dense(), x.tril(1))

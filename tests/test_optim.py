@@ -152,3 +152,154 @@ def test_two_parameters_sharing_values_are_refused():
         opt.step()
     assert torch.equal(A.to_dense(), torch.eye(3))
     assert opt.param_groups[0]["params"][0] is A
+
+
+def test_state_follows_the_coordinates_when_the_pattern_changes():
+    """Pruning again (copy_ of another pattern, as load_state_dict does) between steps:
+    each state entry follows its coordinate, a new entry starts at 0; the momentum built
+    at (1, 1) had been applied at (1, 2), which had no gradient."""
+    W1 = torch.tensor([[1., 0, 0], [0, 1, 0]])
+    layer = torch.nn.Linear(3, 2, bias=False)
+    layer.weight = torch.nn.Parameter(scorch.to_sparse(W1, "csr"))
+    D = torch.nn.Parameter(W1.clone())
+    opt, opt_d = (torch.optim.SGD([w], lr=1., momentum=1.) for w in (layer.weight, D))
+    for W, x in ((None, [[0., 5, 0]]), (torch.tensor([[1., 0, 0], [0, 0, 1]]), [[0., 0, 0]]),
+                 (torch.tensor([[1., 2, 0], [3, 0, 1]]), [[1., 1, 1]])):
+        if W is not None:
+            with torch.no_grad():
+                layer.weight.copy_(W)
+                D.copy_(W)
+        for o, w in ((opt, layer.weight), (opt_d, D)):
+            o.zero_grad()
+            (torch.tensor(x) @ w.t()).sum().backward()
+        D.grad *= layer.weight.to_dense() != 0
+        opt.step()
+        opt_d.step()
+        # (the dense reference keeps momentum at the places the pattern dropped)
+        torch.testing.assert_close(layer.weight.to_dense().detach(),
+                                   D.detach() * (layer.weight.to_dense() != 0))
+    assert opt.state[layer.weight]["momentum_buffer"].shape == (4,)
+
+
+def test_lbfgs_state_over_several_parameters_is_left_as_it_is():
+    """LBFGS keeps one state for all its parameters (flat vectors of their total size)
+    under the first: it is not read per entry, even where its length is the first
+    parameter's numel."""
+    A = torch.nn.Parameter(scorch.to_sparse(torch.tensor([1., 0, 2, 0, 0, 3, 0, 0, 4]), "coo"))
+    b = torch.nn.Parameter(torch.linspace(-1, 1, 5))
+    Ad, bd = torch.nn.Parameter(A.to_dense().detach().clone()), torch.nn.Parameter(b.detach().clone())
+    opts = [torch.optim.LBFGS(ps, max_iter=2) for ps in ([A, b], [Ad, bd])]
+    stored = A.to_dense() != 0
+
+    def closure(o, x, y):
+        def run():
+            o.zero_grad()
+            loss = (x * x).sum() + (y * y).sum()
+            loss.backward()
+            if x is Ad:
+                x.grad *= stored
+            return loss
+        return run
+
+    for _ in range(3):
+        opts[0].step(closure(opts[0], A, b))
+        opts[1].step(closure(opts[1], Ad, bd))
+    torch.testing.assert_close(A.to_dense().detach(), Ad.detach())
+
+
+def test_a_leftover_swap_is_undone_before_the_next_step():
+    A, B = (torch.nn.Parameter(scorch.to_sparse(torch.eye(3), "csr")) for _ in range(2))
+    opt = torch.optim.Adam([A], lr=0.1)
+    with pytest.raises(ZeroDivisionError):
+        opt.step(lambda: 1 / 0)
+    opt.add_param_group({"params": [B]})
+    ((A + B) @ torch.ones(3, 2)).sum().backward()
+    opt.step()
+    assert all(g["params"][0] is p for g, p in zip(opt.param_groups, (A, B)))
+    assert all(k is A or k is B for k in opt.state)
+
+
+def test_repeated_coordinates_are_refused():
+    """A coo parameter storing one place twice would have each copy stepped as a place
+    (SGD moves the sum twice as far as dense): refused, naming coalesce."""
+    S = scorch.from_components((2, 3), "coo", pos=[torch.tensor([0, 2]), None],
+                               crd=[torch.tensor([0, 0]), torch.tensor([1, 1])],
+                               values=torch.tensor([1., 2.]))
+    A = torch.nn.Parameter(S)
+    (A * torch.ones(2, 3)).sum().backward()
+    with pytest.raises(RuntimeError, match=r"repeated coordinates.*coalesce"):
+        torch.optim.SGD([A], lr=0.1).step()
+    assert torch.equal(A.values().detach(), torch.tensor([1., 2.]))
+    C = torch.nn.Parameter(S.coalesce())
+    (C * torch.ones(2, 3)).sum().backward()
+    torch.optim.SGD([C], lr=0.1).step()
+    assert torch.equal(C.to_dense().detach(), torch.tensor([[0., 2.9, 0], [0, 0, 0]]))
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Adafactor"), reason="no Adafactor")
+def test_an_optimizer_that_reads_the_shape_steps_the_sparse_tensor():
+    """Adafactor factors its moments over a matrix's rows and columns: not elementwise,
+    so it is not handed the values (its step would differ from dense); it meets the
+    SparseTensor and is refused by name."""
+    A = torch.nn.Parameter(scorch.to_sparse(torch.eye(3), "csr"))
+    (A @ torch.ones(3, 2)).sum().backward()
+    with pytest.raises(NotImplementedError, match="SparseTensor"):
+        torch.optim.Adafactor([A]).step()
+    assert torch.equal(A.to_dense().detach(), torch.eye(3))
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Linear(5, 3))
+    w = torch.randn(3, 5) * (torch.rand(3, 5) < 0.5)
+    m[1].weight = torch.nn.Parameter(scorch.to_sparse(w, "csr"))
+    d = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Linear(5, 3))
+    d.load_state_dict({k: v.to_dense() if isinstance(v, scorch.SparseTensor) else v
+                       for k, v in m.state_dict().items()})
+    return m, d
+
+
+def test_foreach_paths_as_the_single_tensor_ones():
+    """The foreach forms (an EMA's _foreach_lerp_, clip_grad_norm_ / clip_grad_value_
+    with foreach=True, zero_grad through _foreach_zero_) take a SparseTensor as their
+    single-tensor ops do: the same numbers as the dense model's on the pattern."""
+    m, d = _model(0)
+    stored = m[1].weight.to_dense() != 0
+    avg = torch.optim.swa_utils.get_ema_multi_avg_fn(0.9)
+    ema_m = torch.optim.swa_utils.AveragedModel(m, multi_avg_fn=avg)
+    ema_d = torch.optim.swa_utils.AveragedModel(d, multi_avg_fn=avg)
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+    for net in (m, d):
+        net(x).square().sum().backward()
+    d[1].weight.grad *= stored
+    norms = [torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5, foreach=True)
+             for net in (m, d)]
+    torch.testing.assert_close(norms[0], norms[1])
+    for net in (m, d):
+        torch.nn.utils.clip_grad_value_(net.parameters(), 0.01, foreach=True)
+    torch.testing.assert_close(m[1].weight.grad.to_dense(), d[1].weight.grad)
+    for net, ema in ((m, ema_m), (d, ema_d)):
+        with torch.no_grad():
+            net[1].weight.mul_(2)
+        ema.update_parameters(net)
+        ema.update_parameters(net)
+    torch.testing.assert_close(ema_m.module[1].weight.to_dense(), ema_d.module[1].weight)
+    opt = torch.optim.Adam(m.parameters(), foreach=True)
+    opt.zero_grad(set_to_none=False)
+    assert m[1].weight.grad.nnz == m[1].weight.nnz and not m[1].weight.grad.values().any()
+
+
+def test_lerp_of_sparse_tensors():
+    x = torch.tensor([[1., 0, 2], [0, 0, 3]])
+    y = torch.tensor([[0., 4, 2], [0, 0, -1]])
+    A, B = scorch.to_sparse(x, "csr"), scorch.to_sparse(y, "coo")
+    torch.testing.assert_close(torch.lerp(A, B, 0.25).to_dense(), torch.lerp(x, y, 0.25))
+    C = scorch.to_sparse(x * 3, "csr")
+    A.lerp_(C, 0.5)           # (same entries: in place)
+    torch.testing.assert_close(A.to_dense(), x * 2)
+    with pytest.raises(NotImplementedError, match="lerp_"):
+        A.lerp_(B, 0.5)       # (other entries)
+    with pytest.raises(NotImplementedError, match="torch.lerp"):
+        torch.lerp(A, y, 0.5)
+    with pytest.raises(NotImplementedError, match="exp_"):
+        torch._foreach_exp_([A])

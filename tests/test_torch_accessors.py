@@ -249,6 +249,29 @@ def test_equality_with_a_dense_tensor_or_a_scalar_is_dense_bool(fmt):
     assert (A == None) is False and (A != None) is True   # noqa: E711 (as a dense tensor's)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "cd", "dense"])
+def test_order_comparisons_are_dense_bool(fmt):
+    """A < t, A.abs() >= t, t > A, torch.lt / le / gt / ge and their aliases against a
+    scalar or a broadcast dense tensor: dense bool, the unstored places compared as zeros
+    (a pruning threshold: ``A.abs() < t``); reflected operators flip the comparison."""
+    x = torch.tensor([[1., 0, -2], [0, 3, 0], [-0.5, 0, 0]])
+    D = torch.tensor([0.5, -1.0, 0.0])
+    A = scorch.to_sparse(x, fmt)
+    cases = [lambda t: t < 0.5, lambda t: t <= 0, lambda t: t > -1, lambda t: t >= D,
+             lambda t: 0.5 > t, lambda t: D <= t, lambda t: t.abs() < 1.5,
+             lambda t: torch.lt(t, D), torch.Tensor.less_equal, lambda t: torch.gt(t, 0),
+             lambda t: t.greater_equal(-0.5), lambda t: torch.greater(t, D[None])]
+    for f in cases:
+        got = f(A) if f is not torch.Tensor.less_equal else f(A, 0)
+        want = f(x) if f is not torch.Tensor.less_equal else f(x, 0)
+        assert type(got) is torch.Tensor and got.dtype == torch.bool
+        assert torch.equal(got, want)
+    with pytest.raises(NotImplementedError, match="torch.lt"):
+        A < A
+    with pytest.raises(TypeError):
+        A < None
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64])
 def test_equality_promotes_scalars_as_torch(dtype):
     """A Python number or a 0-D tensor compares in A's dtype kind (0.1 as float64 for a

@@ -1,4 +1,4 @@
-"""torch.optim on a SparseTensor parameter: every optimizer steps its stored values.
+"""torch.optim on a SparseTensor parameter: an elementwise optimizer steps its stored values.
 
 ``nn.Parameter(scorch.to_sparse(w))`` is a SparseTensor leaf whose values tensor carries
 the gradient (``A.grad`` is that gradient on A's pattern).  An optimizer's step on the
@@ -7,9 +7,17 @@ as ``zeros_like(p)``, which stores nothing, and its ``denom.add_(eps)`` would ha
 every place.  Instead, a global step pre-hook hands the optimizer each such parameter's
 values tensor (a dense 1-D leaf whose ``.grad`` is the gradient's values), in place of
 the parameter in its group, with the parameter's state; the post-hook puts the parameter
-back.  The step then is the optimizer's own dense update of the stored values: dense
-SGD, Adam, AdamW, RMSprop, Adagrad, ... restricted to the pattern, exactly (an unstored
-place has gradient 0 and stays 0 under every one of them).  The pattern never changes.
+back.  The step then is the optimizer's own dense update of the stored values, which for
+an optimizer that updates each element from that element's history (and global norms)
+is exactly the dense optimizer on the dense tensor with the gradient masked to the
+pattern (an unstored place has gradient 0 and stays 0).  Optimizers that read the
+parameter's shape (Adafactor's factored moments, Muon's orthogonalisation) are not
+elementwise, and neither is a third party's unknown one: those step the SparseTensor
+itself, as before (in-place ops that keep its entries, others refused by name).
+
+The state is one value per stored entry.  Where the parameter's pattern changes between
+steps (``copy_`` / ``load_state_dict`` of another pattern: pruning again), each state
+tensor follows the coordinates: an entry kept keeps its state, a new one starts at 0.
 """
 import weakref
 
@@ -17,37 +25,73 @@ import torch
 
 from ._tensor import SparseTensor, _ops
 
+# torch.optim's optimizers whose update is elementwise (with global norms or scalars)
+_ELEMENTWISE = tuple(getattr(torch.optim, n) for n in (
+    "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
+    "ASGD", "Rprop", "LBFGS", "SparseAdam") if hasattr(torch.optim, n))
+
 # optimizer -> {id(values): the SparseTensor parameter} while its step runs
 _SWAPPED = weakref.WeakKeyDictionary()
+# optimizer -> {id(parameter): (its state dict, in values form, and the pattern it is of)}
+_STATES = weakref.WeakKeyDictionary()
+
+
+def _pattern(p):
+    return p._shape, p._format, list(p._pos), list(p._crd), p.nnz
+
+
+def _same_pattern(rec, p):
+    shape, fmt, pos, crd, _ = rec
+    return shape == p._shape and fmt == p._format and all(
+        x is y for x, y in zip(pos + crd, p._pos + p._crd))
 
 
 def _values_in_place(optimizer, args, kwargs):
+    _parameters_back(optimizer, args, kwargs)   # (what a step that raised left swapped)
+    if not isinstance(optimizer, _ELEMENTWISE):
+        return
     found = [(group["params"], k, p) for group in optimizer.param_groups
-             for k, p in enumerate(group["params"]) if type(p) is SparseTensor]
+             for k, p in enumerate(group["params"]) if isinstance(p, SparseTensor)]
     if not found:
         return
     swapped = {}
+    name = type(optimizer).__name__
     for _, _, p in found:
         if id(p._vals) in swapped:
             raise RuntimeError(
-                f"{type(optimizer).__name__}: two SparseTensor parameters share one values "
-                f"tensor (one is a view of the other, as A and A.t()); optimize one of them")
+                f"{name}: two SparseTensor parameters share one values tensor (one is a "
+                f"view of the other, as A and A.t()); optimize one of them")
+        if p.grad is not None and _ops().has_duplicates(p):
+            raise RuntimeError(
+                f"{name}: a SparseTensor parameter of shape {tuple(p.shape)} stores "
+                f"repeated coordinates, each of which would be stepped as a place of its "
+                f"own; make it the parameter after A.coalesce()")
         swapped[id(p._vals)] = p
+    states = _STATES.setdefault(optimizer, {})
     for params, k, p in found:
         v = p._vals
         params[k] = v     # (in place: LBFGS keeps this list as its own)
-        if p in optimizer.state:
-            optimizer.state[v] = {key: _at_stored(x, p)
-                                  for key, x in optimizer.state.pop(p).items()}
+        st = optimizer.state.pop(p, None)
+        if st is None:
+            continue
+        rec = states.get(id(p))
+        if rec is None or rec[0] is not st:   # (made at construction, or loaded)
+            if not isinstance(optimizer, torch.optim.LBFGS):   # (its state is global)
+                for key, x in st.items():
+                    st[key] = _at_stored(x, p)
+        elif not _same_pattern(rec[1], p) and not isinstance(optimizer, torch.optim.LBFGS):
+            for key, x in st.items():
+                st[key] = _followed(x, rec[1], p)
+        optimizer.state[v] = st
     _SWAPPED[optimizer] = swapped
 
 
 def _at_stored(x, p):
-    """A state entry made from the parameter itself (Adagrad's ``full_like(p, init)`` at
-    construction, a state loaded for it) as the values tensor's: its values at p's
-    stored entries; other entries (the step count) as they are."""
-    if not isinstance(x, torch.Tensor) or x.shape != p.shape or (
-            x.shape == p._vals.shape and type(x) is not SparseTensor):
+    """A state entry made outside a step (Adagrad's ``full_like(p, init)`` at construction,
+    a dense optimizer's state loaded) as the values tensor's: its values at p's stored
+    entries; entries of another shape (the step count, a state already per entry) as
+    they are."""
+    if not isinstance(x, torch.Tensor) or x.shape != p.shape:
         return x
     if isinstance(x, SparseTensor):
         if _ops()._same_arrays(x, p):
@@ -55,21 +99,44 @@ def _at_stored(x, p):
         if x.nnz == 0:
             return torch.zeros_like(p._vals)
         x = x.to_dense()
+    elif x.shape == p._vals.shape:    # (a 1-D p storing every place: already per entry)
+        return x
     return x.detach()[tuple(p.indices())].to(p._vals.dtype)
+
+
+def _followed(x, old, p):
+    """A state tensor of one value per entry of the pattern ``old`` on p's pattern: the
+    value of each entry p still stores, 0 for the new ones."""
+    shape, fmt, pos, crd, nnz = old
+    if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.shape[0] != nnz:
+        return x
+    was = SparseTensor(shape, fmt, pos, crd, x)
+    keys_old = _ops()._linear_key(_ops().dim_coords(was), shape, was.nnz)
+    keys_new = _ops()._linear_key(_ops().dim_coords(p), p.shape, p.nnz)
+    order = torch.argsort(keys_old)
+    sk = keys_old[order]
+    at = torch.searchsorted(sk, keys_new).clamp_(max=max(sk.numel() - 1, 0))
+    hit = sk[at] == keys_new if sk.numel() else torch.zeros_like(keys_new, dtype=torch.bool)
+    out = torch.zeros(p.nnz, dtype=x.dtype)
+    out[hit] = x[order[at[hit]]]
+    return out
 
 
 def _parameters_back(optimizer, args, kwargs):
     swapped = _SWAPPED.pop(optimizer, None)
     if not swapped:
         return
+    states = _STATES.setdefault(optimizer, {})
     for group in optimizer.param_groups:
         params = group["params"]
         for k, v in enumerate(params):
             p = swapped.get(id(v))
             if p is not None and p._vals is v:
                 params[k] = p
-                if v in optimizer.state:
-                    optimizer.state[p] = optimizer.state.pop(v)
+                st = optimizer.state.pop(v, None)
+                if st is not None:
+                    optimizer.state[p] = st
+                    states[id(p)] = (st, _pattern(p))
 
 
 def install():

@@ -657,6 +657,11 @@ def _sparse_diagonal(a: SparseTensor, term: str):
     fmt = a._format
     sparse = {first[term[fmt.order[k]]] for k in range(a.dim()) if fmt.kinds[k] != 0}
     kept = _format_of_dims(fmt, dims, sparse)
+    if kept.kinds and kept.kinds[-1] == 0 and any(fmt.kinds):
+        # (a repeated index whose kept level is dense below the deepest sparse level, a
+        # dropped one above it: the dense level would store every place of its rows; a
+        # compressed last level stores the diagonal's entries exactly)
+        kept = _format_from_tuple(kept.kinds[:-1] + (1,), kept.unique, kept.order)
     cols = torch.stack([coords[d][keep] for d in dims])
     return "".join(first), _entries_of(a, [a.shape[d] for d in dims], cols,
                                        a._vals[keep], kept)
@@ -1442,6 +1447,55 @@ _register(torch.Tensor.zero_)(_in_place(
     "zero_", lambda a: _map_values(a, torch.zeros_like, linear=True)))
 
 
+@_register(torch.lerp, torch.Tensor.lerp)
+def _lerp(a, b, weight, *, out=None):
+    """``torch.lerp(A, B, w)``, ``A + w * (B - A)``, of two SparseTensors (an EMA of sparse
+    weights, torch.optim.swa_utils' ``get_ema_multi_avg_fn``): the sum over the union of
+    their entries, in place (``lerp_``) where B has A's entries."""
+    refuse_out("torch.lerp", out, a, b, weight)
+    if not (_is_sparse(a) and _is_sparse(b)) or _is_sparse(weight):
+        refuse("torch.lerp", a, b, weight,
+               why="both ends SparseTensors and a scalar or dense weight (one dense end "
+                   "gives a dense result)", hint="use .to_dense()")
+    return _add_handler(a, _mul(_sub_handler(b, a), weight, "torch.lerp"))
+
+
+_register(torch.Tensor.lerp_)(_in_place("lerp_", _lerp))
+
+_FOREACH_SINGLE = {"norm": lambda t, ord=2, dtype=None: torch.linalg.vector_norm(
+    t, ord, dtype=dtype), "max": torch.amax}
+
+
+def _foreach(name):
+    """torch._foreach_<op>(lists, ...) with a SparseTensor in a list (optimizers' and
+    clip_grad_norm_'s foreach paths, an EMA's ``_foreach_lerp_``): the op on each
+    tensor, as its single-tensor form (which takes a SparseTensor where it keeps the
+    stored entries, and refuses by name where not); lists of scalars pair up too."""
+    op = name[len("_foreach_"):]
+    homes = (torch.Tensor, torch) if op.endswith("_") else (torch, torch.Tensor)
+    single = _FOREACH_SINGLE.get(op) or getattr(homes[0], op, None) or \
+        getattr(homes[1], op, None)
+    if single is None:    # (maximum_, minimum_: no single in-place form; refused at aten)
+        return None
+
+    def handler(*args, **kwargs):
+        n = next(len(a) for a in args if isinstance(a, (list, tuple)))
+        results = []
+        with torch._C._EnableTorchFunction():
+            for i in range(n):
+                results.append(single(*[a[i] if isinstance(a, (list, tuple)) else a
+                                        for a in args], **kwargs))
+        return None if op.endswith("_") else results
+    return handler
+
+
+for _name in dir(torch):
+    if _name.startswith("_foreach_") and _name not in ("_foreach_mm", "_foreach_powsum"):
+        _h = _foreach(_name)
+        if _h is not None:
+            _register(getattr(torch, _name))(_h)
+
+
 @_register(torch.Tensor.__rtruediv__)
 def _rdiv_handler(a, b):
     refuse("torch.div", b, a, why="dividing by a sparse tensor divides by its zeros")
@@ -1585,13 +1639,18 @@ def _sparse_result_products(*args, **kwargs):
            hint="use A @ X or torch.addmm, whose result is dense, or .to_dense()")
 
 
-def _compare(name, a, b, equal):
-    """``a == b`` / ``a != b`` with one side a SparseTensor and the other dense (of a shape
-    that broadcasts to the sparse one's, or a scalar): a dense bool tensor, as torch's,
-    the unstored places compared as the zeros they stand for (nn.Transformer compares a
-    mask with a causal one)."""
+_FLIPPED = {torch.eq: torch.eq, torch.ne: torch.ne, torch.lt: torch.gt, torch.gt: torch.lt,
+            torch.le: torch.ge, torch.ge: torch.le}
+
+
+def _compare(name, a, b, op):
+    """``a == b``, ``a != b``, ``a < b``, ... (``op``: torch.eq, ne, lt, le, gt, ge) with
+    one side a SparseTensor and the other dense (of a shape that broadcasts to the sparse
+    one's, or a scalar): a dense bool tensor, as torch's, the unstored places compared as
+    the zeros they stand for (nn.Transformer compares a mask with a causal one; pruning
+    compares ``A.abs() < t``)."""
     if _is_sparse(b):
-        a, b = b, a
+        a, b, op = b, a, _FLIPPED[op]
     if _is_sparse(b) or not (_is_scalar(b) or isinstance(b, (bool, torch.Tensor))):
         refuse(name, a, b, why="one SparseTensor compared with a dense tensor or a scalar")
     # (torch's promotion: a Python number or a 0-D tensor takes the tensor's dtype kind)
@@ -1602,41 +1661,50 @@ def _compare(name, a, b, equal):
     if d.dim() > a.dim() or torch.broadcast_shapes(tuple(a.shape), tuple(d.shape)) != a.shape:
         refuse(name, a, b, why=f"a dense operand of shape {tuple(d.shape)} that does not "
                                f"broadcast to the sparse one's {tuple(a.shape)}")
+    if dt.is_complex and op not in (torch.eq, torch.ne):
+        raise RuntimeError(f"{name}: comparison is not defined for complex tensors")
     c = _coalesced(a)
     full = d.to(dt).expand(a.shape)
-    zero = torch.zeros((), dtype=dt)
-    out = (full == zero) if equal else (full != zero)
+    out = op(torch.zeros((), dtype=dt), full).expand(a.shape).clone()
     if c.nnz:
         at = tuple(dim_coords(c)) if c.dim() else ()
-        v = c._vals.detach().to(dt)
-        out[at] = (v == full[at]) if equal else (v != full[at])
+        out[at] = op(c._vals.detach().to(dt), full[at])
     return out
 
 
-@_register(torch.eq, torch.Tensor.eq)
-def _eq(a, b, *, out=None):
-    refuse_out("torch.eq", out, a, b)
-    return _compare("torch.eq", a, b, True)
+def _comparison(name, op):
+    def handler(a, b, *, out=None):
+        refuse_out(name, out, a, b)
+        return _compare(name, a, b, op)
+    return handler
 
 
-@_register(torch.ne, torch.not_equal, torch.Tensor.ne, torch.Tensor.not_equal)
-def _ne(a, b, *, out=None):
-    refuse_out("torch.ne", out, a, b)
-    return _compare("torch.ne", a, b, False)
+for _op, _fns in ((torch.eq, (torch.eq, torch.Tensor.eq)),
+                  (torch.ne, (torch.ne, torch.not_equal, torch.Tensor.ne,
+                              torch.Tensor.not_equal)),
+                  (torch.lt, (torch.lt, torch.less, torch.Tensor.lt, torch.Tensor.less)),
+                  (torch.le, (torch.le, torch.less_equal, torch.Tensor.le,
+                              torch.Tensor.less_equal)),
+                  (torch.gt, (torch.gt, torch.greater, torch.Tensor.gt, torch.Tensor.greater)),
+                  (torch.ge, (torch.ge, torch.greater_equal, torch.Tensor.ge,
+                              torch.Tensor.greater_equal))):
+    _register(*_fns)(_comparison(f"torch.{_op.__name__}", _op))
 
 
 def _comparable(x):
     return isinstance(x, (torch.Tensor, bool)) or _is_scalar(x)
 
 
-@_register(torch.Tensor.__eq__)
-def _eq_operator(a, b):   # (A == None is False, as a dense tensor's: Python's fallback)
-    return _compare("torch.eq", a, b, True) if _comparable(b) else NotImplemented
+def _comparison_operator(op):
+    def handler(a, b):   # (A == None is False, as a dense tensor's: Python's fallback)
+        return _compare(f"torch.{op.__name__}", a, b, op) if _comparable(b) else \
+            NotImplemented
+    return handler
 
 
-@_register(torch.Tensor.__ne__)
-def _ne_operator(a, b):
-    return _compare("torch.ne", a, b, False) if _comparable(b) else NotImplemented
+for _op, _dunder in ((torch.eq, "__eq__"), (torch.ne, "__ne__"), (torch.lt, "__lt__"),
+                     (torch.le, "__le__"), (torch.gt, "__gt__"), (torch.ge, "__ge__")):
+    _register(getattr(torch.Tensor, _dunder))(_comparison_operator(_op))
 
 
 @_register(torch.Tensor.sparse_mask)
@@ -2359,6 +2427,33 @@ def _mha_weights_scores(m: SparseTensor, b1, b2, beta, alpha):
     return _masked_scores(m, ms, b1, "bik", b2, "bkj", "b", {"b": b1.shape[0]}, alpha)
 
 
+def _body_of(func):
+    """A copy of a torch Python function whose own ``has_torch_function*`` checks answer
+    False, so that its body runs when called: scorch's handlers then take the ops inside
+    it (its ``F.linear`` of a sparse weight, the weight's ``split``) as they take a user's
+    (torch's default for a subclass runs the function with them off, and its inner ops
+    reached aten, where they are refused)."""
+    g = dict(func.__globals__)
+    for name in ("has_torch_function", "has_torch_function_unary",
+                 "has_torch_function_variadic"):
+        g[name] = lambda *args: False
+    body = type(func)(func.__code__, g, func.__name__, func.__defaults__, func.__closure__)
+    body.__kwdefaults__ = func.__kwdefaults__
+    return body
+
+
+_MHA_BODY = _body_of(F.multi_head_attention_forward)
+
+
+@_register(F.multi_head_attention_forward)
+def _mha_forward(*args, **kwargs):
+    """nn.MultiheadAttention (and the Transformer layers built on it) with sparse
+    projection weights (a pruned in_proj_weight / out_proj_weight, or separate q, k, v
+    weights): torch's own function, its projections reaching scorch's F.linear."""
+    with torch._C._EnableTorchFunction():
+        return _MHA_BODY(*args, **kwargs)
+
+
 @_register(F.scaled_dot_product_attention)
 def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                   scale=None, enable_gqa=False):
@@ -2717,7 +2812,7 @@ def _unbind(a, dim=0):
         # conversion that puts dim d there first, so that the whole is O(nnz), not
         # O(nnz) per selection)
         rest = [k for k in fmt.order if k != d]
-        a = a.to_format(Format("d" + "c" * len(rest), order=[d] + rest))
+        a = a.to_format(Format("d" + "c" * len(rest), order=[d] + rest), drop_zeros=False)
     return tuple(_piece(select(a, d, i), original, "unbind") for i in range(a.shape[d]))
 
 
@@ -3126,15 +3221,20 @@ def _triangle(name, a, diagonal, lower, out):
     """The stored entries of ``a`` on or below (``lower``) / on or above the diagonal of
     its last two dimensions, ``diagonal`` above the main one: a SparseTensor in a's
     format (duplicates summed), differentiable w.r.t. the values.  A causal mask of
-    sparse attention scores is ``S.tril()``."""
+    sparse attention scores is ``S.tril()``: it stores the kept places only, so where a's
+    last level is dense (cd, a dense format), the result's is compressed (a dense one
+    would store the dropped places again, as zeros that softmax reads)."""
     refuse_out(name, out, a)
     if a.dim() < 2:
         raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
     coords = dim_coords(a)
     off = coords[-1] - coords[-2]
     keep = off <= diagonal if lower else off >= diagonal
+    fmt = a._format
+    if fmt.kinds[-1] == 0:
+        fmt = _format_from_tuple(fmt.kinds[:-1] + (1,), fmt.unique, fmt.order)
     return _entries_of(a, a.shape, torch.stack([c[keep] for c in coords]), a._vals[keep],
-                       a._format)
+                       fmt)
 
 
 @_register(torch.tril, torch.Tensor.tril)
