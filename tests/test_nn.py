@@ -211,3 +211,35 @@ def test_weight_copy_writes_the_values_or_refuses_another_pattern():
     with torch.no_grad(), pytest.raises(RuntimeError, match="row_ptr / col_idx"):
         a.weight.copy_(b.weight.detach())
     torch.testing.assert_close(a.weight.detach().to_dense(), 2 * W)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "cd", "dense"])
+def test_embedding_with_a_sparse_weight(fmt):
+    """F.embedding / nn.Embedding over a pruned table (a tied LM head's weight): the rows
+    as dense F.embedding's, for indices of any shape (empty, 0-D), padding_idx (its rows
+    pass no gradient, negative counted from the end), the gradient on the pattern; bad
+    indices raise torch's errors, max_norm is refused."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(6, 4, generator=g) * (torch.rand(6, 4, generator=g) < .5)
+    W = scorch.to_sparse(w, fmt).requires_grad_()
+    D = w.clone().requires_grad_()
+    for idx, pad in [(torch.tensor([[0, 2], [5, 5]]), None), (torch.tensor([1, 3, 3, 0]), 3),
+                     (torch.tensor([], dtype=torch.int64), None), (torch.tensor(2), -1),
+                     (torch.tensor([4, 5], dtype=torch.int32), -2)]:
+        out, ref = F.embedding(idx, W, padding_idx=pad), F.embedding(idx, D, padding_idx=pad)
+        assert out.shape == ref.shape and torch.equal(out, ref)
+        G = torch.randn(ref.shape, generator=g)
+        (out * G).sum().backward()
+        (ref * G).sum().backward()
+    stored = torch.zeros(6, 4, dtype=torch.bool)
+    stored[tuple(W.indices())] = True
+    torch.testing.assert_close(W.grad.to_dense(), D.grad * stored)
+    emb = torch.nn.Embedding(6, 4)
+    emb.weight = torch.nn.Parameter(scorch.to_sparse(w, fmt))
+    assert torch.equal(emb(torch.tensor([1, 2])), w[[1, 2]])
+    for bad, err in ((torch.tensor([6]), IndexError), (torch.tensor([-1]), IndexError),
+                     (torch.tensor([0.5]), RuntimeError)):
+        with pytest.raises(err):
+            F.embedding(bad, W)
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        F.embedding(torch.tensor([0]), W, max_norm=1.0)

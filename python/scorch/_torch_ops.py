@@ -2762,6 +2762,35 @@ def _index_select(a, dim, index, *, out=None):
     return index_select(a, dim, index)
 
 
+@_register(F.embedding)
+def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+               scale_grad_by_freq=False, sparse=False):
+    """``F.embedding(idx, W)`` / nn.Embedding with a sparse weight (a pruned table, a tied
+    LM head's): W's rows at idx, dense, of shape idx.shape + (embedding_dim,), its
+    gradient on W's pattern (``sparse=`` changes nothing: it is sparse); rows at
+    ``padding_idx`` pass no gradient, as torch's.  ``max_norm`` (which renormalises W's
+    rows in place) and ``scale_grad_by_freq`` are refused."""
+    name = "torch.nn.functional.embedding"
+    if _is_sparse(input) or not _is_sparse(weight) or weight.dim() != 2:
+        refuse(name, input, weight, why="a dense index tensor and a 2-D sparse weight")
+    if max_norm is not None or scale_grad_by_freq:
+        refuse(name, input, weight, why="max_norm renormalises the weight's rows in place "
+               "and scale_grad_by_freq scales by counts" if max_norm is not None else
+               "scale_grad_by_freq scales the gradient by the indices' counts")
+    if input.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
+                           f"following scalar types: Long, Int; but got {input.dtype} instead "
+                           f"(while checking arguments for embedding)")
+    flat = input.reshape(-1).to(torch.int64)
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
+        raise IndexError("index out of range in self")
+    out = index_select(weight, 0, flat, "embedding").to_dense()
+    if padding_idx is not None:
+        pad = padding_idx + weight.shape[0] if padding_idx < 0 else padding_idx
+        out = torch.where((flat == pad)[:, None], out.detach(), out)
+    return out.reshape(*input.shape, weight.shape[1])
+
+
 @_register(torch.narrow, torch.Tensor.narrow)
 def _narrow(a, dim, start, length):
     size = a.shape[_dim_index("narrow", dim, a.dim())]
