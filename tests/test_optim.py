@@ -303,3 +303,41 @@ def test_lerp_of_sparse_tensors():
         torch.lerp(A, y, 0.5)
     with pytest.raises(NotImplementedError, match="exp_"):
         torch._foreach_exp_([A])
+
+
+def test_foreach_checks_and_refusals_as_torch():
+    """The foreach router repeats torch's list checks (unequal lengths, an empty list),
+    hands addcmul / addcdiv's scalars to each call as its value (a refusal then names
+    the op), and writes the SparseTensors of an in-place op first, so that a refusal
+    leaves the dense tensors of the list unwritten."""
+    A = scorch.to_sparse(torch.tensor([[0., 1.], [2., 0.]]), "csr")
+    d = torch.ones(3)
+    with pytest.raises(RuntimeError, match="same number of tensors, got 1 and 2"):
+        torch._foreach_add([A], [A, d])
+    with pytest.raises(RuntimeError, match="same number of tensors, got 1 and 0"):
+        torch._foreach_add([A], [])
+    with pytest.raises(NotImplementedError, match="addcmul_"):
+        torch._foreach_addcmul_([A.clone()], [A], [A], [0.5])
+    with pytest.raises(NotImplementedError, match="add_"):
+        torch._foreach_add_([d, A], 1.0)
+    assert torch.equal(d, torch.ones(3))
+    assert torch.equal(torch._foreach_mul([d, A], [2.0, 3.0])[1].to_dense(), 3 * A.to_dense())
+
+
+def test_a_state_loaded_for_another_pattern_is_refused_clearly():
+    x = torch.tensor([[1., 0, 2], [0, 3, 0]])
+    A = torch.nn.Parameter(scorch.to_sparse(x, "csr"))
+    opt = torch.optim.Adam([A])
+    (A @ torch.ones(3, 1)).sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    B = torch.nn.Parameter(scorch.to_sparse(torch.ones(2, 3), "csr"))
+    (B @ torch.ones(3, 1)).sum().backward()
+    other = torch.optim.Adam([B])
+    other.load_state_dict(saved)
+    with pytest.raises(RuntimeError, match=r"holds \(3,\) values where the parameter stores 6"):
+        other.step()
+    other.state.clear()               # (starting again; the next step puts B back)
+    other.step()
+    assert other.param_groups[0]["params"][0] is B
+    assert not torch.equal(B.values().detach(), torch.ones(6))

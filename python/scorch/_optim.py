@@ -28,7 +28,7 @@ from ._tensor import SparseTensor, _ops
 # torch.optim's optimizers whose update is elementwise (with global norms or scalars)
 _ELEMENTWISE = tuple(getattr(torch.optim, n) for n in (
     "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
-    "ASGD", "Rprop", "LBFGS", "SparseAdam") if hasattr(torch.optim, n))
+    "ASGD", "Rprop", "LBFGS") if hasattr(torch.optim, n))
 
 # optimizer -> {id(values): the SparseTensor parameter} while its step runs
 _SWAPPED = weakref.WeakKeyDictionary()
@@ -68,22 +68,32 @@ def _values_in_place(optimizer, args, kwargs):
                 f"own; make it the parameter after A.coalesce()")
         swapped[id(p._vals)] = p
     states = _STATES.setdefault(optimizer, {})
+    per_entry = not isinstance(optimizer, torch.optim.LBFGS)   # (LBFGS's state is global)
+    _SWAPPED[optimizer] = swapped       # (first: what is swapped below goes back)
     for params, k, p in found:
         v = p._vals
         params[k] = v     # (in place: LBFGS keeps this list as its own)
         st = optimizer.state.pop(p, None)
         if st is None:
             continue
+        optimizer.state[v] = st
+        if not per_entry:
+            continue
         rec = states.get(id(p))
         if rec is None or rec[0] is not st:   # (made at construction, or loaded)
-            if not isinstance(optimizer, torch.optim.LBFGS):   # (its state is global)
-                for key, x in st.items():
-                    st[key] = _at_stored(x, p)
-        elif not _same_pattern(rec[1], p) and not isinstance(optimizer, torch.optim.LBFGS):
+            for key, x in st.items():
+                st[key] = _at_stored(x, p)
+        elif not _same_pattern(rec[1], p):
             for key, x in st.items():
                 st[key] = _followed(x, rec[1], p)
-        optimizer.state[v] = st
-    _SWAPPED[optimizer] = swapped
+        bad = next((key for key, x in st.items() if isinstance(x, torch.Tensor) and
+                    x.dim() and x.shape != v.shape), None)
+        if bad is not None:
+            raise RuntimeError(
+                f"{name}: the state {bad!r} of a SparseTensor parameter holds "
+                f"{tuple(st[bad].shape)} values where the parameter stores {v.numel()} "
+                f"(a state loaded for another pattern); load the state saved with this "
+                f"pattern, or start the optimizer again")
 
 
 def _at_stored(x, p):
@@ -131,7 +141,7 @@ def _parameters_back(optimizer, args, kwargs):
         params = group["params"]
         for k, v in enumerate(params):
             p = swapped.get(id(v))
-            if p is not None and p._vals is v:
+            if p is not None:
                 params[k] = p
                 st = optimizer.state.pop(v, None)
                 if st is not None:

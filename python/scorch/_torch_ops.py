@@ -657,14 +657,23 @@ def _sparse_diagonal(a: SparseTensor, term: str):
     fmt = a._format
     sparse = {first[term[fmt.order[k]]] for k in range(a.dim()) if fmt.kinds[k] != 0}
     kept = _format_of_dims(fmt, dims, sparse)
-    if kept.kinds and kept.kinds[-1] == 0 and any(fmt.kinds):
+    if any(fmt.kinds):
         # (a repeated index whose kept level is dense below the deepest sparse level, a
-        # dropped one above it: the dense level would store every place of its rows; a
-        # compressed last level stores the diagonal's entries exactly)
-        kept = _format_from_tuple(kept.kinds[:-1] + (1,), kept.unique, kept.order)
+        # dropped one above it: the dense level would store every place of its rows)
+        kept = _compressed_last(kept)
     cols = torch.stack([coords[d][keep] for d in dims])
     return "".join(first), _entries_of(a, [a.shape[d] for d in dims], cols,
                                        a._vals[keep], kept)
+
+
+def _compressed_last(fmt: Format) -> Format:
+    """fmt with its last level compressed where it is dense: a tensor built from some
+    entries' coordinates in it stores exactly their places (a dense last level would
+    store every place of their rows; the compiler's transposed copies follow the same
+    rule, csrc/schedule/check.c concordant)."""
+    if not fmt.kinds or fmt.kinds[-1] != 0:
+        return fmt
+    return _format_from_tuple(fmt.kinds[:-1] + (1,), fmt.unique, fmt.order)
 
 
 def _entries_of(a: SparseTensor, shape, cols, values, fmt) -> SparseTensor:
@@ -1470,21 +1479,38 @@ def _foreach(name):
     """torch._foreach_<op>(lists, ...) with a SparseTensor in a list (optimizers' and
     clip_grad_norm_'s foreach paths, an EMA's ``_foreach_lerp_``): the op on each
     tensor, as its single-tensor form (which takes a SparseTensor where it keeps the
-    stored entries, and refuses by name where not); lists of scalars pair up too."""
+    stored entries, and refuses by name where not); lists of scalars pair up too, and
+    addcmul / addcdiv's scalars are each call's ``value``.  In place, the SparseTensors
+    go first, so that a refusal leaves the dense tensors unwritten.  torch's own checks
+    of the lists' lengths are repeated."""
     op = name[len("_foreach_"):]
     homes = (torch.Tensor, torch) if op.endswith("_") else (torch, torch.Tensor)
     single = _FOREACH_SINGLE.get(op) or getattr(homes[0], op, None) or \
         getattr(homes[1], op, None)
     if single is None:    # (maximum_, minimum_: no single in-place form; refused at aten)
         return None
+    scaled = op.rstrip("_") in ("addcmul", "addcdiv")
 
     def handler(*args, **kwargs):
-        n = next(len(a) for a in args if isinstance(a, (list, tuple)))
-        results = []
+        sizes = [len(a) for a in args if isinstance(a, (list, tuple))]
+        if not sizes or not sizes[0]:
+            raise RuntimeError("Tensor list must have at least one tensor.")
+        if any(n != sizes[0] for n in sizes):
+            raise RuntimeError(f"Tensor lists must have the same number of tensors, got "
+                               f"{sizes[0]} and {next(n for n in sizes if n != sizes[0])}")
+        n, values = sizes[0], None
+        if scaled and len(args) == 4:          # (scalars: a list, or a tensor of them)
+            values = args[3].tolist() if isinstance(args[3], torch.Tensor) else args[3]
+            args = args[:3]
+        order = sorted(range(n), key=lambda i: not _is_sparse(args[0][i]))
+        results = [None] * n
         with torch._C._EnableTorchFunction():
-            for i in range(n):
-                results.append(single(*[a[i] if isinstance(a, (list, tuple)) else a
-                                        for a in args], **kwargs))
+            for i in order:
+                if values is not None:
+                    kwargs = dict(kwargs, value=values[i] if isinstance(values, list)
+                                  else values)
+                results[i] = single(*[a[i] if isinstance(a, (list, tuple)) else a
+                                      for a in args], **kwargs)
         return None if op.endswith("_") else results
     return handler
 
@@ -3259,11 +3285,8 @@ def _triangle(name, a, diagonal, lower, out):
     coords = dim_coords(a)
     off = coords[-1] - coords[-2]
     keep = off <= diagonal if lower else off >= diagonal
-    fmt = a._format
-    if fmt.kinds[-1] == 0:
-        fmt = _format_from_tuple(fmt.kinds[:-1] + (1,), fmt.unique, fmt.order)
     return _entries_of(a, a.shape, torch.stack([c[keep] for c in coords]), a._vals[keep],
-                       fmt)
+                       _compressed_last(a._format))
 
 
 @_register(torch.tril, torch.Tensor.tril)
