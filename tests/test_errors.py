@@ -501,7 +501,9 @@ def test_an_in_place_write_with_other_entries_is_refused_by_name():
     values: tests/test_optim.py)."""
     A = scorch.to_sparse(torch.eye(3), "csr")
     B = scorch.to_sparse(torch.ones(3, 3), "csr")
-    with pytest.raises(NotImplementedError, match=r"lerp_.*writes in place.*torch.optim"):
+    with pytest.raises(NotImplementedError, match=r"addcmul_.*writes in place.*torch.optim"):
+        A.addcmul_(B, B)
+    with pytest.raises(NotImplementedError, match=r"lerp_.*keep the tensor's stored entries"):
         A.lerp_(B, 0.5)
     assert torch.equal(A.to_dense(), torch.eye(3))
 

@@ -361,8 +361,16 @@ def test_cat_matches_dense(fmt, dim):
     As = [scorch.to_sparse(x, fmt if k == 0 else others[k % 4]) for k, x in enumerate(xs)]
     snaps = [_snapshot(A) for A in As]
     C = torch.cat(As, dim)
-    assert C.format == As[0].format
+    f = As[0].format           # (a dense last level compressed: the others' places only)
+    assert C.format == (f if f.kinds[-1] else scorch.Format(f.text[:-1] + "c", order=f.order))
     assert torch.equal(C.to_dense(), torch.cat(xs, dim))
+    places = set()
+    offset = 0
+    for A in As:
+        places |= {tuple(p[k] + (offset if k == dim % 2 else 0) for k in range(2))
+                   for p in _stored(A)}
+        offset += A.shape[dim]
+    assert _stored(C) == places
     assert all(_unchanged(A, s) for A, s in zip(As, snaps))
 
 
@@ -606,3 +614,22 @@ def test_products_and_slices_store_only_what_was_multiplied():
     G = torch.ones(4, 2)
     torch.testing.assert_close(C.t() @ G, y.t() @ G)
     assert _stored(scorch.einsum("ij->ji", C)) == {(j, 1) for j in range(3)}
+
+
+def test_cat_and_stack_store_exactly_their_operands_places():
+    """cat / stack in the first operand's format, its dense last level compressed where
+    another operand does not store every place (a cd first operand padded the others'
+    entries into whole rows of stored zeros, which softmax weighed)."""
+    A = scorch.to_sparse(torch.tensor([[1., 0, 0]]), "cd")     # (stores its whole row)
+    B = scorch.to_sparse(torch.tensor([[0., 0, 5]]), "csr")
+    C = torch.cat([A, B], 1)
+    assert _stored(C) == {(0, 0), (0, 1), (0, 2), (0, 5)}
+    assert torch.equal(C.to_dense(), torch.tensor([[1., 0, 0, 0, 0, 5]]))
+    S = torch.stack([A, B])
+    assert _stored(S) == {(0, 0, 0), (0, 0, 1), (0, 0, 2), (1, 0, 2)}
+    D = scorch.to_sparse(torch.ones(2, 2), "dense")
+    E = scorch.to_sparse(torch.zeros(2, 2), "csr")
+    assert _stored(torch.cat([D, E])) == {(i, j) for i in range(2) for j in range(2)}
+    assert torch.cat([D, D]).format == D.format and torch.cat([D, D]).nnz == 8
+    w = torch.softmax(C, 1).to_dense()
+    assert w[0, 3] == 0 and w[0, 4] == 0 and torch.isclose(w.sum(), torch.tensor(1.))

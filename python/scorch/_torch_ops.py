@@ -2885,8 +2885,9 @@ _NOT_ALL_SPARSE = ("every tensor must be a SparseTensor (convert the others, den
 @_register(torch.cat, torch.concat, torch.concatenate)
 def _cat(tensors, dim=0, *, axis=None, out=None):
     """Sparse tensors joined along dim (or axis, its alias) (PyG's block batching joins
-    adjacencies so): the entries of each, offset along dim, in the first one's format;
-    differentiable w.r.t. every values tensor."""
+    adjacencies so): the entries of each, offset along dim, storing exactly their places,
+    in the first one's format (its last level compressed where it is dense and another
+    operand does not store every place); differentiable w.r.t. every values tensor."""
     dim = dim if axis is None else axis
     tensors = list(tensors)
     name = "torch.cat"
@@ -2912,9 +2913,13 @@ def _cat(tensors, dim=0, *, axis=None, out=None):
     dtype = _promoted(*tensors)
     from ._convert import _from_coords
 
+    # (the first one's format, its last level compressed unless every operand stores
+    # every place: a dense level would pad the others' entries into whole rows)
+    fmt = first._format if all(not any(t._format.kinds) for t in tensors) else \
+        _compressed_last(first._format)
     return _from_coords(shape, torch.cat(cols, 1), torch.cat([t._vals.to(dtype)
                                                               for t in tensors]),
-                        first._format, torch.int64 if wide else None)
+                        fmt, torch.int64 if wide else None)
 
 
 def select(a: SparseTensor, dim: int, i: int):
