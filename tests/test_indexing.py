@@ -633,3 +633,20 @@ def test_cat_and_stack_store_exactly_their_operands_places():
     assert torch.cat([D, D]).format == D.format and torch.cat([D, D]).nnz == 8
     w = torch.softmax(C, 1).to_dense()
     assert w[0, 3] == 0 and w[0, 4] == 0 and torch.isclose(w.sum(), torch.tensor(1.))
+
+
+@pytest.mark.parametrize("fmt", FORMATS_3D)
+def test_movedim_as_torch(fmt):
+    """movedim / moveaxis (a permute): as torch's, with its refusals of bad dims; it had
+    reached aten.permute and been refused."""
+    x = make_dense((2, 3, 4), torch.float32, seed_of("movedim", fmt))
+    A = scorch.to_sparse(x, fmt)
+    for s, d in [(0, 2), (-1, 0), ([0, 1], [2, 0]), ((2,), (1,))]:
+        assert torch.equal(torch.movedim(A, s, d).to_dense(), torch.movedim(x, s, d))
+        assert torch.equal(A.moveaxis(s, d).to_dense(), x.moveaxis(s, d))
+    with pytest.raises(RuntimeError, match="same number of dims"):
+        torch.movedim(A, [0, 1], [0])
+    with pytest.raises(RuntimeError, match="repeated dim"):
+        torch.movedim(A, [0, 0], [1, 2])
+    with pytest.raises(IndexError):
+        torch.movedim(A, 3, 0)

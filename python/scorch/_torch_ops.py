@@ -2598,6 +2598,28 @@ def _permute(a, *args, dims=None):
     return _permuted(a, dims)
 
 
+@_register(torch.movedim, torch.Tensor.movedim, torch.moveaxis, torch.Tensor.moveaxis)
+def _movedim(a, source, destination):
+    """``movedim``: the dims of source to the places of destination, the others in order
+    (a permute, whose view it is)."""
+    n = a.dim()
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} "
+                           f"dims) should contain the same number of dims as destination "
+                           f"({dst} dims)")
+    src = [_dim_index("movedim", d, n) for d in src]
+    dst = [_dim_index("movedim", d, n) for d in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise RuntimeError("movedim: repeated dim in `source` or `destination`")
+    perm = [None] * n
+    for s_, d_ in zip(src, dst):
+        perm[d_] = s_
+    rest = iter(d for d in range(n) if d not in src)
+    return _permuted(a, [p if p is not None else next(rest) for p in perm])
+
+
 @_register(torch.transpose, torch.Tensor.transpose, torch.swapaxes, torch.Tensor.swapaxes,
            torch.swapdims, torch.Tensor.swapdims)
 def _transpose(a, dim0=None, dim1=None, *, axis0=None, axis1=None):
