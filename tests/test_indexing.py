@@ -650,3 +650,37 @@ def test_movedim_as_torch(fmt):
         torch.movedim(A, [0, 0], [1, 2])
     with pytest.raises(IndexError):
         torch.movedim(A, 3, 0)
+
+
+def test_cat_and_stack_places_over_every_level_kind_and_order():
+    """Every d/c level kind and order in 2-D and 3-D, joined with itself and with a coo
+    along every dim: exactly the operands' places (their own format kept where it stores
+    them exactly, as cd rows stacked along their compressed dim), and the dense values."""
+    import itertools
+    g = torch.Generator().manual_seed(0)
+    for nd in (2, 3):
+        shape = (3, 2, 2)[:nd]
+        for kinds in itertools.product("dc", repeat=nd):
+            for order in itertools.permutations(range(nd)):
+                f = scorch.Format("".join(kinds), order=order)
+                for d in range(nd):
+                    for other in (f, "coo"):
+                        xs = [torch.randn(shape, generator=g) *
+                              (torch.rand(shape, generator=g) < .4) for _ in range(2)]
+                        xs[1][0] = 0
+                        As = [scorch.to_sparse(xs[0], f), scorch.to_sparse(xs[1], other)]
+                        for op in (torch.cat, torch.stack):
+                            R = op(As, d)
+                            want = set()
+                            for k, A in enumerate(As):
+                                for p in map(list, _stored(A)):
+                                    if op is torch.cat:
+                                        p[d] += k * shape[d]
+                                    else:
+                                        p.insert(d, k)
+                                    want.add(tuple(p))
+                            assert _stored(R) == want, (op.__name__, f, other, d)
+                            assert torch.equal(R.to_dense(), op(xs, d))
+    C = scorch.to_sparse(torch.tensor([[1., 0], [0, 0]]), "cd")
+    assert torch.cat([C, C]).format == C.format               # (rows: kept)
+    assert torch.stack([C, C]).format == scorch.Format("dcd")

@@ -243,3 +243,10 @@ def test_embedding_with_a_sparse_weight(fmt):
             F.embedding(bad, W)
     with pytest.raises(NotImplementedError, match="max_norm"):
         F.embedding(torch.tensor([0]), W, max_norm=1.0)
+
+
+def test_embedding_padding_idx_out_of_range_as_torch():
+    W = scorch.to_sparse(torch.eye(6, 4), "csr")
+    for pad in (6, -7):
+        with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
+            F.embedding(torch.tensor([0]), W, padding_idx=pad)

@@ -341,3 +341,27 @@ def test_a_state_loaded_for_another_pattern_is_refused_clearly():
     other.step()
     assert other.param_groups[0]["params"][0] is B
     assert not torch.equal(B.values().detach(), torch.ones(6))
+
+
+def test_more_refusals_leave_the_optimizer_as_it_was():
+    """A state of another pattern is refused with the parameter back in its group;
+    SparseAdam is refused naming Adam; foreach's scalar-first and scalars= forms reach
+    the op's own refusal."""
+    A = torch.nn.Parameter(scorch.to_sparse(torch.tensor([[1., 0, 2], [0, 3, 0]]), "csr"))
+    opt = torch.optim.Adam([A])
+    (A @ torch.ones(3, 1)).sum().backward()
+    opt.step()
+    B = torch.nn.Parameter(scorch.to_sparse(torch.ones(2, 3), "csr"))
+    (B @ torch.ones(3, 1)).sum().backward()
+    other = torch.optim.Adam([B])
+    other.load_state_dict(opt.state_dict())
+    with pytest.raises(RuntimeError, match="another pattern"):
+        other.step()
+    assert other.param_groups[0]["params"][0] is B and B in other.state
+    with pytest.raises(RuntimeError, match="SparseAdam.*torch.optim.Adam"):
+        torch.optim.SparseAdam([B]).step()
+    S = scorch.to_sparse(torch.tensor([[0., 1.], [2., 0.]]), "csr")
+    with pytest.raises(NotImplementedError, match="torch.pow"):
+        torch._foreach_pow(2.0, [S])
+    with pytest.raises(NotImplementedError, match="addcmul"):
+        torch._foreach_addcmul([S], [S], [S], scalars=[0.5])

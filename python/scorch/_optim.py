@@ -49,6 +49,12 @@ def _same_pattern(rec, p):
 def _values_in_place(optimizer, args, kwargs):
     _parameters_back(optimizer, args, kwargs)   # (what a step that raised left swapped)
     if not isinstance(optimizer, _ELEMENTWISE):
+        if isinstance(optimizer, torch.optim.SparseAdam) and any(
+                isinstance(p, SparseTensor) for g in optimizer.param_groups
+                for p in g["params"]):
+            raise RuntimeError(
+                "SparseAdam: a SparseTensor parameter's gradient is its values, one per "
+                "stored entry, which Adam steps as SparseAdam would (torch.optim.Adam)")
         return
     found = [(group["params"], k, p) for group in optimizer.param_groups
              for k, p in enumerate(group["params"]) if isinstance(p, SparseTensor)]
@@ -89,6 +95,7 @@ def _values_in_place(optimizer, args, kwargs):
         bad = next((key for key, x in st.items() if isinstance(x, torch.Tensor) and
                     x.dim() and x.shape != v.shape), None)
         if bad is not None:
+            _parameters_back(optimizer, args, kwargs)
             raise RuntimeError(
                 f"{name}: the state {bad!r} of a SparseTensor parameter holds "
                 f"{tuple(st[bad].shape)} values where the parameter stores {v.numel()} "

@@ -1499,10 +1499,14 @@ def _foreach(name):
             raise RuntimeError(f"Tensor lists must have the same number of tensors, got "
                                f"{sizes[0]} and {next(n for n in sizes if n != sizes[0])}")
         n, values = sizes[0], None
+        if scaled and "scalars" in kwargs:
+            kwargs = dict(kwargs)
+            args = (*args, kwargs.pop("scalars"))
         if scaled and len(args) == 4:          # (scalars: a list, or a tensor of them)
             values = args[3].tolist() if isinstance(args[3], torch.Tensor) else args[3]
             args = args[:3]
-        order = sorted(range(n), key=lambda i: not _is_sparse(args[0][i]))
+        first = next(a for a in args if isinstance(a, (list, tuple)))
+        order = sorted(range(n), key=lambda i: not _is_sparse(first[i]))
         results = [None] * n
         with torch._C._EnableTorchFunction():
             for i in order:
@@ -2821,10 +2825,13 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     name = "torch.nn.functional.embedding"
     if _is_sparse(input) or not _is_sparse(weight) or weight.dim() != 2:
         refuse(name, input, weight, why="a dense index tensor and a 2-D sparse weight")
-    if max_norm is not None or scale_grad_by_freq:
-        refuse(name, input, weight, why="max_norm renormalises the weight's rows in place "
-               "and scale_grad_by_freq scales by counts" if max_norm is not None else
-               "scale_grad_by_freq scales the gradient by the indices' counts")
+    if max_norm is not None:
+        refuse(name, input, weight, why="max_norm renormalises the weight's rows in place")
+    if scale_grad_by_freq:
+        refuse(name, input, weight, why="scale_grad_by_freq scales the gradient by the "
+                                        "indices' counts")
+    if padding_idx is not None and not -weight.shape[0] <= padding_idx < weight.shape[0]:
+        raise AssertionError("Padding_idx must be within num_embeddings")
     if input.dtype not in (torch.int32, torch.int64):
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
                            f"following scalar types: Long, Int; but got {input.dtype} instead "
@@ -2935,10 +2942,15 @@ def _cat(tensors, dim=0, *, axis=None, out=None):
     dtype = _promoted(*tensors)
     from ._convert import _from_coords
 
-    # (the first one's format, its last level compressed unless every operand stores
-    # every place: a dense level would pad the others' entries into whole rows)
-    fmt = first._format if all(not any(t._format.kinds) for t in tensors) else \
-        _compressed_last(first._format)
+    # (the first one's format where that stores exactly the operands' places: all of
+    # them all-dense, or all in it, joined along a dimension whose level is not below its
+    # deepest sparse one, so that each stored dense block is one operand's; else its
+    # last level compressed, as dense levels would pad the others' entries into rows)
+    fmt = first._format
+    sparse_levels = [k for k, kind in enumerate(fmt.kinds) if kind != 0]
+    same = all(t._format == fmt for t in tensors)
+    if not (same and (not sparse_levels or fmt.order.index(dim) <= sparse_levels[-1])):
+        fmt = _compressed_last(fmt)
     return _from_coords(shape, torch.cat(cols, 1), torch.cat([t._vals.to(dtype)
                                                               for t in tensors]),
                         fmt, torch.int64 if wide else None)
