@@ -365,3 +365,33 @@ def test_more_refusals_leave_the_optimizer_as_it_was():
         torch._foreach_pow(2.0, [S])
     with pytest.raises(NotImplementedError, match="addcmul"):
         torch._foreach_addcmul([S], [S], [S], scalars=[0.5])
+
+
+def test_a_checkpoint_between_a_prune_and_the_next_step_resumes_exactly():
+    """state_dict() taken after the weight is pruned again (before the next step) holds
+    the state on the new pattern, so a resumed run matches the uninterrupted one (the
+    new entry had inherited a removed one's momentum, the patterns having equal nnz)."""
+    P1 = torch.tensor([[1., 0.], [2., 3.]])
+    P2 = torch.tensor([[1., 4.], [0., 3.]])
+    G = torch.arange(1., 5.).view(2, 2)
+
+    def step(W, o):
+        o.zero_grad()
+        (W * G).sum().backward()
+        o.step()
+
+    W = torch.nn.Parameter(scorch.to_sparse(P1, "csr"))
+    opt = torch.optim.Adam([W], 0.1)
+    step(W, opt)
+    with torch.no_grad():
+        W.copy_(scorch.to_sparse(P2, "csr"))
+    saved = io.BytesIO()
+    torch.save(opt.state_dict(), saved)
+    saved.seek(0)
+    W2 = torch.nn.Parameter(scorch.to_sparse(P2, "csr"))
+    opt2 = torch.optim.Adam([W2], 0.1)
+    opt2.load_state_dict(torch.load(saved, weights_only=True))
+    step(W, opt)
+    step(W2, opt2)
+    torch.testing.assert_close(W2.to_dense(), W.to_dense(), rtol=0, atol=0)
+    torch.testing.assert_close(opt2.state[W2]["exp_avg"], opt.state[W]["exp_avg"])

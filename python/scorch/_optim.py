@@ -73,7 +73,7 @@ def _values_in_place(optimizer, args, kwargs):
                 f"repeated coordinates, each of which would be stepped as a place of its "
                 f"own; make it the parameter after A.coalesce()")
         swapped[id(p._vals)] = p
-    states = _STATES.setdefault(optimizer, {})
+    states = _states_of(optimizer)
     per_entry = not isinstance(optimizer, torch.optim.LBFGS)   # (LBFGS's state is global)
     _SWAPPED[optimizer] = swapped       # (first: what is swapped below goes back)
     for params, k, p in found:
@@ -89,9 +89,8 @@ def _values_in_place(optimizer, args, kwargs):
         if rec is None or rec[0] is not st:   # (made at construction, or loaded)
             for key, x in st.items():
                 st[key] = _at_stored(x, p)
-        elif not _same_pattern(rec[1], p):
-            for key, x in st.items():
-                st[key] = _followed(x, rec[1], p)
+        else:
+            _follow(st, rec, p)
         bad = next((key for key, x in st.items() if isinstance(x, torch.Tensor) and
                     x.dim() and x.shape != v.shape), None)
         if bad is not None:
@@ -101,6 +100,39 @@ def _values_in_place(optimizer, args, kwargs):
                 f"{tuple(st[bad].shape)} values where the parameter stores {v.numel()} "
                 f"(a state loaded for another pattern); load the state saved with this "
                 f"pattern, or start the optimizer again")
+
+
+def _states_of(optimizer):
+    """The optimizer's records of the states kept in values form (made at its first
+    step, with state_dict's pre-hook that moves them after a prune)."""
+    states = _STATES.get(optimizer)
+    if states is None:
+        states = _STATES[optimizer] = {}
+        optimizer.register_state_dict_pre_hook(_states_followed)
+    return states
+
+
+def _follow(st, rec, p):
+    """A state dict in values form, kept for the pattern rec[1], moved onto p's pattern
+    where p stores another one now (each entry's state to its coordinate)."""
+    if not _same_pattern(rec[1], p):
+        for key, x in st.items():
+            st[key] = _followed(x, rec[1], p)
+        rec[1] = _pattern(p)
+
+
+def _states_followed(optimizer):
+    """state_dict's pre-hook: the states of parameters pruned again since the last step
+    follow their coordinates now, so that a checkpoint taken between the prune and the
+    next step holds them on the pattern saved with the model."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        return
+    states = _STATES.get(optimizer, {})
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            rec = states.get(id(p)) if isinstance(p, SparseTensor) else None
+            if rec is not None and optimizer.state.get(p) is rec[0]:
+                _follow(rec[0], rec, p)
 
 
 def _at_stored(x, p):
@@ -143,7 +175,7 @@ def _parameters_back(optimizer, args, kwargs):
     swapped = _SWAPPED.pop(optimizer, None)
     if not swapped:
         return
-    states = _STATES.setdefault(optimizer, {})
+    states = _states_of(optimizer)
     for group in optimizer.param_groups:
         params = group["params"]
         for k, v in enumerate(params):
@@ -153,7 +185,7 @@ def _parameters_back(optimizer, args, kwargs):
                 st = optimizer.state.pop(v, None)
                 if st is not None:
                     optimizer.state[p] = st
-                    states[id(p)] = (st, _pattern(p))
+                    states[id(p)] = [st, _pattern(p)]
 
 
 def install():
