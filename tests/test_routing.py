@@ -490,7 +490,6 @@ def test_refusals(fmt, op, what):
 
 
 @pytest.mark.parametrize("op, what", [
-    (lambda A: torch.movedim(A, 0, 1), "torch.movedim (through aten.permute"),
     (lambda A: torch.fliplr(A), "torch.fliplr (through aten.flip"),
     (lambda A: A.topk(1), "torch.Tensor.topk (through aten.topk"),
     (lambda A: torch.roll(A, 1), "torch.roll (through aten.roll"),
