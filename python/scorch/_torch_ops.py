@@ -691,11 +691,15 @@ def _format_of_dims(fmt: Format, dims, sparse) -> Format:
     order), storing exactly the places of its entries: their levels in fmt's order,
     compressed where the dimension is in ``sparse``, dense elsewhere (levels every order
     can assemble from coordinates), but for one.  Where a sparse level is dropped (a csr's
-    column selected, a diagonal over it), dense levels that no kept sparse level is below
-    would store every place of their rows: the lowest of them above the deepest dropped
-    sparse level is compressed instead (``A[:, j]`` of a csr is a sparse vector); where
-    none is above it, the first of them (they were below it, the whole of its stored
-    places, and stored only where it stored)."""
+    column selected, a diagonal over it), the trailing dense levels (no kept sparse level
+    below them) would store every place of their rows:
+    - the lowest of them above the deepest dropped sparse level is compressed instead
+      (csr "dc" without its column level: "c", ``A[:, j]`` a sparse vector; "dcd"
+      without its middle: "cd");
+    - where none is above it and they are all the levels, the first is compressed (a
+      "cd" row ``A[i]``: "c", storing the row's places where row i is stored and none
+      where it is not; a dense "d" would store the row either way);
+    - where a kept sparse level stands above them, they are exact as they are."""
     levels = [k for k, d in enumerate(fmt.order) if d in dims]
     kinds = ["c" if fmt.order[k] in sparse else "d" for k in levels]
     dropped = [k for k, d in enumerate(fmt.order) if d not in dims and fmt.kinds[k] != 0]
