@@ -2912,7 +2912,8 @@ def _iter(a):
 
 
 _NOT_ALL_SPARSE = ("every tensor must be a SparseTensor (convert the others, dense or "
-                   "torch.sparse, with scorch.to_sparse)")
+                   "torch.sparse, with scorch.to_sparse; or .to_dense() the SparseTensors "
+                   "for a dense result, as nn.utils.parameters_to_vector needs)")
 
 
 @_register(torch.cat, torch.concat, torch.concatenate)
