@@ -684,3 +684,34 @@ def test_cat_and_stack_places_over_every_level_kind_and_order():
     C = scorch.to_sparse(torch.tensor([[1., 0], [0, 0]]), "cd")
     assert torch.cat([C, C]).format == C.format               # (rows: kept)
     assert torch.stack([C, C]).format == scorch.Format("dcd")
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+def test_dot_and_outer_of_a_column(fmt):
+    """torch.dot / outer / ger with a 1-D SparseTensor (a column A[:, j]) on either side:
+    as the dense vectors', the gradient reaching A's values; torch's errors for bad
+    shapes and dtypes (they were refused through aten)."""
+    x = make_dense((5, 4), torch.float64, seed_of("dot", fmt), "empty_rows")
+    v = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    A = scorch.to_sparse(x, fmt).requires_grad_()
+    for j in range(4):
+        c = A[:, j]
+        assert torch.allclose(torch.dot(c, v), torch.dot(x[:, j], v))
+        assert torch.allclose(v.dot(c), torch.dot(v, x[:, j]))
+        for o, want in ((torch.outer(c, v), torch.outer(x[:, j], v)),
+                        (torch.ger(v, c), torch.outer(v, x[:, j])),
+                        (c.outer(A[:, 0]), torch.outer(x[:, j], x[:, 0]))):
+            got = o.to_dense() if isinstance(o, scorch.SparseTensor) else o
+            assert torch.allclose(got, want)
+    torch.dot(A[:, 1], v).backward()
+    want = torch.zeros_like(x)
+    want[:, 1] = v
+    stored = torch.zeros_like(x, dtype=torch.bool)
+    stored[tuple(A.indices())] = True
+    assert torch.allclose(A.grad.to_dense(), want * stored)
+    with pytest.raises(RuntimeError, match="inconsistent tensor size"):
+        torch.dot(A[:, 0], torch.ones(4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.dot(A[:, 0], v.float())
+    with pytest.raises(RuntimeError, match="1D tensors expected"):
+        torch.outer(A, v)

@@ -1871,6 +1871,33 @@ def _rmatmul(a, b):
     return _matmul(b, a)
 
 
+def _vector_product(name, expr):
+    """torch.dot / inner of two vectors ("i,i->") and torch.outer / ger ("i,j->ij") with a
+    1-D SparseTensor (a column ``A[:, j]``): the einsum (the outer product sparse where
+    an operand is: its stored places times the other's)."""
+    def handler(a, b, *, out=None):
+        refuse_out(name, out, a, b)
+        if not all(isinstance(t, torch.Tensor) and t.dim() == 1 for t in (a, b)):
+            raise RuntimeError(f"{name}: 1D tensors expected, but got "
+                               f"{getattr(a, 'dim', lambda: '?')()}D and "
+                               f"{getattr(b, 'dim', lambda: '?')()}D tensors")
+        if expr == "i,i->" and a.dtype != b.dtype:
+            raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                               f"{str(a.dtype).removeprefix('torch.').capitalize()} and "
+                               f"{str(b.dtype).removeprefix('torch.').capitalize()}")
+        if expr == "i,i->" and a.shape[0] != b.shape[0]:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.shape[0]}] and "
+                               f"src [{b.shape[0]}] to have the same number of elements, but "
+                               f"got {a.shape[0]} and {b.shape[0]} elements respectively")
+        return einsum(expr, a, b)
+    return handler
+
+
+_register(torch.dot, torch.Tensor.dot)(_vector_product("torch.dot", "i,i->"))
+_register(torch.outer, torch.Tensor.outer, torch.ger, torch.Tensor.ger)(
+    _vector_product("torch.outer", "i,j->ij"))
+
+
 @_register(torch.mv, torch.Tensor.mv)
 def _mv(a, x, *, out=None):
     refuse_out("torch.mv", out, a, x)
