@@ -1866,6 +1866,35 @@ def _matmul(a, b, *, out=None):
     return _product("torch.matmul", _MATMUL, a, b)
 
 
+@_register(torch.linalg.matrix_power, torch.matrix_power, torch.Tensor.matrix_power)
+def _matrix_power(a, n, *, out=None):
+    """``A^n`` of a square sparse matrix (a graph's n-hop adjacency): sparse products by
+    repeated squaring, sparse (n = 0: the identity, in csr); a negative n (an inverse)
+    and a batch of matrices are refused."""
+    name = "torch.linalg.matrix_power"
+    refuse_out(name, out, a)
+    if a.dim() != 2 or a.shape[0] != a.shape[1]:
+        if a.dim() >= 2 and a.shape[-1] == a.shape[-2]:
+            refuse(name, a, why="a batch of matrices")
+        raise RuntimeError(f"{name}: A must be batches of square matrices, but they are "
+                           f"{a.shape[-2] if a.dim() >= 2 else ''} by {a.shape[-1]} matrices")
+    n = operator.index(n)
+    if n < 0:
+        refuse(name, a, why="a negative power is an inverse, which is dense",
+               hint="use .to_dense()")
+    if n == 0:
+        from ._convert import to_sparse
+        return to_sparse(torch.eye(a.shape[0], dtype=a.dtype), "csr")
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else _matmul(result, base)
+        n >>= 1
+        if n:
+            base = _matmul(base, base)
+    return result.clone() if result is a else result     # (n = 1: a copy, as torch's)
+
+
 @_register(torch.Tensor.__rmatmul__)
 def _rmatmul(a, b):
     return _matmul(b, a)
