@@ -140,17 +140,10 @@ def _at_stored(x, p):
     a dense optimizer's state loaded) as the values tensor's: its values at p's stored
     entries; entries of another shape (the step count, a state already per entry) as
     they are."""
-    if not isinstance(x, torch.Tensor) or x.shape != p.shape:
-        return x
-    if isinstance(x, SparseTensor):
-        if _ops()._same_arrays(x, p):
-            return x._vals.detach().clone()
-        if x.nnz == 0:
-            return torch.zeros_like(p._vals)
-        x = x.to_dense()
-    elif x.shape == p._vals.shape:    # (a 1-D p storing every place: already per entry)
-        return x
-    return x.detach()[tuple(p.indices())].to(p._vals.dtype)
+    if not isinstance(x, torch.Tensor) or x.shape != p.shape or (
+            type(x) is not SparseTensor and x.shape == p._vals.shape):
+        return x      # (the last: a 1-D p storing every place, a state already per entry)
+    return _ops().align_values(x.detach(), p).to(p._vals.dtype, copy=True)
 
 
 def _followed(x, old, p):
@@ -159,16 +152,7 @@ def _followed(x, old, p):
     shape, fmt, pos, crd, nnz = old
     if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.shape[0] != nnz:
         return x
-    was = SparseTensor(shape, fmt, pos, crd, x)
-    keys_old = _ops()._linear_key(_ops().dim_coords(was), shape, was.nnz)
-    keys_new = _ops()._linear_key(_ops().dim_coords(p), p.shape, p.nnz)
-    order = torch.argsort(keys_old)
-    sk = keys_old[order]
-    at = torch.searchsorted(sk, keys_new).clamp_(max=max(sk.numel() - 1, 0))
-    hit = sk[at] == keys_new if sk.numel() else torch.zeros_like(keys_new, dtype=torch.bool)
-    out = torch.zeros(p.nnz, dtype=x.dtype)
-    out[hit] = x[order[at[hit]]]
-    return out
+    return _ops().align_values(SparseTensor(shape, fmt, pos, crd, x), p)
 
 
 def _parameters_back(optimizer, args, kwargs):

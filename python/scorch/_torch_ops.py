@@ -2975,9 +2975,9 @@ _NOT_ALL_SPARSE = ("every tensor must be a SparseTensor (convert the others, den
 @_register(torch.cat, torch.concat, torch.concatenate)
 def _cat(tensors, dim=0, *, axis=None, out=None):
     """Sparse tensors joined along dim (or axis, its alias) (PyG's block batching joins
-    adjacencies so): the entries of each, offset along dim, storing exactly their places,
-    in the first one's format (its last level compressed where it is dense and another
-    operand does not store every place); differentiable w.r.t. every values tensor."""
+    adjacencies so): the entries of each, offset along dim, storing exactly their places:
+    in the first one's format where that does so (see below), else in it with its last
+    level compressed; differentiable w.r.t. every values tensor."""
     dim = dim if axis is None else axis
     tensors = list(tensors)
     name = "torch.cat"
