@@ -95,6 +95,30 @@ def test_tile_with_reduction_outside(fmt, dtype):
 
 
 @pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr", "dense"])
+@pytest.mark.parametrize("k", [3, 16, 17, 64, 100])
+def test_tile_known_factors_scale_the_store(fmt, k, dtype):
+    """A row scale known above a register tile (out(i,k) = A(i,j) X(j,k) r(i): the mean
+    aggregation) multiplies each accumulator once as it is stored, not every entry's
+    product; with csc's order (j, i, k) A's value is known above the tile too.  Also
+    written transposed (a strided tile) and with X transposed (strided along k)."""
+    s = seed_of("tile-known", fmt, k, dtype)
+    x = rows_of_every_length(41, 23, dtype, s)
+    A = scorch.to_sparse(x, fmt)
+    X = make_dense((23, k), dtype, s + 1, "full")
+    r = make_dense((41,), dtype, s + 2, "full")
+    want = (x @ X) * r[:, None]
+    torch.testing.assert_close(scorch.einsum("ij,jk,i->ik", A, X, r), want, **tol(dtype))
+    torch.testing.assert_close(scorch.einsum("ij,jk,i->ki", A, X, r), want.t(), **tol(dtype))
+    torch.testing.assert_close(scorch.einsum("ij,kj,i->ik", A, X.t().contiguous(), r), want,
+                               **tol(dtype))
+    if fmt == "csr":
+        text = scorch.explain("ij,jk,i->ik", A, X, r)
+        scaled = [ln for ln in text.splitlines() if "C_vals" in ln and "ops[" not in ln]
+        assert scaled and all("out_vals" in ln and "+=" not in ln for ln in scaled), scaled
+
+
+@pytest.mark.parametrize("dtype", DT)
 @pytest.mark.parametrize("fmt", ["csr", "dcsr", "coo"])
 def test_spmv_unrolled_rows(fmt, dtype):
     s = seed_of("spmv-unroll", fmt, dtype)

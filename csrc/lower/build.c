@@ -543,157 +543,6 @@ static int along(const lb *L, const sc_lower_access *ac, sc_expr_var v)
     return r;
 }
 
-/* ---- register tiles of a dense output (SpMM-like) ---- */
-
-/*
- * Rows of a dense output whose innermost loop runs over the output's last (contiguous)
- * dimension inside reduction loops (out(i,j) += A(i,k) * B(k,j), order i k j): instead
- * of adding into memory at every stored entry, the reduction loops run once per tile of
- * that dimension, accumulating in registers, and each tile is stored once (see tiled).
- *
- * tile_one: a tile of width (at most cap) lanes in a local array, one lane loop per
- * stored entry; for dense operands strided along the tile, and single lanes.
- */
-static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const st *S,
-                     const sc_ir_expr *base, int32_t cap, const sc_ir_expr *width,
-                     sc_ir_list *out)
-{
-    sc_expr_var j = L->order[L->n - 1];
-    sc_ir_var acc = sc_ir_new_local(B, "acc", L->vt, cap);
-    sc_ir_push(B, out, sc_ir_decl_local(B, acc));
-    sc_ir_var u = newv(L, "u", SC_IR_I64);
-    sc_ir_push(B, out, sc_ir_for(B, u, I(0), width, I(1), SC_IR_SEQ, 0,
-                                 sc_ir_store(B, acc, V(u), false, sc_ir_flt(B, 0.0, L->vt))));
-    st T = *S;
-    T.tacc = acc;
-    T.tbase = base;
-    T.twidth = width;
-    sc_ir_push(B, out, lower_at(L, r, n, &T));
-    sc_ir_var w = newv(L, "u", SC_IR_I64);
-    T = *S;
-    T.cv[j] = BIN(ADD, base, V(w));
-    sc_ir_list wb = {0};
-    write_out(L, &T, &wb, sc_ir_load(B, acc, V(w)));
-    sc_ir_push(B, out, sc_ir_for(B, w, I(0), width, I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &wb)));
-}
-
-/* The bytes of one value. */
-static int32_t val_bytes(const lb *L)
-{
-    return (int32_t)sc_dtype_size(L->p->dtype);
-}
-
-/* Whether the values load and add as vectors (sc_ir_vec_lanes: every value type). */
-static bool vector_values(const lb *L)
-{
-    return sc_ir_vec_lanes(L->b.fn, L->vt) > 0;
-}
-
-/* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
- * reduction loops, one vector store each.  count (g = 1, W full): the tile is the last,
- * partial one of count lanes, read and written only there. */
-static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const st *S,
-                         const sc_ir_expr *base, int32_t g, int32_t W,
-                         const sc_ir_expr *count, sc_ir_list *out)
-{
-    sc_expr_var j = L->order[L->n - 1];
-    st T = *S;
-    T.tvn = g;
-    T.tbase = base;
-    T.vlanes = W;
-    T.vcount = count;
-    for (int32_t q = 0; q < g; q++) {
-        T.tv[q] = sc_ir_new_vector(B, "acc", L->vt, W);
-        sc_ir_push(B, out, sc_ir_decl(B, T.tv[q], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
-    }
-    sc_ir_push(B, out, lower_at(L, r, n, &T));
-    for (int32_t q = 0; q < g; q++) {
-        st U = *S;
-        U.cv[j] = BIN(ADD, base, I(q * W));
-        if (!L->tile_strided) {
-            U.vcount = count;
-            write_out(L, &U, out, V(T.tv[q]));
-            continue;
-        }
-        /* the output is strided along j: the vector goes out a lane at a time (those
-         * below count in a partial tile) */
-        for (int32_t l = 0; l < W; l++) {
-            st Ul = U;
-            Ul.cv[j] = BIN(ADD, base, I(q * W + l));
-            sc_ir_list wb = {0};
-            write_out(L, &Ul, &wb, sc_ir_lane(B, V(T.tv[q]), l));
-            const sc_ir_stmt *w = sc_ir_list_block(B, &wb);
-            sc_ir_push(B, out, count ? sc_ir_if(B, BIN(LT, I(l), count), w, NULL) : w);
-        }
-    }
-}
-
-/* The tiles of one row.  Vectors: tiles of TILE_BYTES, then the full vectors left in
- * tiles of halving size (g/2, g/4, ..., 1 vectors, each at most once: a row shorter than a
- * full tile is walked once per set bit of its vector count, not once per vector), then
- * one partial vector of the remaining lanes.  Strided operands: local-array tiles of
- * TILE_BYTES, of one vector's lanes, then one of the rest. */
-static void tiled(lb *L, int32_t r, const sc_lower_node *n, const st *S, sc_ir_list *out)
-{
-    sc_expr_var j = L->order[L->n - 1];
-    int32_t small = B->fn->vec_bytes / val_bytes(L), g = TILE_BYTES / B->fn->vec_bytes;
-    int32_t big = g * small;
-    const sc_ir_expr *N = V(L->ext[j]);
-    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64);
-    sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
-    sc_ir_var jb = newv(L, "jt", SC_IR_I64);
-    sc_ir_list b1 = {0}, rest = {0};
-    if (L->tile_vec) {
-        tile_vectors(L, r, n, S, V(jb), g, small, NULL, &b1);
-        sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
-        sc_ir_var jr = newv(L, "jt", SC_IR_I64);
-        sc_ir_push(B, out, sc_ir_decl(B, jr, V(nb)));
-        for (int32_t h = g / 2; h >= 1; h /= 2) {
-            sc_ir_list bh = {0};
-            tile_vectors(L, r, n, S, V(jr), h, small, NULL, &bh);
-            sc_ir_push(B, &bh, sc_ir_assign(B, jr, true, I(h * small)));
-            sc_ir_push(B, out, sc_ir_if(B, BIN(LE, BIN(ADD, V(jr), I(h * small)), N),
-                                        sc_ir_list_block(B, &bh), NULL));
-        }
-        tile_vectors(L, r, n, S, V(jr), 1, small, BIN(SUB, N, V(jr)), &rest);
-        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(jr), N), sc_ir_list_block(B, &rest), NULL));
-        return;
-    }
-    sc_ir_var ns = newv(L, "Nvec", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
-    sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
-    sc_ir_list b2 = {0};
-    tile_one(L, r, n, S, V(jb), big, I(big), &b1);
-    tile_one(L, r, n, S, V(js), small, I(small), &b2);
-    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
-    sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
-    tile_one(L, r, n, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
-    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
-}
-
-/* The depth at which a register tile starts, or -1 (see tiled). */
-static int32_t tile_depth(lb *L)
-{
-    const sc_lower_problem *p = L->p;
-    if (p->out_sparse || L->n < 2 || L->m == 0)
-        return -1;
-    sc_expr_var j = L->order[L->n - 1];
-    int32_t kj = L->out_level_of[j];
-    if (kj < 0 || sparse_iterates(L, j))
-        return -1;
-    int32_t r = 0;
-    L->tile_vec = vector_values(L);
-    L->tile_strided = kj != L->m - 1;
-    for (int32_t a = 0; a < p->naccess; a++)
-        if (!p->ops[p->acc[a].operand].sparse && along(L, &p->acc[a], j) < 0)
-            L->tile_vec = false; /* strided or broadcast along the tile */
-    for (int32_t k = 0; k < L->m; k++)
-        if (k != kj && L->depth_of[p->out_lvar[k]] + 1 > r)
-            r = L->depth_of[p->out_lvar[k]] + 1;
-    if (r > L->n - 2 || (r == 0 && L->par))
-        return -1;
-    return r;
-}
-
 /* ---- factors of a product that are known before a reduction ---- */
 
 /* Whether every access in n is fully bound in S at depth d (its value known there). */
@@ -745,6 +594,166 @@ static void split_factors(lb *L, const sc_lower_node *n, const st *S, int32_t d,
     } else {
         *rest = mul_node(L, *rest, n);
     }
+}
+
+/* v times the value of the known factors (NULL: none), a vector v's lanes each. */
+static const sc_ir_expr *scaled(lb *L, const st *S, const sc_lower_node *known,
+                                const sc_ir_expr *v)
+{
+    return known ? BIN(MUL, v, value(L, S, known)) : v;
+}
+
+/* ---- register tiles of a dense output (SpMM-like) ---- */
+
+/*
+ * Rows of a dense output whose innermost loop runs over the output's last (contiguous)
+ * dimension inside reduction loops (out(i,j) += A(i,k) * B(k,j), order i k j): instead
+ * of adding into memory at every stored entry, the reduction loops run once per tile of
+ * that dimension, accumulating in registers, and each tile is stored once (see tiled).
+ *
+ * tile_one: a tile of width (at most cap) lanes in a local array, one lane loop per
+ * stored entry; for dense operands strided along the tile, and single lanes.
+ */
+static void tile_one(lb *L, int32_t r, const sc_lower_node *n, const sc_lower_node *known,
+                     const st *S, const sc_ir_expr *base, int32_t cap,
+                     const sc_ir_expr *width, sc_ir_list *out)
+{
+    sc_expr_var j = L->order[L->n - 1];
+    sc_ir_var acc = sc_ir_new_local(B, "acc", L->vt, cap);
+    sc_ir_push(B, out, sc_ir_decl_local(B, acc));
+    sc_ir_var u = newv(L, "u", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_for(B, u, I(0), width, I(1), SC_IR_SEQ, 0,
+                                 sc_ir_store(B, acc, V(u), false, sc_ir_flt(B, 0.0, L->vt))));
+    st T = *S;
+    T.tacc = acc;
+    T.tbase = base;
+    T.twidth = width;
+    sc_ir_push(B, out, lower_at(L, r, n, &T));
+    sc_ir_var w = newv(L, "u", SC_IR_I64);
+    T = *S;
+    T.cv[j] = BIN(ADD, base, V(w));
+    sc_ir_list wb = {0};
+    write_out(L, &T, &wb, scaled(L, S, known, sc_ir_load(B, acc, V(w))));
+    sc_ir_push(B, out, sc_ir_for(B, w, I(0), width, I(1), SC_IR_SEQ, 0, sc_ir_list_block(B, &wb)));
+}
+
+/* The bytes of one value. */
+static int32_t val_bytes(const lb *L)
+{
+    return (int32_t)sc_dtype_size(L->p->dtype);
+}
+
+/* Whether the values load and add as vectors (sc_ir_vec_lanes: every value type). */
+static bool vector_values(const lb *L)
+{
+    return sc_ir_vec_lanes(L->b.fn, L->vt) > 0;
+}
+
+/* One tile of g vectors of W lanes at base: g vector accumulators (registers), the
+ * reduction loops, one vector store each.  count (g = 1, W full): the tile is the last,
+ * partial one of count lanes, read and written only there. */
+static void tile_vectors(lb *L, int32_t r, const sc_lower_node *n, const sc_lower_node *known,
+                         const st *S, const sc_ir_expr *base, int32_t g, int32_t W,
+                         const sc_ir_expr *count, sc_ir_list *out)
+{
+    sc_expr_var j = L->order[L->n - 1];
+    st T = *S;
+    T.tvn = g;
+    T.tbase = base;
+    T.vlanes = W;
+    T.vcount = count;
+    for (int32_t q = 0; q < g; q++) {
+        T.tv[q] = sc_ir_new_vector(B, "acc", L->vt, W);
+        sc_ir_push(B, out, sc_ir_decl(B, T.tv[q], sc_ir_splat(B, sc_ir_flt(B, 0.0, L->vt), W)));
+    }
+    sc_ir_push(B, out, lower_at(L, r, n, &T));
+    for (int32_t q = 0; q < g; q++) {
+        st U = *S;
+        U.cv[j] = BIN(ADD, base, I(q * W));
+        const sc_ir_expr *acc = scaled(L, S, known, V(T.tv[q]));
+        if (!L->tile_strided) {
+            U.vcount = count;
+            write_out(L, &U, out, acc);
+            continue;
+        }
+        /* the output is strided along j: the vector goes out a lane at a time (those
+         * below count in a partial tile) */
+        for (int32_t l = 0; l < W; l++) {
+            st Ul = U;
+            Ul.cv[j] = BIN(ADD, base, I(q * W + l));
+            sc_ir_list wb = {0};
+            write_out(L, &Ul, &wb, sc_ir_lane(B, acc, l));
+            const sc_ir_stmt *w = sc_ir_list_block(B, &wb);
+            sc_ir_push(B, out, count ? sc_ir_if(B, BIN(LT, I(l), count), w, NULL) : w);
+        }
+    }
+}
+
+/* The tiles of one row.  Vectors: tiles of TILE_BYTES, then the full vectors left in
+ * tiles of halving size (g/2, g/4, ..., 1 vectors, each at most once: a row shorter than a
+ * full tile is walked once per set bit of its vector count, not once per vector), then
+ * one partial vector of the remaining lanes.  Strided operands: local-array tiles of
+ * TILE_BYTES, of one vector's lanes, then one of the rest. */
+static void tiled(lb *L, int32_t r, const sc_lower_node *n, const sc_lower_node *known,
+                  const st *S, sc_ir_list *out)
+{
+    sc_expr_var j = L->order[L->n - 1];
+    int32_t small = B->fn->vec_bytes / val_bytes(L), g = TILE_BYTES / B->fn->vec_bytes;
+    int32_t big = g * small;
+    const sc_ir_expr *N = V(L->ext[j]);
+    sc_ir_var nb = newv(L, "Nbig", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, nb, BIN(MUL, BIN(DIV, N, I(big)), I(big))));
+    sc_ir_var jb = newv(L, "jt", SC_IR_I64);
+    sc_ir_list b1 = {0}, rest = {0};
+    if (L->tile_vec) {
+        tile_vectors(L, r, n, known, S, V(jb), g, small, NULL, &b1);
+        sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
+        sc_ir_var jr = newv(L, "jt", SC_IR_I64);
+        sc_ir_push(B, out, sc_ir_decl(B, jr, V(nb)));
+        for (int32_t h = g / 2; h >= 1; h /= 2) {
+            sc_ir_list bh = {0};
+            tile_vectors(L, r, n, known, S, V(jr), h, small, NULL, &bh);
+            sc_ir_push(B, &bh, sc_ir_assign(B, jr, true, I(h * small)));
+            sc_ir_push(B, out, sc_ir_if(B, BIN(LE, BIN(ADD, V(jr), I(h * small)), N),
+                                        sc_ir_list_block(B, &bh), NULL));
+        }
+        tile_vectors(L, r, n, known, S, V(jr), 1, small, BIN(SUB, N, V(jr)), &rest);
+        sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(jr), N), sc_ir_list_block(B, &rest), NULL));
+        return;
+    }
+    sc_ir_var ns = newv(L, "Nvec", SC_IR_I64), js = newv(L, "jt", SC_IR_I64);
+    sc_ir_push(B, out, sc_ir_decl(B, ns, BIN(MUL, BIN(DIV, N, I(small)), I(small))));
+    sc_ir_list b2 = {0};
+    tile_one(L, r, n, known, S, V(jb), big, I(big), &b1);
+    tile_one(L, r, n, known, S, V(js), small, I(small), &b2);
+    sc_ir_push(B, out, sc_ir_for(B, jb, I(0), V(nb), I(big), SC_IR_SEQ, 0, sc_ir_list_block(B, &b1)));
+    sc_ir_push(B, out, sc_ir_for(B, js, V(nb), V(ns), I(small), SC_IR_SEQ, 0, sc_ir_list_block(B, &b2)));
+    tile_one(L, r, n, known, S, V(ns), small, BIN(SUB, N, V(ns)), &rest);
+    sc_ir_push(B, out, sc_ir_if(B, BIN(LT, V(ns), N), sc_ir_list_block(B, &rest), NULL));
+}
+
+/* The depth at which a register tile starts, or -1 (see tiled). */
+static int32_t tile_depth(lb *L)
+{
+    const sc_lower_problem *p = L->p;
+    if (p->out_sparse || L->n < 2 || L->m == 0)
+        return -1;
+    sc_expr_var j = L->order[L->n - 1];
+    int32_t kj = L->out_level_of[j];
+    if (kj < 0 || sparse_iterates(L, j))
+        return -1;
+    int32_t r = 0;
+    L->tile_vec = vector_values(L);
+    L->tile_strided = kj != L->m - 1;
+    for (int32_t a = 0; a < p->naccess; a++)
+        if (!p->ops[p->acc[a].operand].sparse && along(L, &p->acc[a], j) < 0)
+            L->tile_vec = false; /* strided or broadcast along the tile */
+    for (int32_t k = 0; k < L->m; k++)
+        if (k != kj && L->depth_of[p->out_lvar[k]] + 1 > r)
+            r = L->depth_of[p->out_lvar[k]] + 1;
+    if (r > L->n - 2 || (r == 0 && L->par))
+        return -1;
+    return r;
 }
 
 /* A row whose coordinates span fewer than DENSE_ROW_SPAN times its multiply count fills
@@ -968,7 +977,15 @@ static void after_bind(lb *L, int32_t d, const sc_lower_node *n, st *S, sc_ir_li
             write_out(L, S, out, NULL);
         }
     } else if (L->tile_at == d + 1 && !p->out_sparse) {
-        tiled(L, d + 1, n, S, out);
+        /* factors known above the tile multiply each accumulator once, at its store */
+        const sc_lower_node *known = NULL, *rest = NULL;
+        if (n && L->mode == FILL)
+            split_factors(L, n, S, d, &known, &rest);
+        if (!known || !rest) {
+            known = NULL;
+            rest = n;
+        }
+        tiled(L, d + 1, rest, known, S, out);
     } else if (row && d == L->q - 1 && L->mode == FILL && L->onepass && L->ws_flag >= 0) {
         gus_row(L, d, n, S, out);
     } else if (row && d == L->q - 1 && L->mode == BOUND && L->gus && L->span_lo < 0) {
@@ -2820,7 +2837,7 @@ static const sc_ir_stmt *nest(lb *L, const st *S0)
             L->need_zero = true;
         }
     } else if (L->tile_at == 0 && !p->out_sparse) {
-        tiled(L, 0, p->rhs, &S, &out);
+        tiled(L, 0, p->rhs, NULL, &S, &out);
     } else {
         sc_ir_push(B, &out, lower_at(L, 0, p->rhs, &S));
     }
