@@ -1154,15 +1154,30 @@ def test_adjoint_copy_flag_and_negated_views(fmt):
         torch.dstack([A, A])
 
 
-@pytest.mark.parametrize("fmt", ["csr", "coo"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
 def test_sparse_sum_and_type(fmt):
-    """torch.sparse.sum sums as A.sum does (it raised a COO-layout error); A.type names
-    and converts the dtype as A.to does (it was refused)."""
+    """torch.sparse.sum sums as torch's does (it raised a COO-layout error): sparse where
+    dimensions remain, storing the kept coordinates torch's stores (ported code reads
+    .values() / .indices() of it; it was dense), integers kept in their dtype there, a
+    0-D dense sum over every dimension; A.type names and converts the dtype as A.to
+    does (it was refused)."""
     x = make_dense((5, 6), torch.float32, seed_of("sparse-sum", fmt))
+    x[2] = 0
+    x[3, 1] = -x[3].sum() + x[3, 1]   # (row 3 sums to 0: still stored)
     A = scorch.to_sparse(x, fmt)
     torch.testing.assert_close(torch.sparse.sum(A), x.sum())
-    torch.testing.assert_close(torch.sparse.sum(A, 1), x.sum(1))
+    for dim in (0, 1, -1):
+        got, want = torch.sparse.sum(A, dim), torch.sparse.sum(x.to_sparse(), dim)
+        assert isinstance(got, scorch.SparseTensor)
+        assert torch.equal(got.indices(), want.indices())
+        torch.testing.assert_close(got.values(), want.values())
     torch.testing.assert_close(torch.sparse.sum(A, [0, 1]), x.sum())
+    xi = (x * 10).to(torch.int32)
+    got = torch.sparse.sum(scorch.to_sparse(xi, fmt), 1)
+    assert got.dtype == torch.int32 and torch.equal(got.to_dense(), xi.sum(1, dtype=torch.int32))
+    Ag = scorch.to_sparse(x, fmt).requires_grad_()
+    (torch.sparse.sum(Ag, 0).to_dense() * torch.arange(6.0)).sum().backward()
+    torch.testing.assert_close(Ag.grad.to_dense(), (x != 0) * torch.arange(6.0))
     torch.testing.assert_close(torch.sparse.sum(A, dtype=torch.float64), x.double().sum())
     assert A.type() == "torch.FloatTensor"
     for to in (torch.float64, "torch.DoubleTensor"):

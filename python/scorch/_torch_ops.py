@@ -934,7 +934,8 @@ _UNARY = {
     "relu": torch.relu, "sqrt": torch.sqrt, "square": torch.square, "sin": torch.sin,
     "tan": torch.tan, "tanh": torch.tanh, "sinh": torch.sinh, "asin": torch.asin,
     "asinh": torch.asinh, "atan": torch.atan, "atanh": torch.atanh, "expm1": torch.expm1,
-    "log1p": torch.log1p, "erf": torch.erf, "sign": torch.sign, "sgn": torch.sgn,
+    "log1p": torch.log1p, "erf": torch.erf, "erfinv": torch.erfinv, "sign": torch.sign,
+    "sgn": torch.sgn,
     "trunc": torch.trunc, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "frac": torch.frac, "deg2rad": torch.deg2rad, "rad2deg": torch.rad2deg,
     "fix": torch.trunc, "arcsin": torch.asin, "arcsinh": torch.asinh,
@@ -1444,7 +1445,7 @@ def through(name, fn, *args, **kwargs):
 # where it has them, and the operators
 for _name in ("abs", "absolute", "arcsin", "arcsinh", "arctan", "arctanh", "asin", "asinh",
               "atan", "atanh", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "deg2rad",
-              "div", "divide", "erf", "expm1", "fix", "floor", "floor_divide", "fmod",
+              "div", "divide", "erf", "erfinv", "expm1", "fix", "floor", "floor_divide", "fmod",
               "frac", "log1p", "mul", "multiply", "nan_to_num", "neg", "negative", "pow",
               "rad2deg", "relu", "remainder", "round", "sgn", "sign", "sin", "sinh", "sqrt",
               "square", "tan", "tanh", "true_divide", "trunc"):
@@ -1685,8 +1686,12 @@ def _compare(name, a, b, op):
     compares ``A.abs() < t``)."""
     if _is_sparse(b):
         a, b, op = b, a, _FLIPPED[op]
-    if _is_sparse(b) or not (_is_scalar(b) or isinstance(b, (bool, torch.Tensor))):
-        refuse(name, a, b, why="one SparseTensor compared with a dense tensor or a scalar")
+    if _is_sparse(b):
+        refuse(name, a, b, why="two SparseTensors compared (one is compared with a dense "
+                               "tensor or a scalar)", hint="use A.to_dense() on one side")
+    if not (_is_scalar(b) or isinstance(b, (bool, torch.Tensor))):
+        refuse(name, a, b, why=f"a SparseTensor compared with a {type(b).__name__} (one is "
+                               f"compared with a dense tensor or a scalar)")
     # (torch's promotion: a Python number or a 0-D tensor takes the tensor's dtype kind)
     dt = torch.result_type(torch.empty(1, dtype=a.dtype), b)
     d = torch.as_tensor(b, dtype=dt) if not isinstance(b, torch.Tensor) else b
@@ -1741,6 +1746,27 @@ for _op, _dunder in ((torch.eq, "__eq__"), (torch.ne, "__ne__"), (torch.lt, "__l
     _register(getattr(torch.Tensor, _dunder))(_comparison_operator(_op))
 
 
+def _value_test(name, fn):
+    """isnan / isinf / isfinite / isposinf / isneginf / signbit of a SparseTensor: a dense
+    bool tensor, as the comparisons give (scorch stores no bool values), the unstored
+    places tested as the zeros they stand for, a coordinate's duplicates summed first."""
+    def handler(a, *, out=None):
+        refuse_out(name, out, a)
+        c = _coalesced(a)
+        r = fn(torch.zeros((), dtype=a.dtype)).expand(a.shape).clone()
+        if c.nnz:
+            r[tuple(dim_coords(c)) if c.dim() else ()] = fn(c._vals.detach())
+        return r
+    return handler
+
+
+for _fn in (torch.isnan, torch.isinf, torch.isfinite, torch.isposinf, torch.isneginf,
+            torch.signbit):
+    _register(_fn, getattr(torch.Tensor, _fn.__name__))(_value_test(f"torch.{_fn.__name__}",
+                                                                     _fn))
+_register(torch.Tensor.bool)(lambda a, memory_format=None: _to(a, torch.bool))
+
+
 @_register(torch.Tensor.sparse_mask)
 def _sparse_mask(x, mask):
     """``x.sparse_mask(M)``: x's elements at M's stored positions, in M's pattern and
@@ -1784,7 +1810,11 @@ def _sparse_mm(a, b, reduce="sum"):
         if not torch.promote_types(a.dtype, b.dtype).is_floating_point:
             raise TypeError(f"torch.sparse.mm(reduce='mean') needs floating-point values, "
                             f"got {a.dtype} and {b.dtype}")
-        count = torch.bincount(dim_coords(c)[0], minlength=a.shape[0]).clamp_(min=1)
+        count = _row_entries(c).clamp_(min=1)
+        dtype = torch.promote_types(c.dtype, b.dtype)
+        if c.dtype == b.dtype == dtype and dtype in (torch.float32, torch.float64):
+            # one kernel: each row's sum scaled by 1 / count as its tile is stored
+            return einsum("ij,jk,i->ik", c, b, 1.0 / count.to(dtype))
         return _mm(c, b) / count[:, None]   # (the product's floating dtype, as promoted)
     dtype = torch.promote_types(c.dtype, b.dtype)
     if dtype.is_floating_point and c.nnz and b.numel():
@@ -1794,6 +1824,15 @@ def _sparse_mm(a, b, reduce="sum"):
     out = torch.zeros(a.shape[0], b.shape[1], dtype=prod.dtype)
     return out.scatter_reduce(0, rows[:, None].expand_as(prod), prod, reduce,
                               include_self=False)
+
+
+def _row_entries(c: SparseTensor):
+    """The number of stored entries in each row of matrix c (int64): its pos array's
+    steps where c is csr-like, else a count of its entries' rows."""
+    fmt = c._format
+    if fmt.order == (0, 1) and fmt.kinds == (0, 1):
+        return c._pos[1].diff().to(torch.int64)
+    return torch.bincount(dim_coords(c)[0], minlength=c.shape[0])
 
 
 def _mm_extreme(c: SparseTensor, b, reduce, dtype):
@@ -1991,6 +2030,68 @@ def _baddbmm(inp, batch1, batch2, *, beta=1, alpha=1, out=None):
     return _added_product("torch.baddbmm", _bmm, inp, batch1, batch2, beta, alpha)
 
 
+def _dense_added_product_(name, original, out_of_place):
+    """``out.addmm_(A, X)`` / ``addmv_`` / ``baddbmm_`` of a dense ``out`` (an
+    accumulator) with a sparse operand: the add-product computed out of place, then
+    copied into ``out`` (its shape kept, no broadcasting into it, and its dtype, as torch's
+    in-place ops).  A SparseTensor ``out`` reaches ``original`` (refused: the result
+    is dense)."""
+    def handler(inp, *args, beta=1, alpha=1):
+        if _is_sparse(inp):
+            return original(inp, *args, beta=beta, alpha=alpha)
+        r = out_of_place(inp, *args, beta=beta, alpha=alpha)
+        if tuple(r.shape) != tuple(inp.shape):
+            raise RuntimeError(f"{name}: the product's shape {tuple(r.shape)} is not the "
+                               f"written tensor's {tuple(inp.shape)}")
+        if not torch.can_cast(r.dtype, inp.dtype):
+            raise RuntimeError(f"{name}: result type {r.dtype} can't be cast to the desired "
+                               f"output type {inp.dtype}")
+        return inp.copy_(r)
+    return handler
+
+
+for _method, _of in ((torch.Tensor.addmm_, _addmm), (torch.Tensor.addmv_, _addmv),
+                     (torch.Tensor.baddbmm_, _baddbmm)):
+    _register(_method)(_dense_added_product_(f"torch.Tensor.{_method.__name__}", _method, _of))
+
+
+def _shape_in_place(name, out_of_place):
+    def handler(a, *args, **kwargs):
+        refuse(f"torch.Tensor.{name}", a, why="a SparseTensor's shape does not change in "
+                                              "place", hint=f"use A = A.{out_of_place}, "
+                                              "the same arrays under the new shape")
+    return handler
+
+
+for _name, _of in (("t_", "t()"), ("transpose_", "transpose(d0, d1)"),
+                   ("swapdims_", "swapdims(d0, d1)"), ("swapaxes_", "swapaxes(d0, d1)"),
+                   ("squeeze_", "squeeze(...)"), ("unsqueeze_", "unsqueeze(d)")):
+    _register(getattr(torch.Tensor, _name))(_shape_in_place(_name, _of))
+
+
+@_register(torch.Tensor.new_zeros)
+def _new_zeros(a, *args, **kwargs):
+    """Refused by name: torch.autograd.gradcheck calls it on its inputs (it perturbs every
+    place of a dense input, which a SparseTensor's unstored places are not); the hint
+    is the check that works, over the stored values."""
+    refuse("torch.Tensor.new_zeros", a, why="a SparseTensor makes no new tensors of other "
+                                            "shapes",
+           hint="use torch.zeros(...); to gradcheck a function of a SparseTensor A, check it "
+                "over the stored values: gradcheck(lambda v: f(A.with_values(v)), "
+                "(A.values().detach().requires_grad_(),))")
+
+
+@_register(torch.Tensor.__setitem__)
+def _setitem(a, index, value):
+    """``x[index] = A`` into a dense x is refused as ``x.copy_(A)`` is (the dense tensor
+    takes a SparseTensor's entries through ``A.to_dense()``); a SparseTensor x reaches
+    torch (refused: an in-place write)."""
+    if not _is_sparse(a):
+        refuse("Tensor.__setitem__", a, value, why="a dense tensor takes a sparse one's "
+                                                   "entries through value.to_dense()")
+    return torch.Tensor.__setitem__(a, index, value)
+
+
 def _called_from(functions, depth: int) -> bool:
     """Whether a caller within ``depth`` frames above the handler is one of ``functions``
     of torch's own modules (torch's attention code, whose mask arithmetic means
@@ -2134,10 +2235,15 @@ def _norm_dims(dim, n):
     return sorted(out)
 
 
-def _sum(a, dim=None, keepdim=False, *, dtype=None):
+def _sum(a, dim=None, keepdim=False, *, dtype=None, sparse=False):
+    """A.sum: dense results; ``sparse`` (torch.sparse.sum, no keepdim): where dimensions
+    remain, a csf SparseTensor storing the kept coordinates some stored entry has, as
+    torch's sparse sum does (a place whose entries sum to 0 stays stored; integers keep
+    their dtype there, as torch's do)."""
     n = a.dim()
     dims = _norm_dims(dim, n)
-    if dtype is None and not a.dtype.is_floating_point and a.dtype is not torch.int64:
+    if (dtype is None and not a.dtype.is_floating_point and a.dtype is not torch.int64 and
+            not (sparse and len(dims) < n)):
         dtype = torch.int64   # (torch sums integers in int64)
     src = a if dtype is None else _summed_as(a, dtype)
     if len(dims) == n:
@@ -2145,11 +2251,12 @@ def _sum(a, dim=None, keepdim=False, *, dtype=None):
         return r.reshape([1] * n) if keepdim else r
     ix = "ijklmnpq"[:n]
     kept = "".join(c for d, c in enumerate(ix) if d not in dims)
-    r = einsum(f"{ix}->{kept}", src, out_format="dense")
-    if _is_sparse(r):
+    r = einsum(f"{ix}->{kept}", src, out_format="csf" if sparse else "dense")
+    if _is_sparse(r) and not sparse:
         r = r.to_dense()
     if r.dtype is not src.dtype:   # (an integer sum asked in int32 or narrower: einsum
-        r = r.to(src.dtype)        # summed it in int64, the same modulo the narrower width)
+        # summed it in int64, the same modulo the narrower width)
+        r = _map_values(r, lambda v: v.to(src.dtype)) if sparse else r.to(src.dtype)
     if keepdim:
         r = r.reshape([1 if d in dims else a.shape[d] for d in range(n)])
     return r
@@ -2161,9 +2268,9 @@ def _sum_handler(a, dim=None, keepdim=False, *, dtype=None, out=None):
     return _sum(a, dim, keepdim, dtype=dtype)
 
 
-@_register(torch._sparse_sum)   # torch.sparse.sum: as A.sum (a dense result)
+@_register(torch._sparse_sum)   # torch.sparse.sum: sparse where dimensions remain
 def _sparse_sum_handler(a, dim=None, *, dtype=None):
-    return _sum(a, dim, False, dtype=dtype)
+    return _sum(a, dim, False, dtype=dtype, sparse=True)
 
 
 @_register(torch.mean, torch.Tensor.mean)
@@ -2583,7 +2690,12 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
                                f"multiple of the key's and value's ({hk})")
         k, v = k.repeat_interleave(hq // hk, -3), v.repeat_interleave(hq // hk, -3)
     shapes = [tuple(t.shape[:-2]) for t in (M, q, k, v)]
-    batch = torch.broadcast_shapes(*shapes)
+    try:
+        batch = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise RuntimeError(f"{name}: the batch dims (before L and S) of the sparse attn_mask "
+                           f"{shapes[0]}, the query {shapes[1]}, key {shapes[2]} and value "
+                           f"{shapes[3]} do not broadcast together") from None
     if len(batch) > 8:
         refuse(name, M, why=f"{len(batch)} batch dimensions (at most 8)")
     letters = _LETTERS[:len(batch)]
@@ -2633,7 +2745,8 @@ def _item(kind):
 
 
 for _f, _kind in ((torch.Tensor.item, lambda x: x), (torch.Tensor.__bool__, bool),
-                  (torch.Tensor.__float__, float), (torch.Tensor.__int__, int)):
+                  (torch.Tensor.__float__, float), (torch.Tensor.__int__, int),
+                  (torch.Tensor.is_nonzero, bool), (torch.is_nonzero, bool)):
     _register(_f)(_item(_kind))
 
 
@@ -2906,15 +3019,27 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     return out.reshape(*input.shape, weight.shape[1])
 
 
-@_register(torch.narrow, torch.Tensor.narrow)
-def _narrow(a, dim, start, length):
-    size = a.shape[_dim_index("narrow", dim, a.dim())]
+def _narrowed(a, dim, start, length, name):
+    size = a.shape[_dim_index(name, dim, a.dim())]
     start = int(start) + (size if int(start) < 0 else 0)
     if not (0 <= start and 0 <= length and start + length <= size):
-        raise IndexError(f"narrow: start {start} and length {length} exceed dimension "
+        raise IndexError(f"{name}: start {start} and length {length} exceed dimension "
                          f"{dim} of size {size}")
-    return _piece(index_select(a, dim, range(start, start + length), "narrow"), a,
-                  "narrow")
+    return index_select(a, dim, range(start, start + length), name)
+
+
+@_register(torch.narrow, torch.Tensor.narrow)
+def _narrow(a, dim, start, length):
+    return _piece(_narrowed(a, dim, start, length, "narrow"), a, "narrow")
+
+
+@_register(torch.narrow_copy, torch.Tensor.narrow_copy)
+def _narrow_copy(a, dim, start, length, *, out=None):
+    """narrow_copy (what torch.sparse code calls, its COO tensors having no narrow): the
+    same entries as narrow, a copy of its own (writable in place where narrow's piece is
+    refused)."""
+    refuse_out("torch.narrow_copy", out, a)
+    return _narrowed(a, dim, start, length, "narrow_copy")
 
 
 def _split_like(name, func):
@@ -3632,7 +3757,9 @@ def _to(a, *args, copy=False, **kwargs):
     if dtype is None or dtype == a.dtype:
         return a.clone() if copy else a
     if dtype not in VALUE_DTYPES:
-        raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}")
+        why = (" (A != 0 gives a dense bool tensor; A.to(torch.uint8) stays sparse)"
+               if dtype is torch.bool else "")
+        raise TypeError(f"scorch stores {VALUE_DTYPE_NAMES} values, not {dtype}{why}")
     return _map_values(a, lambda v: v.to(dtype))
 
 
