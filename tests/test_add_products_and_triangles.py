@@ -175,11 +175,11 @@ def test_sparse_mm_reduce_gradients(reduce):
 
 @pytest.mark.parametrize("reduce", ["amax", "amin"])
 @pytest.mark.parametrize("fmt", ["csr", "coo", "cd"])
-def test_sparse_mm_reduce_ties_share_the_gradient(fmt, reduce):
+def test_sparse_mm_reduce_ties_give_the_first_entry_the_gradient(fmt, reduce):
     """A row's products that tie for its extreme (an unweighted graph over features with
-    repeated values: ReLU's zeros) share the gradient evenly, as dense amax's does over
-    the same products (torch's CSR kernel gives it all to one); into A's values too, and
-    under create_graph the gradient is itself differentiable."""
+    repeated values: ReLU's zeros) give the whole gradient to the first stored entry, as
+    torch's CSR kernel does (and PyG's scatter max); into A's values too, and under
+    create_graph the gradient is itself differentiable."""
     g = torch.Generator().manual_seed(3)
     m = (torch.rand(6, 5, generator=g) < 0.6).double()
     m[2] = 0                                                    # a row with no entries
@@ -193,12 +193,21 @@ def test_sparse_mm_reduce_ties_share_the_gradient(fmt, reduce):
     Md, Xd = m.clone().requires_grad_(), X.detach().clone().requires_grad_()
     prod = Md[:, :, None] * Xd[None]
     far = float("-inf") if reduce == "amax" else float("inf")
-    prod = torch.where(stored[:, :, None], prod, far)
-    want = getattr(torch, reduce)(prod, 1).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    pick = torch.argmax if reduce == "amax" else torch.argmin   # (the first of equals)
+    first = pick(torch.where(stored[:, :, None], prod, far), 1, keepdim=True)
+    want = prod.gather(1, first)[:, 0] * stored.any(1, keepdim=True)
     wA, wX = torch.autograd.grad((want * w).sum(), (Md, Xd), create_graph=True)
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(gX, wX)
     torch.testing.assert_close(gA.to_dense(), wA * stored)
+    assert (want == 0).sum() > 3   # (ties at 0 are there to break)
+    # torch's own CSR kernel over the same stored entries agrees
+    T = torch.sparse_coo_tensor(A.indices(), A.values().detach(), (6, 5)).coalesce()
+    T = T.to_sparse_csr().requires_grad_()
+    Xt = X.detach().clone().requires_grad_()
+    (torch.sparse.mm(T, Xt, reduce=reduce) * w).sum().backward()
+    torch.testing.assert_close(gX, Xt.grad)
+    torch.testing.assert_close(gA.values(), T.grad.values())
     # second order: d/dX of <gA, 1> (products are bilinear: the mixed term survives)
     h, = torch.autograd.grad(gA.values().sum(), X)
     hw, = torch.autograd.grad((wA * stored).sum(), Xd)
@@ -206,8 +215,8 @@ def test_sparse_mm_reduce_ties_share_the_gradient(fmt, reduce):
 
 
 def test_sparse_mm_reduce_result_can_be_written_in_place():
-    """GraphSAGE's h = relu_(sparse.mm(A, X, "amax")): the backward keeps its own copy
-    of the extremes, so an in-place write to the result does not break it."""
+    """GraphSAGE's h = relu_(sparse.mm(A, X, "amax")): the backward does not read the
+    result, so an in-place write to it does not break it."""
     x = make_dense((6, 5), torch.float64, 31)
     A = scorch.to_sparse(x, "csr").requires_grad_()
     X = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import numbers
 import operator
 import sys
@@ -335,7 +336,7 @@ class _Spec:
 def _with_pattern(pattern, values, requires_grad=False):
     shape, fmt, pos, crd, index_dtype = pattern
     return SparseTensor(shape, fmt, pos, crd, values, requires_grad=requires_grad,
-                        index_dtype=index_dtype)
+                        index_dtype=index_dtype, checked=True)
 
 
 class _EinsumFn(torch.autograd.Function):
@@ -1839,64 +1840,59 @@ def _mm_extreme(c: SparseTensor, b, reduce, dtype):
     """``torch.sparse.mm(c, b, reduce="amax" / "amin")`` of a coalesced matrix and a dense
     one of floating ``dtype``.  scorch's compiler has no max reduction yet, so the values
     come from torch's CSR reduce kernel (handed c's arrays as a CSR; another format is
-    converted at each call); the gradient is ``_MmExtreme``'s, split evenly among the
-    products that tie for a row's extreme, as dense ``amax`` splits it.  Before, every
-    call formed the nnz x K products (1.6 GB and 10x torch's time on a graph of a million
-    edges at K = 64)."""
+    converted at each call), with the entry that gave each output place where a gradient
+    is wanted; the gradient is ``_MmExtreme``'s, all of it to that entry, as torch's.
+    Before, every call formed the nnz x K products (1.6 GB and 10x torch's time on a
+    graph of a million edges at K = 64)."""
     if c._format.name != "csr":
         c = c.to_format("csr", drop_zeros=False)   # (a dense level's zeros are entries)
     pos, cols = c._pos[1], c._crd[1]
     vals = c._vals.to(dtype)
     if torch.is_grad_enabled() and (vals.requires_grad or b.requires_grad):
         return _MmExtreme.apply(vals, b, pos, cols, c.shape, reduce)
-    return _torch_mm_extreme(vals, b, pos, cols, c.shape, reduce)
+    return _torch_mm_extreme(vals, b, pos, cols, c.shape, reduce, False)[0]
 
 
-def _torch_mm_extreme(vals, b, pos, cols, shape, reduce):
-    with warnings.catch_warnings():   # (torch's "CSR support is in beta" notice)
-        warnings.simplefilter("ignore", UserWarning)
-        t = torch.sparse_csr_tensor(pos, cols, vals.detach(), size=tuple(shape),
-                                    check_invariants=False)
-    return torch.sparse.mm(t, b.detach(), reduce=reduce)
+def _torch_mm_extreme(vals, b, pos, cols, shape, reduce, with_arg):
+    """torch's CSR reduce kernel over (pos, cols, vals): the row extremes and, with_arg,
+    each place's entry (nnz where its row has none; torch computes it only for an input
+    that requires grad, under grad mode)."""
+    with warnings.catch_warnings(), torch.enable_grad():   # (torch's "CSR support is in
+        warnings.simplefilter("ignore", UserWarning)     # beta" notice)
+        v = vals.detach().requires_grad_(with_arg)
+        t = torch.sparse_csr_tensor(pos, cols, v, size=tuple(shape), check_invariants=False)
+        out, arg = torch.ops.aten._sparse_mm_reduce_impl(t, b.detach(), reduce)
+    return out.detach(), arg
 
 
 class _MmExtreme(torch.autograd.Function):
     """The row extremes of A[i,j] * B[j,:] over A's stored entries, with their gradient:
-    each output place's gradient shared evenly among the entries whose product equals it
-    (ties share, as dense amax's gradient does); the products are recomputed in blocks of
-    entries for the backward, so no nnz x K temporary is kept."""
+    each output place's gradient goes to the one entry whose product gave it (the first
+    stored one where products tie: torch.sparse.mm's rule, and PyG's scatter max's), so
+    the backward costs a few gathers of the output's size, not of the nnz x K products.
+    Written in torch ops that record, so a second backward works."""
 
     @staticmethod
     def forward(ctx, vals, b, pos, cols, shape, reduce):
-        out = _torch_mm_extreme(vals, b, pos, cols, shape, reduce)
-        # (a copy: the caller may write the result in place, nn.ReLU(inplace=True))
-        ctx.save_for_backward(vals, b, pos, cols, out.clone())
+        out, arg = _torch_mm_extreme(vals, b, pos, cols, shape, reduce, True)
+        ctx.save_for_backward(vals, b, cols, arg)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        vals, b, pos, cols, out = ctx.saved_tensors
-        rows = torch.repeat_interleave(torch.arange(out.shape[0]), pos.diff().long())
-        step = max(1, (1 << 20) // max(1, b.shape[1]))
-        blocks = [slice(s, s + step) for s in range(0, vals.shape[0], step)]
-
-        def hits(s):
-            prod = vals[s].detach()[:, None] * b[cols[s]].detach()
-            return prod == out[rows[s]]
-
-        count = torch.zeros(out.shape, dtype=out.dtype)
-        for s in blocks:
-            count.index_add_(0, rows[s], hits(s).to(out.dtype))
-        share = g / count.clamp(min=1)
-        gv = []
-        gb = torch.zeros(b.shape, dtype=b.dtype) if ctx.needs_input_grad[1] else None
-        for s in blocks:
-            w = hits(s) * share[rows[s]]
-            if ctx.needs_input_grad[0]:
-                gv.append((w * b[cols[s]]).sum(1))
-            if ctx.needs_input_grad[1]:
-                gb.index_add_(0, cols[s], w * vals[s, None])
-        return torch.cat(gv) if gv else None, gb, None, None, None, None
+        vals, b, cols, arg = ctx.saved_tensors
+        won = arg < vals.shape[0]             # (places of rows with no entries: none)
+        e = arg[won]
+        k = torch.arange(arg.shape[1]).expand(arg.shape)[won]
+        j = cols[e].long()
+        gw = g[won]
+        gv = gb = None
+        if ctx.needs_input_grad[0]:
+            gv = torch.zeros(vals.shape, dtype=vals.dtype).index_add(0, e, gw * b[j, k])
+        if ctx.needs_input_grad[1]:
+            gb = torch.zeros(b.shape, dtype=b.dtype).index_put((j, k), gw * vals[e],
+                                                               accumulate=True)
+        return gv, gb, None, None, None, None
 
 
 @_register(torch.matmul, torch.linalg.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
@@ -2764,7 +2760,8 @@ def _permuted(a: SparseTensor, perm):
     f = a._format
     fmt = _format_from_tuple(f.kinds, f.unique, tuple(inv[d] for d in f.order))
     return SparseTensor([a.shape[p] for p in perm], fmt, a._pos, a._crd, a._vals,
-                        requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype)
+                        requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype,
+                        checked=True)
 
 
 @_register(torch.permute, torch.Tensor.permute)
@@ -2944,7 +2941,7 @@ def _select_by_product(a: SparseTensor, dim: int, index) -> SparseTensor:
     torch.cumsum(torch.bincount(index, minlength=size), 0, out=pos[1:])
     it = torch.int32 if max(size, n) <= _tensor._I32_MAX else torch.int64
     S = SparseTensor((size, n), _CSR_LIKE[(0, 1)], [None, pos.to(it)], [None, order.to(it)],
-                     torch.ones(n, dtype=a.dtype), index_dtype=it)
+                     torch.ones(n, dtype=a.dtype), index_dtype=it, checked=True)
     letters = "ijklmnpq"[:a.dim() + 1]
     src, new = letters[:a.dim()], letters[a.dim()]
     out = src[:dim] + new + src[dim + 1:]
@@ -2965,7 +2962,7 @@ def _select_segments(a: SparseTensor, index, shape, span=None) -> SparseTensor:
         vals = a._vals[lo:hi].clone()      # (copies, as every selection's)
         return SparseTensor(shape, a._format, [None, (pos - lo).to(it)],
                             [None, a._crd[1][lo:hi].to(it, copy=True)], vals,
-                            requires_grad=vals.requires_grad, index_dtype=it)
+                            requires_grad=vals.requires_grad, index_dtype=it, checked=True)
     pos, crd = a._pos[1].to(torch.int64), a._crd[1]
     starts = pos[index]
     cnt = pos[index + 1] - starts
@@ -2976,7 +2973,7 @@ def _select_segments(a: SparseTensor, index, shape, span=None) -> SparseTensor:
     ent = repeated(starts - new_pos[:-1], cnt) + torch.arange(total)
     vals = a._vals[ent]
     return SparseTensor(shape, a._format, [None, new_pos.to(it)], [None, crd[ent].to(it)],
-                        vals, requires_grad=vals.requires_grad, index_dtype=it)
+                        vals, requires_grad=vals.requires_grad, index_dtype=it, checked=True)
 
 
 @_register(torch.index_select, torch.Tensor.index_select)
@@ -3159,7 +3156,7 @@ def select(a: SparseTensor, dim: int, i: int):
         return SparseTensor((a.shape[1 - dim],), _format_from_tuple((1,), fmt.unique[1:], (0,)),
                             [r._pos[1]], [r._crd[1]],
                             r._vals, requires_grad=r._vals.requires_grad,
-                            index_dtype=r.index_dtype)
+                            index_dtype=r.index_dtype, checked=True)
     coords = dim_coords(a)
     keep = coords[dim] == i
     vals = a._vals[keep]
@@ -3185,7 +3182,8 @@ def _unsqueeze(a, dim):
     shape = list(a.shape)
     shape.insert(dim, 1)
     return SparseTensor(shape, fmt, [None] + a._pos, [None] + a._crd, a._vals,
-                        requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype)
+                        requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype,
+                        checked=True)
 
 
 @_register(torch.squeeze, torch.Tensor.squeeze)
@@ -3310,6 +3308,21 @@ def _reshape(name, a, shape):
     return _piece(_entries_of(a, shape, coords, a._vals, _reshaped_format(a, shape)), a, name)
 
 
+def _fits_in_memory(name, entries, value_bytes):
+    """Refuse a result of ``entries`` stored entries that could not fit in this machine's
+    memory (a value and an int64 coordinate each, at least): the allocation of its arrays
+    would succeed, lazily, and filling them would have the process killed."""
+    need = entries * (value_bytes + 8)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):   # (no such query here: no check)
+        return
+    if have > 0 and need > have:
+        raise MemoryError(f"{name}: the result would store {entries} entries, at least "
+                          f"{need / 2**30:.1f} GiB, more than this machine's "
+                          f"{have / 2**30:.1f} GiB of memory")
+
+
 @_register(torch.Tensor.expand)
 def _expand(a, *sizes, implicit=False):
     """``A.expand(*sizes)``: dimensions of size 1 (and new leading ones) repeated, as
@@ -3340,6 +3353,7 @@ def _expand(a, *sizes, implicit=False):
         return a
     c = _coalesced(a)
     grown = [d for d in range(m) if d < m - n or c.shape[d - (m - n)] != shape[d]]
+    _fits_in_memory(name, c.nnz * math.prod(shape[d] for d in grown), c._vals.element_size())
     lead = [d for d in range(m - n, m) if d in grown]   # (a's own dims that grow: size 1)
     if len(lead) < n and all(d < m - n + len(lead) for d in lead):
         # (only leading dims grow, not all of a's: one einsum, dense levels over them)
@@ -3609,7 +3623,7 @@ def _pointwise(a: SparseTensor, keys) -> torch.Tensor:
             if lo < 0:
                 t = torch.where(t < 0, t + size, t)
         sel.append(SparseTensor((n, size), _CSR_LIKE[(0, 1)], [None, pos], [None, t.to(it)],
-                                ones, index_dtype=it))
+                                ones, index_dtype=it, checked=True))
     expr = letters + "," + ",".join("k" + c for c in letters) + "->k"
     r = einsum(expr, a, *sel)
     return (r.to_dense() if _is_sparse(r) else r).reshape(shape)
