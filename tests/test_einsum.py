@@ -404,6 +404,23 @@ def test_compiles_with_sigchld_ignored(failing, tmp_path):
     run_code(f"FAILING = {failing}\n" + code, tmp_path, **env)
 
 
+def test_a_compiler_that_writes_nothing_is_a_compile_error(tmp_path):
+    """SCORCH_CC=true exits 0 and writes no library: a CompileError naming the compiler
+    (it was a RuntimeError about publishing the cache's file)."""
+    code = (
+        "import torch, scorch\n"
+        "A = scorch.to_sparse(torch.eye(5, dtype=torch.float64) * 3, 'csr')\n"
+        "try:\n"
+        "    scorch.einsum('ij,jk,k->ik', A, torch.ones(5, 7, dtype=torch.float64),\n"
+        "                  torch.ones(7, dtype=torch.float64))\n"
+        "except scorch.CompileError as e:\n"
+        "    assert \"'true' exited with status 0 but wrote no shared object\" in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('no error')\n"
+        "print('ok')\n")
+    run_code(code, tmp_path, SCORCH_CC="true", SCORCH_AOT="0")
+
+
 @pytest.mark.parametrize("bfmt", ["csr", "dcsr", "dcsc", "coo"])
 @pytest.mark.parametrize("expr", ["ij,jk->ik", "ij,kj->ik"])
 def test_sparse_product_stores_only_its_entries(expr, bfmt):

@@ -623,7 +623,10 @@ def test_a_malformed_cache_size_is_said():
     import os
     import subprocess
     import sys
-    for value, warned in (("32MiB", True), ("-5", True), ("32M", False)):
+    # (a count with a suffix over 2^40 bytes in all: it wrapped in the C core, to 0 or
+    # a negative size or 9e18 bytes, unsaid)
+    for value, warned in (("32MiB", True), ("-5", True), ("32M", False), ("1024G", False),
+                          ("1025G", True), ("1099511627776G", True), ("8589934591G", True)):
         r = subprocess.run([sys.executable, "-c", "import scorch"], capture_output=True,
                            text=True, env={**os.environ, "SCORCH_CACHE_BYTES": value})
         assert ("SCORCH_CACHE_BYTES" in r.stderr) == warned, r.stderr

@@ -171,7 +171,7 @@ def test_patterns_sharing_an_array_are_told_apart():
     Q = torch.tensor([0, 1, 2, 4], dtype=torch.int32)
     A = scorch.from_components((3, 4), "csr", pos=[None, P], crd=[None, cols], values=vals)
     B = scorch.SparseTensor(A.shape, A._format, [None, Q], A._crd, vals,   # A's crd object
-                            index_dtype=torch.int32)
+                            index_dtype=torch.int32, checked=True)   # (scorch's own form)
     assert B._crd[1] is A._crd[1]
     G = torch.rand(3, 5, dtype=torch.float64)
     for _ in range(2):

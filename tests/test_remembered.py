@@ -52,13 +52,18 @@ def test_converted_copy_served_while_its_version_holds(expr):
     b = X if expr == "ij,jk->ik" else X[:, 0].contiguous()
     torch.testing.assert_close(scorch.einsum(expr, A, b), x @ b)
     (_, copy, _), = A._transposed.values()
-    n, entry, prepared, version, values = A._kernels[expr]
+    n, entry, prepared, version, values, indices = A._kernels[expr]
     assert prepared is copy._desc[0] and version == A._vals._version and values is A._vals
+    assert [x for x, _ in indices] == [x for x in A._pos + A._crd if x is not None]
     torch.testing.assert_close(_C.remembered(expr, (A, b)), x @ b)
     A.values().mul_(2)
     assert _C.remembered(expr, (A, b)) is None               # stale copy: general route
     torch.testing.assert_close(scorch.einsum(expr, A, b), 2 * x @ b)
     torch.testing.assert_close(_C.remembered(expr, (A, b)), 2 * x @ b)   # the new copy
+    A._crd[1][0] = A._crd[1][0]       # (an index array written: refused, not served)
+    assert _C.remembered(expr, (A, b)) is None
+    with pytest.raises(ValueError, match="written in place"):
+        scorch.einsum(expr, A, b)
 
 
 @pytest.mark.parametrize("expr, dense, out", [

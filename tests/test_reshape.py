@@ -209,3 +209,15 @@ def test_squeezing_every_dimension_gives_the_value(fmt):
     for r in (A.squeeze(), A.squeeze((0, 1))):
         assert type(r) is torch.Tensor and r.shape == () and r.item() == 2.0
     assert scorch.to_sparse(torch.tensor([2.0]), "coo").squeeze(0).item() == 2.0
+
+
+def test_expand_past_the_machine_is_a_memory_error():
+    """expand copies (one entry per place it repeats A's): a result that cannot fit in
+    memory is a MemoryError before anything is allocated (the arrays were allocated
+    lazily and the process was killed filling them)."""
+    L = lambda *a: torch.tensor(a, dtype=torch.int64)   # noqa: E731
+    S = scorch.from_components((2, 2 ** 40), "csr", pos=[None, L(0, 1, 2)],
+                               crd=[None, L(5, 2 ** 40 - 1)], values=torch.tensor([1.0, 2.0]))
+    with pytest.raises(MemoryError, match="would store 2199023255552 entries"):
+        S.unsqueeze(0).expand(2 ** 40, 2, 2 ** 40)
+    assert S.unsqueeze(0).expand(3, 2, 2 ** 40).nnz == 6

@@ -183,7 +183,9 @@ static int64_t parse_bytes(const char *s)
         end++;
     while (*end == '\n' || *end == ' ')
         end++;
-    return *end ? 0 : (int64_t)v * scale;
+    if (*end || v > ((long long)1 << 40) / scale)   /* (at most 2^40 bytes in all) */
+        return 0;
+    return (int64_t)v * scale;
 }
 
 static int64_t cache_bytes_once;

@@ -383,6 +383,13 @@ sc_status sc_jit_compile(const sc_jit *jit, const char *hex, const char *source,
                      strerror(errno));
     else
         st = run_compiler(jit, &p, log_fd, err);
+    struct stat built;
+    if (st == SC_OK && (stat(p.so, &built) != 0 || built.st_size == 0))
+        /* the compiler said it succeeded and wrote nothing (SCORCH_CC=true): its fault,
+         * not the cache's */
+        st = sc_fail(err, SC_COMPILE, SC_JIT_STAGE, "the C compiler '%s' exited with status 0 "
+                     "but wrote no shared object (set SCORCH_CC to a C compiler such as gcc)",
+                     jit->argv[0]);
     if (st == SC_OK && (chmod(p.so, 0700) != 0 || rename(p.so, p.final_so) != 0))
         st = sc_fail(err, SC_INTERNAL, SC_JIT_STAGE, "cannot publish '%s': %s", p.final_so,
                      strerror(errno));

@@ -705,13 +705,37 @@ static int requires_grad(PyObject *const *T, PyObject *x)
     return torch_flag(x, T[SC_PY_T_REQUIRES_GRAD], false);
 }
 
+/* Whether every (array, version) pair of checked (a prepared operand's index arrays and
+ * the versions they were checked at, _compiler._sparse_operand) still holds: 1, 0 (an
+ * array written in place since: the general route raises), -1 with an error set. */
+static int unwritten(PyObject *const *T, PyObject *checked)
+{
+    if (!PyTuple_CheckExact(checked))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(checked); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(checked, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return 0;
+        PyObject *version = GET(PyTuple_GET_ITEM(pair, 0), SC_PY_T_VERSION);
+        if (!version)
+            return -1;
+        int same = PyObject_RichCompareBool(version, PyTuple_GET_ITEM(pair, 1), Py_EQ);
+        Py_DECREF(version);
+        if (same != 1)
+            return same;
+    }
+    return 1;
+}
+
 /* remembered(key, ops) -> the result of the kernel that ops[0], a SparseTensor, remembers
  * under key (its _kernels[key] = (len(ops), entry), set by _compiler._remembered_run) run
  * on its prepared operand (_desc[0]) and the plain torch.Tensors ops[1:]; or, where the
  * kernel reads a converted copy of ops[0] (a transposed or DCSR copy, _compiler._transposed:
  * _kernels[key] = (len(ops), entry, the copy's prepared operand, ops[0]'s values version
- * when it was made, and its values tensor then)), on that copy while the values are that
- * tensor at that version (a copy_ of another pattern replaces the tensor); None where the
+ * when it was made, its values tensor then, and its index arrays' versions)), on that
+ * copy while the values are that tensor at that version (a copy_ of another pattern
+ * replaces the tensor) and no index array was written since; ops[0]'s own prepared
+ * operand likewise (_desc[3]: its index arrays' versions); None where the
  * general route must run the call: no such kernel, another operand type, autograd
  * recording (an operand requires grad in grad mode), or an operand the kernel does not
  * take as it is (a dtype to promote, a strided view, other fixed sizes).  A result whose
@@ -740,7 +764,7 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
         return NULL;
     PyObject *hit = PyDict_CheckExact(memo) ? PyDict_GetItemWithError(memo, key) : NULL;
     if (!hit || !PyTuple_CheckExact(hit) ||
-        (PyTuple_GET_SIZE(hit) != 2 && PyTuple_GET_SIZE(hit) != 5) ||
+        (PyTuple_GET_SIZE(hit) != 2 && PyTuple_GET_SIZE(hit) != 6) ||
         PyLong_AsSsize_t(PyTuple_GET_ITEM(hit, 0)) != n)
         goto general;   /* (an unhashable key is an error the general route reports) */
     entry = PyTuple_GET_ITEM(hit, 1);
@@ -748,7 +772,7 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
     PyObject *vals = GET(a, SC_PY_T_VALUES);
     if (!vals)
         goto general;
-    if (PyTuple_GET_SIZE(hit) == 5) {   /* a converted copy, valid for one values version */
+    if (PyTuple_GET_SIZE(hit) == 6) {   /* a converted copy, valid for one values version */
         if (vals != PyTuple_GET_ITEM(hit, 4)) {
             Py_DECREF(vals);
             goto general;
@@ -757,12 +781,14 @@ PyObject *sc_py_remembered(PyObject *module, PyObject *args)
         int same = version ? PyObject_RichCompareBool(version, PyTuple_GET_ITEM(hit, 3), Py_EQ)
                            : -1;
         Py_XDECREF(version);
-        if (same == 1 && current_prepared(PyTuple_GET_ITEM(hit, 2)))
+        if (same == 1 && current_prepared(PyTuple_GET_ITEM(hit, 2)) &&
+            unwritten(T, PyTuple_GET_ITEM(hit, 5)) == 1)
             prepared_op = Py_NewRef(PyTuple_GET_ITEM(hit, 2));
     } else {
         PyObject *desc = GET(a, SC_PY_T_DESC);
-        if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 3 &&
-            current_prepared(PyTuple_GET_ITEM(desc, 0)))
+        if (desc && PyTuple_CheckExact(desc) && PyTuple_GET_SIZE(desc) == 4 &&
+            current_prepared(PyTuple_GET_ITEM(desc, 0)) &&
+            unwritten(T, PyTuple_GET_ITEM(desc, 3)) == 1)
             prepared_op = Py_NewRef(PyTuple_GET_ITEM(desc, 0));
         Py_XDECREF(desc);
     }

@@ -21,7 +21,7 @@ from torch.autograd import forward_ad as _fwad
 from . import _C
 from ._format import Format, _format_from_tuple
 from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
-                      _compiling, _torch, _wrap, outside, outside_graph)
+                      _compiling, _torch, _wrap, check_indices, outside, outside_graph)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,10 +50,11 @@ def _aot_path():
 
 def _check_cache_bytes():
     """$SCORCH_CACHE_BYTES as the C core reads it (a positive byte count, K / M / G allowed,
-    up to 2^40); anything else is ignored there (sysfs's size is used), said here."""
+    up to 2^40 bytes); anything else is ignored there (sysfs's size is used), said here."""
     v = os.environ.get("SCORCH_CACHE_BYTES", "")
     m = re.fullmatch(r"\s*\+?([0-9]+)([KMG]?)\s*", v)
-    if v and not (m and 0 < int(m.group(1)) <= 1 << 40):
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)] if m else 1
+    if v and not (m and 0 < int(m.group(1)) * scale <= 1 << 40):
         import warnings
 
         warnings.warn(f"SCORCH_CACHE_BYTES={v!r} is not a byte count such as 33554432 or "
@@ -191,6 +192,7 @@ def _sparse_operand(a: SparseTensor, dtype):
     .data = in another thread that replaces them advances it after, so a description
     read from the old arrays is never kept past that."""
     epoch = _C.epoch()
+    check_indices(a)
     vals = a._vals
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
@@ -198,8 +200,16 @@ def _sparse_operand(a: SparseTensor, dtype):
     cached = a._desc
     if cached is None or cached[2] != epoch:   # (arrays moved since: retire_prepared)
         desc, sig = _sparse_desc(a, vals)
-        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch)
+        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch, _index_versions(a))
     return cached[0], cached[1]
+
+
+def _index_versions(a: SparseTensor):
+    """((index array, its version), ...) of a, checked just before (check_indices): the
+    extension's hot route (_C.remembered) leaves a call whose arrays were written since
+    to the general route, which refuses it."""
+    return tuple((x, x._version) for x in a._pos + a._crd
+                 if x is not None and not x.is_inference())
 
 
 def retire_prepared():
@@ -603,6 +613,7 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     neither do values that require grad (a fused optimizer's step writes a Parameter in
     place without a version bump, vector_to_parameters swaps its .data) or live in shared
     memory (another process writes them: Hogwild): those are gathered again each call."""
+    check_indices(a)   # (a copy made before its arrays were written must not serve)
     cache = a._transposed
     v = a._vals
     if cache is False or v.is_inference() or v.requires_grad or v.is_shared():
@@ -657,8 +668,8 @@ def _moved(a: SparseTensor, fmt: Format) -> SparseTensor:
     if moves[how] is None:
         return a.to_format(fmt, a.index_dtype, drop_zeros=False)
     pos, crd, perm = moves[how]
-    return SparseTensor(a._shape, fmt, pos, crd, a._vals.detach().index_select(0, perm),
-                        index_dtype=a.index_dtype)   # (index_select: 3x [perm]'s speed)
+    vals = a._vals.detach().index_select(0, perm)   # (index_select: 3x [perm]'s speed)
+    return SparseTensor(a._shape, fmt, pos, crd, vals, index_dtype=a.index_dtype, checked=True)
 
 
 def einsum(expr: str, *operands, out_format=None, schedule=None):
@@ -697,7 +708,8 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
         if a._desc is not None and descs[0] is a._desc[0]:
             hit = (len(operands), entry)
         else:   # the kernel reads a converted copy of a (_transposed): while it is valid
-            hit = next(((len(operands), entry, c._desc[0], version, arrays[0])
+            hit = next(((len(operands), entry, c._desc[0], version, arrays[0],
+                         _index_versions(a))
                         for version, c, arrays in (a._transposed or {}).values()
                         if c._desc is not None and descs[0] is c._desc[0]), None)
         if hit is not None:
@@ -722,7 +734,7 @@ def remembered(key, operands):
     if entry[1] == _OUT_SPARSE and type(vals) is torch.Tensor:
         # (_finish's sparse case without its two calls: on a cold cache, after other
         # work has swept it, each Python call costs 2-3 us of a small SDDMM's ~65)
-        return SparseTensor(shape, entry[2], pos, crd, vals, index_dtype=entry[3])
+        return SparseTensor(shape, entry[2], pos, crd, vals, index_dtype=entry[3], checked=True)
     return _finish(*r)
 
 

@@ -152,7 +152,7 @@ def _followed(x, old, p):
     shape, fmt, pos, crd, nnz = old
     if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.shape[0] != nnz:
         return x
-    return _ops().align_values(SparseTensor(shape, fmt, pos, crd, x), p)
+    return _ops().align_values(SparseTensor(shape, fmt, pos, crd, x, checked=True), p)
 
 
 def _parameters_back(optimizer, args, kwargs):

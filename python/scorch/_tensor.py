@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -208,6 +209,53 @@ def outside_graph(fn):
 _WRAPPER_CODE = outside_graph(len).__code__   # (the code object every wrapper shares)
 
 
+# id(index array) -> (weak reference to it, its version when its contents were checked,
+# or made by scorch): kept beside the arrays, not on them (an attribute would travel with
+# a user's torch.save of A.crow_indices(), which weights_only loading refuses)
+_INDEX_VERSIONS: dict = {}
+
+
+def _forget(key, ref):
+    entry = _INDEX_VERSIONS.get(key)
+    if entry is not None and entry[0] is ref:
+        del _INDEX_VERSIONS[key]
+
+
+def stamp_indices(arrays, checked=False) -> None:
+    """Record each index array's version as the one its contents were checked at, or made
+    at by scorch (a SparseTensor's arrays are valid when it is made: from_components
+    checks them, every other route builds them); an array already recorded keeps its
+    record unless ``checked`` (checked again).  Arrays torch counts no versions of (made
+    in inference mode) are not recorded."""
+    for x in arrays:
+        if x is None or x.is_inference():
+            continue
+        key = id(x)
+        entry = _INDEX_VERSIONS.get(key)
+        if checked or entry is None or entry[0]() is not x:
+            ref = weakref.ref(x, lambda r, key=key: _forget(key, r))
+            _INDEX_VERSIONS[key] = (ref, x._version)
+
+
+def check_indices(a) -> None:
+    """Raise where one of a's index arrays was written in place since it was recorded (a
+    kernel or a conversion reading it could read out of bounds): ``A.indices()``,
+    ``A.col_indices()`` and the arrays handed to ``from_components`` are the tensor's own,
+    not copies."""
+    for what, arrays in (("pos", a._pos), ("crd", a._crd)):
+        for level, x in enumerate(arrays):
+            if x is None:
+                continue
+            entry = _INDEX_VERSIONS.get(id(x))
+            if entry is not None and entry[0]() is x and entry[1] != x._version:
+                raise ValueError(
+                    f"scorch: this SparseTensor's index array ({what} of level {level}) "
+                    f"was written in place after it was made; a SparseTensor's index "
+                    f"arrays never change (A.indices(), A.col_indices() and the arrays "
+                    f"given to from_components are its own, not copies): build a new one "
+                    f"with scorch.from_components, which checks them")
+
+
 class SparseTensor(torch.Tensor):
     """A sparse tensor in any per-level format.  Build one with ``scorch.to_sparse``,
     ``scorch.from_edge_index`` or ``scorch.from_components``."""
@@ -219,7 +267,11 @@ class SparseTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False,
-                index_dtype=None):
+                index_dtype=None, *, checked=False):
+        if not checked:   # (a user's call: the arrays are checked as from_components checks
+            from ._convert import from_components   # them; scorch's own calls pass
+            t = from_components(shape, fmt, pos=pos, crd=crd, values=values)   # checked)
+            return t.requires_grad_() if requires_grad and not t.requires_grad else t
         try:
             self = torch.Tensor._make_wrapper_subclass(
                 cls, tuple(shape), dtype=values.dtype, device=values.device,
@@ -232,6 +284,8 @@ class SparseTensor(torch.Tensor):
         self._format = fmt
         self._pos = list(pos)
         self._crd = list(crd)
+        stamp_indices(self._pos)
+        stamp_indices(self._crd)
         self._vals = values
         # Kept for formats with no index arrays (dense), so the dtype asked for survives.
         self._index_dtype = index_dtype
@@ -418,7 +472,7 @@ class SparseTensor(torch.Tensor):
 
     def _rewrap(self, values, requires_grad=False):
         t = SparseTensor(self.shape, self._format, self._pos, self._crd, values,
-                         requires_grad=requires_grad, index_dtype=self.index_dtype)
+                         requires_grad=requires_grad, index_dtype=self.index_dtype, checked=True)
         t._has_dups = self._has_dups   # (the same index arrays)
         return t
 
@@ -438,7 +492,9 @@ class SparseTensor(torch.Tensor):
 
     # ---- conversions -------------------------------------------------------------------
     def _arrays(self):
-        """The level arrays and values as the C core reads them (``c_values``)."""
+        """The level arrays and values as the C core reads them (``c_values``), its index
+        arrays unwritten since they were checked (``check_indices``)."""
+        check_indices(self)
         return ([_np(p) for p in self._pos], [_np(c) for c in self._crd],
                 c_values(self._vals))
 
@@ -534,7 +590,7 @@ class SparseTensor(torch.Tensor):
             [None if p is None else p.clone() for p in self._pos],
             [None if c is None else c.clone() for c in self._crd],
             self._vals.clone(), requires_grad=self.requires_grad,
-            index_dtype=self.index_dtype)
+            index_dtype=self.index_dtype, checked=True)
 
     def __deepcopy__(self, memo):
         if id(self) in memo:
@@ -543,7 +599,8 @@ class SparseTensor(torch.Tensor):
                            copy.deepcopy(self._crd, memo),
                            _copied_values(copy.deepcopy(self._vals.detach(), memo),
                                           self.requires_grad),
-                           requires_grad=self.requires_grad, index_dtype=self.index_dtype)
+                           requires_grad=self.requires_grad, index_dtype=self.index_dtype,
+                           checked=True)
         memo[id(self)] = new
         if self._vals.grad is not None:   # (a copied tensor keeps its gradient, as torch's)
             new._vals.grad = copy.deepcopy(self._vals.grad, memo)
@@ -762,12 +819,12 @@ def _wrap(shape, fmt, pos, crd, vals, index_dtype, dtype=None) -> SparseTensor:
     pattern); ``dtype`` narrows the values to a WIDENED dtype they were computed for."""
     if type(vals) is torch.Tensor and (dtype is None or dtype is vals.dtype):
         # the DLPack route: every array is a tensor already (csrc/py owning_tensor_dl)
-        return SparseTensor(shape, fmt, pos, crd, vals, index_dtype=index_dtype)
+        return SparseTensor(shape, fmt, pos, crd, vals, index_dtype=index_dtype, checked=True)
     v = _torch(vals)
     if dtype is not None and dtype is not v.dtype:
         v = v.to(dtype)
     return SparseTensor(shape, fmt, [_torch(p) for p in pos], [_torch(c) for c in crd], v,
-                        index_dtype=index_dtype)
+                        index_dtype=index_dtype, checked=True)
 
 
 _I32_MAX = 2**31 - 1

@@ -105,7 +105,7 @@ class SparseLinear(nn.Module):
         it = self.col_idx.dtype
         w = SparseTensor((self.out_features, self.in_features), _CSR, [None, self.row_ptr],
                          [None, self.col_idx], self.values,
-                         requires_grad=self.values.requires_grad, index_dtype=it)
+                         requires_grad=self.values.requires_grad, index_dtype=it, checked=True)
         w._pattern_owner = "SparseLinear.weight"   # (copy_ of another pattern is refused:
         return w                                   # the layer's buffers hold its pattern)
 
