@@ -1857,11 +1857,16 @@ def _torch_mm_extreme(vals, b, pos, cols, shape, reduce, with_arg):
     """torch's CSR reduce kernel over (pos, cols, vals): the row extremes and, with_arg,
     each place's entry (nnz where its row has none; torch computes it only for an input
     that requires grad, under grad mode)."""
-    with warnings.catch_warnings(), torch.enable_grad():   # (torch's "CSR support is in
-        warnings.simplefilter("ignore", UserWarning)     # beta" notice)
-        v = vals.detach().requires_grad_(with_arg)
-        t = torch.sparse_csr_tensor(pos, cols, v, size=tuple(shape), check_invariants=False)
-        out, arg = torch.ops.aten._sparse_mm_reduce_impl(t, b.detach(), reduce)
+    with warnings.catch_warnings():   # (torch's "CSR support is in beta" notice)
+        warnings.simplefilter("ignore", UserWarning)
+        if not with_arg:   # (torch.sparse.mm: ~10 % faster than the op that also gives arg)
+            t = torch.sparse_csr_tensor(pos, cols, vals.detach(), size=tuple(shape),
+                                        check_invariants=False)
+            return torch.sparse.mm(t, b.detach(), reduce=reduce), None
+        with torch.enable_grad():
+            t = torch.sparse_csr_tensor(pos, cols, vals.detach().requires_grad_(),
+                                        size=tuple(shape), check_invariants=False)
+            out, arg = torch.ops.aten._sparse_mm_reduce_impl(t, b.detach(), reduce)
     return out.detach(), arg
 
 
@@ -1881,17 +1886,17 @@ class _MmExtreme(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         vals, b, cols, arg = ctx.saved_tensors
-        won = arg < vals.shape[0]             # (places of rows with no entries: none)
-        e = arg[won]
-        k = torch.arange(arg.shape[1]).expand(arg.shape)[won]
-        j = cols[e].long()
-        gw = g[won]
+        nnz = vals.shape[0]
+        won = arg < nnz                       # (places of rows with no entries: none)
+        e = torch.where(won, arg, 0)          # (their gradient is masked to 0 below)
+        j = cols.long()[e]                    # place (i, k) came from B[j[i, k], k]
+        gw = torch.where(won, g, 0)
         gv = gb = None
         if ctx.needs_input_grad[0]:
-            gv = torch.zeros(vals.shape, dtype=vals.dtype).index_add(0, e, gw * b[j, k])
+            gv = torch.zeros(nnz, dtype=vals.dtype).index_add(
+                0, e.reshape(-1), (gw * b.gather(0, j)).reshape(-1))
         if ctx.needs_input_grad[1]:
-            gb = torch.zeros(b.shape, dtype=b.dtype).index_put((j, k), gw * vals[e],
-                                                               accumulate=True)
+            gb = torch.zeros(b.shape, dtype=b.dtype).scatter_add(0, j, gw * vals[e])
         return gv, gb, None, None, None, None
 
 
