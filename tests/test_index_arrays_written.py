@@ -38,7 +38,9 @@ def test_written_arrays_are_refused_everywhere(how, warm):
     for call in (lambda: A @ X, lambda: B @ X, lambda: C @ X, lambda: torch.mv(A, X[:, 0]),
                  lambda: A.to_dense(), lambda: A.to_format("csc"), lambda: A @ A,
                  lambda: scorch.einsum("ij,jk->ik", A, X), lambda: A.sum(1),
-                 lambda: A.with_values(A.values() * 3) @ X):
+                 lambda: A.with_values(A.values() * 3) @ X, lambda: A.clone(),
+                 lambda: copy.deepcopy(A), lambda: torch.cat([A, A]), lambda: A[0],
+                 lambda: A.reshape(9, 1), lambda: A * 2):
         with pytest.raises(ValueError, match=WRITTEN):
             call()
 
@@ -75,7 +77,7 @@ def test_public_constructor_checks_its_arrays():
 
 
 def test_arrays_save_copy_and_pickle_as_plain_tensors():
-    """The record of an array's checked version lives beside it, not on it: its
+    """The record of an array's version lives on the SparseTensor, not on the array: its
     torch.save loads with weights_only, and copies of a tensor work as the original."""
     A = _matrix()
     X = torch.ones(3, 2)

@@ -192,7 +192,7 @@ def _sparse_operand(a: SparseTensor, dtype):
     .data = in another thread that replaces them advances it after, so a description
     read from the old arrays is never kept past that."""
     epoch = _C.epoch()
-    check_indices(a)
+    checked = check_indices(a)
     vals = a._vals
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
@@ -200,16 +200,10 @@ def _sparse_operand(a: SparseTensor, dtype):
     cached = a._desc
     if cached is None or cached[2] != epoch:   # (arrays moved since: retire_prepared)
         desc, sig = _sparse_desc(a, vals)
-        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch, _index_versions(a))
+        # (with the index arrays' checked versions: the extension's hot route,
+        # _C.remembered, leaves a call whose arrays were written since to this route)
+        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch, checked)
     return cached[0], cached[1]
-
-
-def _index_versions(a: SparseTensor):
-    """((index array, its version), ...) of a, checked just before (check_indices): the
-    extension's hot route (_C.remembered) leaves a call whose arrays were written since
-    to the general route, which refuses it."""
-    return tuple((x, x._version) for x in a._pos + a._crd
-                 if x is not None and not x.is_inference())
 
 
 def retire_prepared():
@@ -613,7 +607,6 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     neither do values that require grad (a fused optimizer's step writes a Parameter in
     place without a version bump, vector_to_parameters swaps its .data) or live in shared
     memory (another process writes them: Hogwild): those are gathered again each call."""
-    check_indices(a)   # (a copy made before its arrays were written must not serve)
     cache = a._transposed
     v = a._vals
     if cache is False or v.is_inference() or v.requires_grad or v.is_shared():
@@ -623,7 +616,8 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     version = arrays[0]._version         # another thread may be replacing them)
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version and all(x is y for x, y in zip(hit[2], arrays)):
-        return hit[1]
+        check_indices(a)   # (a copy made before an index array was written: not served;
+        return hit[1]      # _moved's own record of the arrays' versions catches the rest)
     t = _moved(a, fmt)
     if cache is None:
         cache = a._transposed = {}
@@ -709,7 +703,7 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
             hit = (len(operands), entry)
         else:   # the kernel reads a converted copy of a (_transposed): while it is valid
             hit = next(((len(operands), entry, c._desc[0], version, arrays[0],
-                         _index_versions(a))
+                         check_indices(a))
                         for version, c, arrays in (a._transposed or {}).values()
                         if c._desc is not None and descs[0] is c._desc[0]), None)
         if hit is not None:

@@ -13,8 +13,7 @@ import torch
 from . import _C
 from ._format import Format
 from ._tensor import (_INDEX_NAMES, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor,
-                      _resolve_index_dtype, _threads, _wrap, c_values, outside_graph,
-                      stamp_indices)
+                      _resolve_index_dtype, _threads, _wrap, c_values, outside_graph)
 
 
 def _check_cpu(t: torch.Tensor, what: str):
@@ -288,15 +287,11 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
             if arr.dim() != 1:
                 raise ValueError(f"{name}[{k}] must be 1-D, got shape {list(arr.shape)}")
     idx_dtype = idx_dtype or torch.int32
-    given = pos + crd
     pos = [None if p is None else p.detach().resolve_neg().contiguous() for p in pos]
     crd = [None if c is None else c.detach().resolve_neg().contiguous() for c in crd]
     vals = values.resolve_neg().contiguous()
     _C.validate(shape, fmt.as_tuple(), [None if p is None else p.numpy() for p in pos],
                 [None if c is None else c.numpy() for c in crd], c_values(vals),
                 _INDEX_NAMES[idx_dtype])
-    # (the arrays as given are checked now too: a SparseTensor made of them later, as
-    # SparseLinear.weight is of its buffers, holds arrays of this version)
-    stamp_indices(given + pos + crd, checked=True)
     return SparseTensor(shape, fmt, pos, crd, vals, requires_grad=values.requires_grad,
                         index_dtype=idx_dtype, checked=True)

@@ -13,7 +13,6 @@ import os
 import re
 import sys
 import warnings
-import weakref
 
 import numpy as np
 import torch
@@ -209,51 +208,39 @@ def outside_graph(fn):
 _WRAPPER_CODE = outside_graph(len).__code__   # (the code object every wrapper shares)
 
 
-# id(index array) -> (weak reference to it, its version when its contents were checked,
-# or made by scorch): kept beside the arrays, not on them (an attribute would travel with
-# a user's torch.save of A.crow_indices(), which weights_only loading refuses)
-_INDEX_VERSIONS: dict = {}
+def index_versions(arrays) -> tuple:
+    """The versions of the index arrays in a level-array list (None where there is no
+    array), None for an array torch counts no versions of (made in inference mode)."""
+    return tuple(None if x is None or x.is_inference() else x._version for x in arrays)
 
 
-def _forget(key, ref):
-    entry = _INDEX_VERSIONS.get(key)
-    if entry is not None and entry[0] is ref:
-        del _INDEX_VERSIONS[key]
+def written(a) -> bool:
+    """Whether one of a's index arrays was written in place since a was made (the quick
+    test; check_indices says which)."""
+    for x, v in zip(a._pos + a._crd, a._iv):
+        if v is not None and x._version != v:
+            return True
+    return False
 
 
-def stamp_indices(arrays, checked=False) -> None:
-    """Record each index array's version as the one its contents were checked at, or made
-    at by scorch (a SparseTensor's arrays are valid when it is made: from_components
-    checks them, every other route builds them); an array already recorded keeps its
-    record unless ``checked`` (checked again).  Arrays torch counts no versions of (made
-    in inference mode) are not recorded."""
-    for x in arrays:
-        if x is None or x.is_inference():
-            continue
-        key = id(x)
-        entry = _INDEX_VERSIONS.get(key)
-        if checked or entry is None or entry[0]() is not x:
-            ref = weakref.ref(x, lambda r, key=key: _forget(key, r))
-            _INDEX_VERSIONS[key] = (ref, x._version)
-
-
-def check_indices(a) -> None:
-    """Raise where one of a's index arrays was written in place since it was recorded (a
-    kernel or a conversion reading it could read out of bounds): ``A.indices()``,
+def check_indices(a) -> tuple:
+    """Raise where one of a's index arrays was written in place since a was made (its
+    arrays were valid then: from_components checks them, every other route builds them
+    so); a kernel or a conversion reading it could read out of bounds.  ``A.indices()``,
     ``A.col_indices()`` and the arrays handed to ``from_components`` are the tensor's own,
-    not copies."""
-    for what, arrays in (("pos", a._pos), ("crd", a._crd)):
-        for level, x in enumerate(arrays):
-            if x is None:
-                continue
-            entry = _INDEX_VERSIONS.get(id(x))
-            if entry is not None and entry[0]() is x and entry[1] != x._version:
-                raise ValueError(
-                    f"scorch: this SparseTensor's index array ({what} of level {level}) "
-                    f"was written in place after it was made; a SparseTensor's index "
-                    f"arrays never change (A.indices(), A.col_indices() and the arrays "
-                    f"given to from_components are its own, not copies): build a new one "
-                    f"with scorch.from_components, which checks them")
+    not copies.  Returns ((array, version), ...), which the extension's hot route
+    compares again (_compiler._sparse_operand)."""
+    arrays = a._pos + a._crd
+    for k, (x, v) in enumerate(zip(arrays, a._iv)):
+        if v is not None and x._version != v:
+            what, level = ("pos", k) if k < len(a._pos) else ("crd", k - len(a._pos))
+            raise ValueError(
+                f"scorch: this SparseTensor's index array ({what} of level {level}) was "
+                f"written in place after it was made; a SparseTensor's index arrays never "
+                f"change (A.indices(), A.col_indices() and the arrays given to "
+                f"from_components are its own, not copies): build a new one with "
+                f"scorch.from_components, which checks them")
+    return tuple((x, v) for x, v in zip(arrays, a._iv) if v is not None)
 
 
 class SparseTensor(torch.Tensor):
@@ -267,7 +254,7 @@ class SparseTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, shape, fmt: Format, pos, crd, values, requires_grad=False,
-                index_dtype=None, *, checked=False):
+                index_dtype=None, *, checked=False, versions=None):
         if not checked:   # (a user's call: the arrays are checked as from_components checks
             from ._convert import from_components   # them; scorch's own calls pass
             t = from_components(shape, fmt, pos=pos, crd=crd, values=values)   # checked)
@@ -284,8 +271,9 @@ class SparseTensor(torch.Tensor):
         self._format = fmt
         self._pos = list(pos)
         self._crd = list(crd)
-        stamp_indices(self._pos)
-        stamp_indices(self._crd)
+        # (the index arrays' versions now, when they are valid; or those of the tensor
+        # whose very arrays these are: a write to them since is refused, check_indices)
+        self._iv = index_versions(self._pos + self._crd) if versions is None else versions
         self._vals = values
         # Kept for formats with no index arrays (dense), so the dtype asked for survives.
         self._index_dtype = index_dtype
@@ -305,8 +293,17 @@ class SparseTensor(torch.Tensor):
         """Routes the high-level torch API (scorch/_torch_ops.py) before torch decomposes
         it; metadata queries and everything else go on to __torch_dispatch__."""
         fn = _HANDLERS.get(func, func)
-        if fn is not func and _compiling():   # (torch.compile tracing: one of scorch's
-            return outside(_torch_function)(func, types, args, kwargs)  # ops runs outside)
+        if fn is not func:
+            if _compiling():   # (torch.compile tracing: one of scorch's ops runs outside)
+                return outside(_torch_function)(func, types, args, kwargs)
+            for x in args:   # (no op reads index arrays written since: check_indices)
+                if type(x) is SparseTensor:
+                    if written(x):
+                        check_indices(x)
+                elif type(x) in (list, tuple):
+                    for y in x:
+                        if type(y) is SparseTensor and written(y):
+                            check_indices(y)
         try:
             with _NO_SUBCLASS_TF():
                 # Handlers see SparseTensors as plain tensors for metadata (no re-entry).
@@ -472,8 +469,9 @@ class SparseTensor(torch.Tensor):
 
     def _rewrap(self, values, requires_grad=False):
         t = SparseTensor(self.shape, self._format, self._pos, self._crd, values,
-                         requires_grad=requires_grad, index_dtype=self.index_dtype, checked=True)
-        t._has_dups = self._has_dups   # (the same index arrays)
+                         requires_grad=requires_grad, index_dtype=self.index_dtype,
+                         checked=True, versions=self._iv)   # (the same index arrays)
+        t._has_dups = self._has_dups
         return t
 
     @outside_graph
@@ -585,6 +583,7 @@ class SparseTensor(torch.Tensor):
 
     @outside_graph
     def clone(self, *, memory_format=None) -> "SparseTensor":
+        check_indices(self)   # (a copy of written arrays would be trusted as made valid)
         return SparseTensor(
             self.shape, self._format,
             [None if p is None else p.clone() for p in self._pos],
@@ -595,6 +594,7 @@ class SparseTensor(torch.Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
+        check_indices(self)
         new = SparseTensor(self.shape, self._format, copy.deepcopy(self._pos, memo),
                            copy.deepcopy(self._crd, memo),
                            _copied_values(copy.deepcopy(self._vals.detach(), memo),
@@ -669,7 +669,7 @@ class SparseTensor(torch.Tensor):
 # scorch's own attributes of a SparseTensor (SparseTensor.__new__'s, and the mark
 # SparseLinear.weight's tensors carry): the rest are its user's.
 _OWN_ATTRIBUTES = frozenset(("_format", "_pos", "_crd", "_vals", "_index_dtype", "_shape",
-                             "_desc", "_transposed", "_kernels", "_has_dups",
+                             "_desc", "_transposed", "_kernels", "_has_dups", "_iv",
                              "_pattern_owner"))
 _HANDLERS: dict = {}   # filled by scorch._torch_ops on import (the package imports it)
 _SPARSE_DENSE_MATMUL = None   # SparseTensor @ plain tensor without autograd: _torch_ops

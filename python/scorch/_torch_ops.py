@@ -2766,7 +2766,7 @@ def _permuted(a: SparseTensor, perm):
     fmt = _format_from_tuple(f.kinds, f.unique, tuple(inv[d] for d in f.order))
     return SparseTensor([a.shape[p] for p in perm], fmt, a._pos, a._crd, a._vals,
                         requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype,
-                        checked=True)
+                        checked=True, versions=a._iv)
 
 
 @_register(torch.permute, torch.Tensor.permute)
@@ -3188,7 +3188,8 @@ def _unsqueeze(a, dim):
     shape.insert(dim, 1)
     return SparseTensor(shape, fmt, [None] + a._pos, [None] + a._crd, a._vals,
                         requires_grad=a._vals.requires_grad, index_dtype=a.index_dtype,
-                        checked=True)
+                        checked=True, versions=(None,) + a._iv[:len(a._pos)] + (None,) +
+                        a._iv[len(a._pos):])
 
 
 @_register(torch.squeeze, torch.Tensor.squeeze)
@@ -4108,7 +4109,7 @@ def _set_data(a, value):
         and _same_arrays(value, a)   # (a leaf's grad and hooks, of A's pattern)
     torch._C.TensorBase.data.__set__(a, value)   # (the wrapper's sizes and dtype: B's)
     a._format, a._index_dtype, a._shape = value._format, value._index_dtype, value._shape
-    a._pos, a._crd = list(value._pos), list(value._crd)
+    a._pos, a._crd, a._iv = list(value._pos), list(value._crd), value._iv
     if carry:
         if old.grad is not None:
             new.grad = old.grad.detach().to(new.dtype)
