@@ -150,3 +150,16 @@ def test_sdpa_mask_batch_mismatch_is_named():
     with pytest.raises(RuntimeError, match=r"batch dims \(before L and S\) of the sparse "
                                            r"attn_mask \(3,\), the query \(2, 2\)"):
         F.scaled_dot_product_attention(q, q, q, attn_mask=M)
+
+
+def test_messages_for_malformed_input_name_it():
+    """A robustness hunt's unclear messages: a kernel of constants alone said "einsum
+    needs at least one operand"; a size past 2^63 - 1 gave OverflowError "int too big to
+    convert" from inside the C core."""
+    with pytest.raises(ValueError, match="has no operand tensor"):
+        scorch.kernel("C(i,j) = 2 * 3")()
+    with pytest.raises(ValueError, match=r"size 9223372036854775808 in dimension 0, past "
+                                         r"2\^63 - 1"):
+        scorch.from_components((2 ** 63, 3), "csr", pos=[None, torch.tensor([0, 0])],
+                               crd=[None, torch.tensor([], dtype=torch.int64)],
+                               values=torch.tensor([]))

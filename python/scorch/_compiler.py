@@ -399,6 +399,9 @@ def _compile(lang, expr, operands, out_format, schedule, pretranspose=True):
     asked (explain)."""
     if not isinstance(expr, str):
         raise TypeError(f"the expression must be a str, not {type(expr).__name__}")
+    if not operands:
+        raise ValueError(f"{expr!r} has no operand tensor: a kernel computes over at least "
+                         f"one (a constant alone is no kernel)")
     descs, sigs, narrow = _operands(operands)
     sched = _schedule_text(schedule)
     key, entry = _entry(lang, expr, (lang, expr, sigs, _out_key(out_format), sched), operands,

@@ -248,6 +248,9 @@ def from_components(shape, format, *, pos=None, crd=None, values) -> SparseTenso
     for d, s in enumerate(shape):
         if s < 0:
             raise ValueError(f"shape has a negative size {s} in dimension {d}")
+        if s > 2 ** 63 - 1:
+            raise ValueError(f"shape has a size {s} in dimension {d}, past 2^63 - 1 (the "
+                             f"largest a torch tensor's dimension can be)")
     fmt = Format.parse(format, len(shape))
     n = fmt.ndim
     pos = [None] * n if pos is None else list(pos)
