@@ -103,3 +103,41 @@ def test_sparse_linear_buffers_loaded_in_place_still_run():
     a(x)
     a.load_state_dict(b.state_dict())
     torch.testing.assert_close(a(x), b(x))
+
+
+def test_holes_a_review_found_are_closed():
+    """Routes that took a written array past the check: a keyword argument, a sparse
+    result's pattern rebuilt for the backward, to_torch / to_scipy, indices() without a
+    level; and copy_ of another pattern, which kept the old record (a valid copy_ was
+    then refused)."""
+    X = torch.ones(3, 2)
+    A = _matrix()
+    A.col_indices()[0] = 10 ** 8
+    for call in (lambda: torch.narrow(input=A, dim=0, start=0, length=2),
+                 lambda: torch.select(input=A, dim=0, index=0), lambda: A.to_torch(),
+                 lambda: A.to_scipy(), lambda: A.indices()):
+        with pytest.raises(ValueError, match=WRITTEN):
+            call()
+    # a sparse result's pattern, written before its backward
+    A, B = _matrix().requires_grad_(), _matrix()
+    Y = A @ B
+    Y.col_indices()[0] = 10 ** 8
+    with pytest.raises(ValueError, match=WRITTEN):
+        Y.values().sum().backward()
+    # copy_ of another pattern takes the new arrays' record: a tensor on arrays filled in
+    # place before from_components (versions past 0) was refused after a valid copy_
+    pos = torch.zeros(4, dtype=torch.int32)
+    pos.copy_(torch.tensor([0, 1, 2, 3]))
+    crd = torch.empty(3, dtype=torch.int32)
+    crd.copy_(torch.tensor([2, 0, 1]))
+    dst = scorch.from_components((3, 3), "csr", pos=[None, pos], crd=[None, crd],
+                                 values=torch.tensor([1.0, 2.0, 3.0]))
+    src = _matrix()
+    with torch.no_grad():
+        dst.copy_(src)
+    assert torch.equal(dst @ X, src.to_dense() @ X)
+    crd[0] = 10 ** 8                   # (dst's old arrays: no longer its own)
+    assert torch.equal(dst @ X, src.to_dense() @ X)
+    dst.col_indices()[0] = 10 ** 8     # (its new ones)
+    with pytest.raises(ValueError, match=WRITTEN):
+        dst @ X

@@ -82,7 +82,8 @@ def test_bool_values_and_is_nonzero():
     for v, want in ((2.0, True), (0.0, False)):
         one = scorch.to_sparse(torch.tensor([[v]]), "coo")
         assert one.is_nonzero() is want and torch.is_nonzero(one) is want
-    with pytest.raises(RuntimeError, match="cannot be converted"):
+    with pytest.raises(RuntimeError, match="Boolean value of Tensor with more than one "
+                                           "value is ambiguous"):
         A.is_nonzero()
 
 
@@ -113,6 +114,9 @@ def test_dense_accumulator_add_products_in_place(fmt):
     torch.testing.assert_close(Xg.grad, x.sum(0)[:, None].expand(5, 3))
     with pytest.raises(RuntimeError, match="does not broadcast"):
         torch.zeros(5, 3, dtype=torch.float64).addmm_(A, X)
+    with pytest.raises(RuntimeError, match=r"the product's shape \(4, 3\) is not the written "
+                                           r"tensor's \(1, 3\)"):
+        torch.zeros(1, 3, dtype=torch.float64).addmm_(A, X)   # (a broadcast input)
     with pytest.raises(NotImplementedError, match="writes in place"):
         A.addmm_(A, torch.eye(5, dtype=torch.float64))   # (a SparseTensor written: refused)
 

@@ -5,6 +5,7 @@
 #define _DEFAULT_SOURCE /* madvise */
 #include "sc_base.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -181,7 +182,7 @@ static int64_t parse_bytes(const char *s)
     int64_t scale = *end == 'K' ? 1 << 10 : *end == 'M' ? 1 << 20 : *end == 'G' ? 1 << 30 : 1;
     if (scale > 1)
         end++;
-    while (*end == '\n' || *end == ' ')
+    while (*end && isspace((unsigned char)*end))   /* (as Python's check: \s*) */
         end++;
     if (*end || v > ((long long)1 << 40) / scale)   /* (at most 2^40 bytes in all) */
         return 0;

@@ -707,7 +707,8 @@ static int requires_grad(PyObject *const *T, PyObject *x)
 
 /* Whether every (array, version) pair of checked (a prepared operand's index arrays and
  * the versions they were checked at, _compiler._sparse_operand) still holds: 1, 0 (an
- * array written in place since: the general route raises), -1 with an error set. */
+ * array written in place since: the general route raises), -1 with an error set (the
+ * caller then goes to the general route too, whose label clears it). */
 static int unwritten(PyObject *const *T, PyObject *checked)
 {
     if (!PyTuple_CheckExact(checked))

@@ -620,7 +620,7 @@ def _transposed(a: SparseTensor, fmt: Format) -> SparseTensor:
     hit = cache.get(fmt) if cache is not None else None
     if hit is not None and hit[0] == version and all(x is y for x, y in zip(hit[2], arrays)):
         check_indices(a)   # (a copy made before an index array was written: not served;
-        return hit[1]      # _moved's own record of the arrays' versions catches the rest)
+        return hit[1]      # every other route here was checked by _operands already)
     t = _moved(a, fmt)
     if cache is None:
         cache = a._transposed = {}

@@ -226,9 +226,11 @@ def written(a) -> bool:
 def check_indices(a) -> tuple:
     """Raise where one of a's index arrays was written in place since a was made (its
     arrays were valid then: from_components checks them, every other route builds them
-    so); a kernel or a conversion reading it could read out of bounds.  ``A.indices()``,
-    ``A.col_indices()`` and the arrays handed to ``from_components`` are the tensor's own,
-    not copies.  Returns ((array, version), ...), which the extension's hot route
+    so); a kernel or a conversion reading it could read out of bounds.
+    ``A.indices(level)``, ``A.crow_indices()``, ``A.col_indices()`` and the arrays handed
+    to ``from_components`` are the tensor's own, not copies (arrays made in inference
+    mode, which torch counts no versions of, and writes through a NumPy view of an array
+    are not seen).  Returns ((array, version), ...), which the extension's hot route
     compares again (_compiler._sparse_operand)."""
     arrays = a._pos + a._crd
     for k, (x, v) in enumerate(zip(arrays, a._iv)):
@@ -237,8 +239,8 @@ def check_indices(a) -> tuple:
             raise ValueError(
                 f"scorch: this SparseTensor's index array ({what} of level {level}) was "
                 f"written in place after it was made; a SparseTensor's index arrays never "
-                f"change (A.indices(), A.col_indices() and the arrays given to "
-                f"from_components are its own, not copies): build a new one with "
+                f"change (A.indices(level), A.crow_indices(), A.col_indices() and the arrays "
+                f"given to from_components are its own, not copies): build a new one with "
                 f"scorch.from_components, which checks them")
     return tuple((x, v) for x, v in zip(arrays, a._iv) if v is not None)
 
@@ -296,8 +298,8 @@ class SparseTensor(torch.Tensor):
         if fn is not func:
             if _compiling():   # (torch.compile tracing: one of scorch's ops runs outside)
                 return outside(_torch_function)(func, types, args, kwargs)
-            for x in args:   # (no op reads index arrays written since: check_indices)
-                if type(x) is SparseTensor:
+            for x in (args + tuple(kwargs.values())) if kwargs else args:
+                if type(x) is SparseTensor:   # (no op reads index arrays written since)
                     if written(x):
                         check_indices(x)
                 elif type(x) in (list, tuple):
@@ -452,6 +454,7 @@ class SparseTensor(torch.Tensor):
         of the stored entries, column e for ``values()[e]`` (a new tensor)."""
         n = self.dim()
         if level is None:
+            check_indices(self)
             cols = _ops().dim_coords(self)
             return torch.stack(cols) if cols else torch.zeros(0, self.nnz, dtype=torch.int64)
         if not -n <= level < n:
@@ -542,6 +545,7 @@ class SparseTensor(torch.Tensor):
         the ``layout`` asked for (torch.sparse_coo / sparse_csr / sparse_csc); its values
         are a copy, differentiable w.r.t. this tensor's values (torch's constructors
         record)."""
+        check_indices(self)
         name = self._format.name
         if layout is None:
             layout = {"csr": torch.sparse_csr, "csc": torch.sparse_csc}.get(
@@ -565,6 +569,7 @@ class SparseTensor(torch.Tensor):
     @outside_graph
     def to_scipy(self):
         """A scipy.sparse array (csr_array / csc_array, else coo_array); arrays are copied."""
+        check_indices(self)
         import scipy.sparse as sp
 
         if self.dtype in HALF_DTYPES:

@@ -34,7 +34,7 @@ from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _C, _tensor
 from ._tensor import (_HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, _compiling,
-                      compute_dtype, outside, outside_graph)
+                      check_indices, compute_dtype, outside, outside_graph)
 
 HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
 _LETTERS = "abcdefghlmnopqrstuvwxyz"   # batch / generic dims (no i, j, k clash below)
@@ -323,8 +323,8 @@ class _Spec:
     """What the autograd Function needs besides tensors (kept out of apply's tensor args).
     ``ops`` are the caller's operands (SparseTensors are their own patterns: their values
     are saved for backward as well); ``out_pattern`` is (shape, format, pos, crd, index
-    dtype) of a sparse result, with no reference to its values (which would be a cycle
-    through the graph)."""
+    dtype, the arrays' versions) of a sparse result, with no reference to its values
+    (which would be a cycle through the graph)."""
 
     __slots__ = ("ins", "out", "expr", "ops", "out_format", "out_pattern")
 
@@ -334,9 +334,9 @@ class _Spec:
 
 
 def _with_pattern(pattern, values, requires_grad=False):
-    shape, fmt, pos, crd, index_dtype = pattern
+    shape, fmt, pos, crd, index_dtype, versions = pattern
     return SparseTensor(shape, fmt, pos, crd, values, requires_grad=requires_grad,
-                        index_dtype=index_dtype, checked=True)
+                        index_dtype=index_dtype, checked=True, versions=versions)
 
 
 class _EinsumFn(torch.autograd.Function):
@@ -348,7 +348,7 @@ class _EinsumFn(torch.autograd.Function):
         ctx.save_for_backward(*vals)
         if _is_sparse(res):
             spec.out_pattern = (res._shape, res._format, res._pos, res._crd,
-                                res._index_dtype)
+                                res._index_dtype, res._iv)
             return res._vals
         return res
 
@@ -2088,6 +2088,9 @@ def _setitem(a, index, value):
     takes a SparseTensor's entries through ``A.to_dense()``); a SparseTensor x reaches
     torch (refused: an in-place write)."""
     if not _is_sparse(a):
+        if not _is_sparse(value):   # (the index is the SparseTensor: x[A] = v)
+            refuse("Tensor.__setitem__", index, why="a SparseTensor as the index",
+                   hint="index with a dense bool or integer tensor (A.to_dense() != 0)")
         refuse("Tensor.__setitem__", a, value, why="a dense tensor takes a sparse one's "
                                                    "entries through value.to_dense()")
     return torch.Tensor.__setitem__(a, index, value)
@@ -2739,6 +2742,9 @@ def _item(kind):
     the Python number torch gives (item) or the one asked for (bool, float, int)."""
     def handler(a):
         if a.numel() != 1:
+            if kind is bool:
+                raise RuntimeError(f"Boolean value of Tensor with more than one value is "
+                                   f"ambiguous ({a.numel()} elements)")
             raise RuntimeError(f"a Tensor with {a.numel()} elements cannot be converted to "
                                f"Scalar")
         return kind(a._vals.detach().sum(dtype=a.dtype).item())
@@ -3905,7 +3911,9 @@ def _copy_(dst, src, non_blocking=False):
                            "copy_ into them, changes it)")
     vals = src._vals.detach().to(dst.dtype, copy=True)
     vals.requires_grad_(dst._vals.requires_grad)
-    dst._pos, dst._crd, dst._vals = list(src._pos), list(src._crd), vals   # (values last)
+    check_indices(src)
+    dst._pos, dst._crd, dst._iv = list(src._pos), list(src._crd), src._iv
+    dst._vals = vals   # (values last)
     _replaced(dst)
     return dst
 
