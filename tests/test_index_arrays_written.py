@@ -74,6 +74,11 @@ def test_public_constructor_checks_its_arrays():
     A = scorch.SparseTensor((2, 3), "csr", [None, good_pos], [None, torch.tensor([0, 2, 1])],
                             torch.tensor([1.0, 2.0, 3.0]), requires_grad=True)
     assert A.requires_grad and A.to_dense().tolist() == [[1.0, 0, 2.0], [0, 3.0, 0]]
+    assert A.index_dtype == torch.int64
+    for it in (torch.int32, torch.int64):   # (index_dtype= kept, a dense format's too)
+        D = scorch.SparseTensor((2, 3), "dense", [None, None], [None, None],
+                                torch.arange(6.0), index_dtype=it)
+        assert D.index_dtype == it and D.to_dense().tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
 def test_arrays_save_copy_and_pickle_as_plain_tensors():

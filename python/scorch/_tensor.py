@@ -260,6 +260,8 @@ class SparseTensor(torch.Tensor):
         if not checked:   # (a user's call: the arrays are checked as from_components checks
             from ._convert import from_components   # them; scorch's own calls pass
             t = from_components(shape, fmt, pos=pos, crd=crd, values=values)   # checked)
+            if index_dtype is not None and index_dtype != t.index_dtype:
+                t = t.to_format(t.format, index_dtype, drop_zeros=False)
             return t.requires_grad_() if requires_grad and not t.requires_grad else t
         try:
             self = torch.Tensor._make_wrapper_subclass(
