@@ -167,3 +167,21 @@ def test_messages_for_malformed_input_name_it():
         scorch.from_components((2 ** 63, 3), "csr", pos=[None, torch.tensor([0, 0])],
                                crd=[None, torch.tensor([], dtype=torch.int64)],
                                values=torch.tensor([]))
+
+
+def test_sdpa_mask_of_only_blocked_places_warns():
+    """A mask ported from torch's additive convention (-inf where blocked) stores only
+    the -inf places: nothing is attended, silently zero before; now a warning says why."""
+    n = 6
+    q = torch.rand(1, 2, n, 4)
+    allowed = torch.ones(n, n).tril().bool()
+    additive = torch.zeros(n, n).masked_fill(~allowed, float("-inf"))
+    M = scorch.to_sparse(additive, "csr")
+    with pytest.warns(UserWarning, match="every stored value of the sparse attn_mask is -inf"):
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=M)
+    assert torch.equal(out, torch.zeros_like(out))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (a mask of allowed places: no warning)
+        F.scaled_dot_product_attention(q, q, q, attn_mask=scorch.to_sparse(allowed.float(),
+                                                                           "csr"))

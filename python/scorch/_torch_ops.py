@@ -2683,6 +2683,12 @@ def _sdpa_handler(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     if not M._vals.dtype.is_floating_point:
         raise RuntimeError(f"{name}: a sparse attn_mask's values must be floating (added to "
                            f"the scores), not {M._vals.dtype}")
+    if M.nnz and bool(torch.isneginf(M._vals.detach()).all()):
+        warnings.warn(f"{name}: every stored value of the sparse attn_mask is -inf, so no "
+                      f"place is attended and the output is 0: a sparse mask attends its "
+                      f"stored places (torch's additive float mask stores -inf where "
+                      f"attention is blocked; build the sparse mask from the allowed places)",
+                      UserWarning, stacklevel=3)
     L, S = q.shape[-2], k.shape[-2]
     if M.dim() < 2 or tuple(M.shape[-2:]) != (L, S):
         raise RuntimeError(f"{name}: a sparse attn_mask must end in (L, S) = ({L}, {S}); "
