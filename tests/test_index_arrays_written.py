@@ -75,6 +75,11 @@ def test_public_constructor_checks_its_arrays():
                             torch.tensor([1.0, 2.0, 3.0]), requires_grad=True)
     assert A.requires_grad and A.to_dense().tolist() == [[1.0, 0, 2.0], [0, 3.0, 0]]
     assert A.index_dtype == torch.int64
+    # (index_dtype= keeps the pattern entry for entry: a coo's repeated coordinates too)
+    C = scorch.SparseTensor((2, 3), "coo", [torch.tensor([0, 3]), None],
+                            [torch.tensor([0, 0, 1]), torch.tensor([1, 1, 2])],
+                            torch.tensor([1.0, 2.0, 3.0]), index_dtype=torch.int32)
+    assert C.index_dtype == torch.int32 and C.values().tolist() == [1.0, 2.0, 3.0]
     for it in (torch.int32, torch.int64):   # (index_dtype= kept, a dense format's too)
         D = scorch.SparseTensor((2, 3), "dense", [None, None], [None, None],
                                 torch.arange(6.0), index_dtype=it)

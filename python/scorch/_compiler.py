@@ -52,7 +52,7 @@ def _check_cache_bytes():
     """$SCORCH_CACHE_BYTES as the C core reads it (a positive byte count, K / M / G allowed,
     up to 2^40 bytes); anything else is ignored there (sysfs's size is used), said here."""
     v = os.environ.get("SCORCH_CACHE_BYTES", "")
-    m = re.fullmatch(r"\s*\+?([0-9]+)([KMG]?)\s*", v)
+    m = re.fullmatch(r"\s*\+?([0-9]+)([KMG]?)\s*", v, flags=re.ASCII)   # (C's isspace)
     scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)] if m else 1
     if v and not (m and 0 < int(m.group(1)) * scale <= 1 << 40):
         import warnings

@@ -261,7 +261,12 @@ class SparseTensor(torch.Tensor):
             from ._convert import from_components   # them; scorch's own calls pass
             t = from_components(shape, fmt, pos=pos, crd=crd, values=values)   # checked)
             if index_dtype is not None and index_dtype != t.index_dtype:
-                t = t.to_format(t.format, index_dtype, drop_zeros=False)
+                # (the same pattern, entry for entry, in the width asked: checked to fit)
+                it = _resolve_index_dtype(index_dtype, t.shape, t.nnz)
+                t = SparseTensor(t.shape, t._format,
+                                 [None if p is None else p.to(it) for p in t._pos],
+                                 [None if c is None else c.to(it) for c in t._crd],
+                                 t._vals, index_dtype=it, checked=True)
             return t.requires_grad_() if requires_grad and not t.requires_grad else t
         try:
             self = torch.Tensor._make_wrapper_subclass(

@@ -2749,7 +2749,9 @@ def _item(kind):
     def handler(a):
         if a.numel() != 1:
             if kind is bool:
-                raise RuntimeError(f"Boolean value of Tensor with more than one value is "
+                raise RuntimeError("Boolean value of Tensor with no values is ambiguous"
+                                   if a.numel() == 0 else
+                                   f"Boolean value of Tensor with more than one value is "
                                    f"ambiguous ({a.numel()} elements)")
             raise RuntimeError(f"a Tensor with {a.numel()} elements cannot be converted to "
                                f"Scalar")
