@@ -21,7 +21,8 @@ from torch.autograd import forward_ad as _fwad
 from . import _C
 from ._format import Format, _format_from_tuple
 from ._tensor import (_INDEX_NAMES, _INDEX_OF_NAME, COMPUTE_DTYPES, WIDENED, SparseTensor,
-                      _compiling, _torch, _wrap, check_indices, outside, outside_graph)
+                      _compiling, _torch, _wrap, check_indices, index_record, outside,
+                      outside_graph)
 
 _LANG_EINSUM, _LANG_INDEX = 0, 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -192,7 +193,7 @@ def _sparse_operand(a: SparseTensor, dtype):
     .data = in another thread that replaces them advances it after, so a description
     read from the old arrays is never kept past that."""
     epoch = _C.epoch()
-    checked = check_indices(a)
+    check_indices(a)
     vals = a._vals
     if vals.dtype is not dtype or not vals.is_contiguous():
         v = vals.detach().to(dtype).contiguous()
@@ -202,7 +203,7 @@ def _sparse_operand(a: SparseTensor, dtype):
         desc, sig = _sparse_desc(a, vals)
         # (with the index arrays' checked versions: the extension's hot route,
         # _C.remembered, leaves a call whose arrays were written since to this route)
-        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch, checked)
+        cached = a._desc = (_C.prepare(desc, epoch), sig, epoch, index_record(a))
     return cached[0], cached[1]
 
 
@@ -706,7 +707,7 @@ def _remembered_run(key, lang, expr, operands, out_format, schedule):
             hit = (len(operands), entry)
         else:   # the kernel reads a converted copy of a (_transposed): while it is valid
             hit = next(((len(operands), entry, c._desc[0], version, arrays[0],
-                         check_indices(a))
+                         index_record(a))
                         for version, c, arrays in (a._transposed or {}).values()
                         if c._desc is not None and descs[0] is c._desc[0]), None)
         if hit is not None:

@@ -223,26 +223,31 @@ def written(a) -> bool:
     return False
 
 
-def check_indices(a) -> tuple:
+def check_indices(a) -> None:
     """Raise where one of a's index arrays was written in place since a was made (its
     arrays were valid then: from_components checks them, every other route builds them
     so); a kernel or a conversion reading it could read out of bounds.
     ``A.indices(level)``, ``A.crow_indices()``, ``A.col_indices()`` and the arrays handed
     to ``from_components`` are the tensor's own, not copies (arrays made in inference
     mode, which torch counts no versions of, and writes through a NumPy view of an array
-    are not seen).  Returns ((array, version), ...), which the extension's hot route
-    compares again (_compiler._sparse_operand)."""
-    arrays = a._pos + a._crd
-    for k, (x, v) in enumerate(zip(arrays, a._iv)):
-        if v is not None and x._version != v:
-            what, level = ("pos", k) if k < len(a._pos) else ("crd", k - len(a._pos))
-            raise ValueError(
-                f"scorch: this SparseTensor's index array ({what} of level {level}) was "
-                f"written in place after it was made; a SparseTensor's index arrays never "
-                f"change (A.indices(level), A.crow_indices(), A.col_indices() and the arrays "
-                f"given to from_components are its own, not copies): build a new one with "
-                f"scorch.from_components, which checks them")
-    return tuple((x, v) for x, v in zip(arrays, a._iv) if v is not None)
+    are not seen)."""
+    if not written(a):
+        return
+    k = next(k for k, (x, v) in enumerate(zip(a._pos + a._crd, a._iv))
+             if v is not None and x._version != v)
+    what, level = ("pos", k) if k < len(a._pos) else ("crd", k - len(a._pos))
+    raise ValueError(
+        f"scorch: this SparseTensor's index array ({what} of level {level}) was written in "
+        f"place after it was made; a SparseTensor's index arrays never change "
+        f"(A.indices(level), A.crow_indices(), A.col_indices() and the arrays given to "
+        f"from_components are its own, not copies): build a new one with "
+        f"scorch.from_components, which checks them")
+
+
+def index_record(a) -> tuple:
+    """((index array, its version when a was made), ...): what the extension's hot route
+    compares again before it runs a kernel on a's arrays (_compiler._sparse_operand)."""
+    return tuple((x, v) for x, v in zip(a._pos + a._crd, a._iv) if v is not None)
 
 
 class SparseTensor(torch.Tensor):
@@ -307,11 +312,10 @@ class SparseTensor(torch.Tensor):
                 return outside(_torch_function)(func, types, args, kwargs)
             for x in (args + tuple(kwargs.values())) if kwargs else args:
                 if type(x) is SparseTensor:   # (no op reads index arrays written since)
-                    if written(x):
-                        check_indices(x)
+                    check_indices(x)
                 elif type(x) in (list, tuple):
                     for y in x:
-                        if type(y) is SparseTensor and written(y):
+                        if type(y) is SparseTensor:
                             check_indices(y)
         try:
             with _NO_SUBCLASS_TF():

@@ -34,7 +34,7 @@ from ._compiler import einsum as _raw_einsum
 from ._format import Format, _format_from_tuple
 from . import _C, _tensor
 from ._tensor import (_HANDLERS, VALUE_DTYPE_NAMES, VALUE_DTYPES, SparseTensor, _compiling,
-                      check_indices, compute_dtype, outside, outside_graph)
+                      compute_dtype, outside, outside_graph)
 
 HANDLERS: dict = _HANDLERS   # the table SparseTensor.__torch_function__ reads
 _LETTERS = "abcdefghlmnopqrstuvwxyz"   # batch / generic dims (no i, j, k clash below)
@@ -1703,12 +1703,19 @@ def _compare(name, a, b, op):
                                f"broadcast to the sparse one's {tuple(a.shape)}")
     if dt.is_complex and op not in (torch.eq, torch.ne):
         raise RuntimeError(f"{name}: comparison is not defined for complex tensors")
-    c = _coalesced(a)
     full = d.to(dt).expand(a.shape)
-    out = op(torch.zeros((), dtype=dt), full).expand(a.shape).clone()
+    return _dense_at_entries(_coalesced(a), op(torch.zeros((), dtype=dt), full),
+                             lambda v, at: op(v.to(dt), full[at]))
+
+
+def _dense_at_entries(c: SparseTensor, unstored, stored):
+    """A dense tensor of coalesced c's shape: ``unstored`` (broadcast) at the places c
+    does not store, ``stored(values, coordinates)`` at those it does (the comparisons'
+    and the value tests' dense bool results)."""
+    out = unstored.expand(c.shape).clone()
     if c.nnz:
         at = tuple(dim_coords(c)) if c.dim() else ()
-        out[at] = op(c._vals.detach().to(dt), full[at])
+        out[at] = stored(c._vals.detach(), at)
     return out
 
 
@@ -1753,11 +1760,8 @@ def _value_test(name, fn):
     places tested as the zeros they stand for, a coordinate's duplicates summed first."""
     def handler(a, *, out=None):
         refuse_out(name, out, a)
-        c = _coalesced(a)
-        r = fn(torch.zeros((), dtype=a.dtype)).expand(a.shape).clone()
-        if c.nnz:
-            r[tuple(dim_coords(c)) if c.dim() else ()] = fn(c._vals.detach())
-        return r
+        return _dense_at_entries(_coalesced(a), fn(torch.zeros((), dtype=a.dtype)),
+                                 lambda v, at: fn(v))
     return handler
 
 
@@ -3919,8 +3923,8 @@ def _copy_(dst, src, non_blocking=False):
                            "copy_ into them, changes it)")
     vals = src._vals.detach().to(dst.dtype, copy=True)
     vals.requires_grad_(dst._vals.requires_grad)
-    check_indices(src)
-    dst._pos, dst._crd, dst._iv = list(src._pos), list(src._crd), src._iv
+    dst._pos, dst._crd, dst._iv = list(src._pos), list(src._crd), src._iv   # (src: made
+    # just above, by a conversion that checked the caller's arrays)
     dst._vals = vals   # (values last)
     _replaced(dst)
     return dst
